@@ -1,0 +1,49 @@
+"""`snapstream` command line: one subcommand per module, looked up in a registry.
+
+Each command module exposes ``register(parser)`` (adds its flags) and ``run(args) -> int``.
+Modules keep heavy imports (torch, grpc) inside ``run`` so that ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "generate": ("snapstream.commands.generate", "generate text with the in-process engine"),
+    "sim": ("hwsim.cli", "SN40L cost model: step time, throughput and memory per tier"),
+}
+
+
+class CliError(Exception):
+    """A user mistake on the command line: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise CliError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="snapstream", description="SnapStream fixed-size KV cache serving")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.register(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args._run(args) or 0)
+    except (CliError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
