@@ -25,20 +25,24 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None) -> argparse.ArgumentParser:
+    """All subcommands are listed; only the selected one's module is imported and registered."""
     parser = _Parser(prog="snapstream", description="SnapStream fixed-size KV cache serving")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (module_name, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
-        module = importlib.import_module(module_name)
-        module.register(command)
-        command.set_defaults(_run=module.run)
+        if name == selected:
+            module = importlib.import_module(module_name)
+            module.register(command)
+            command.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    selected = next((arg for arg in argv if not arg.startswith("-")), None)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(selected).parse_args(argv)
         return int(args._run(args) or 0)
     except (CliError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

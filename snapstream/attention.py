@@ -1,0 +1,54 @@
+"""Attention over a fixed-shape slot cache (decode) and the prefill attention that records K/V."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from snapstream.snapkv import snapkv_scores
+
+
+def slot_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
+    """One query per row over every slot of its cache.
+
+    q (B, Hq, 1, D); k, v (B, Hkv, S, D); valid (B, Hkv, S) bool -> (B, Hq, 1, D).
+    Softmax in float32; GQA by grouping queries, never by repeating keys.
+    """
+    batch, num_q_heads, _, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    qg = q.view(batch, num_kv_heads, num_q_heads // num_kv_heads, head_dim)  # (B, Hkv, G, D)
+    scores = (qg @ k.transpose(-1, -2)).float() / math.sqrt(head_dim)  # (B, Hkv, G, S)
+    scores = scores.masked_fill(~valid[:, :, None, :], float("-inf"))
+    probs = scores.softmax(dim=-1).to(v.dtype)
+    return (probs @ v).view(batch, num_q_heads, 1, head_dim)  # (B, Hq, 1, D)
+
+
+@dataclass
+class PrefillRecorder:
+    """Causal attention for one prompt that keeps every layer's K/V and, when asked, its SnapKV
+    scores (computed layer by layer, so the window queries are never stored)."""
+
+    window: int = 0  # 0: no SnapKV scores
+    kernel: int = 1
+    pooling: str = "avg"
+    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
+    values: list[torch.Tensor] = field(default_factory=list)
+    scores: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P)
+    score_s: float = 0.0  # time spent scoring
+
+
+    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
+        self.keys.append(k[0])
+        self.values.append(v[0])
+        if self.window:
+            start = time.perf_counter()
+            q_window = q[0, :, -self.window :]  # (Hq, W, D)
+            self.scores.append(snapkv_scores(q_window, k[0], self.kernel, self.pooling))
+            self.score_s += time.perf_counter() - start
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

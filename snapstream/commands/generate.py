@@ -1,0 +1,70 @@
+"""`snapstream generate`: one request through the in-process engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from snapstream.policy import POLICY_KINDS, POOLINGS, CachePolicy
+from snapstream.sampling import SamplingParams
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--prompt-ids must be comma-separated integers, got {text!r}") from None
+
+
+def add_policy_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = CachePolicy()
+    parser.add_argument("--policy", choices=sorted(POLICY_KINDS), default=defaults.kind)
+    parser.add_argument("--n-sink", type=int, default=defaults.n_sink)
+    parser.add_argument("--n-topk", type=int, default=defaults.n_topk)
+    parser.add_argument("--n-recent", type=int, default=defaults.n_recent)
+    parser.add_argument("--window", type=int, default=defaults.window)
+    parser.add_argument("--kernel", type=int, default=defaults.kernel)
+    parser.add_argument("--pooling", choices=POOLINGS, default=defaults.pooling)
+
+
+def policy_from_args(args: argparse.Namespace) -> CachePolicy:
+    return CachePolicy(kind=args.policy, n_sink=args.n_sink, n_topk=args.n_topk,
+                       n_recent=args.n_recent, window=args.window, kernel=args.kernel,
+                       pooling=args.pooling)
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None,
+                        help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--device", default="cpu")
+    prompt = parser.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="prompt text")
+    prompt.add_argument("--prompt-ids", type=parse_ids, help="comma-separated token ids")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    add_policy_flags(parser)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stop-token-ids", type=parse_ids, default=())
+    parser.add_argument("--json", action="store_true", help='print {"token_ids", "text"}')
+
+
+def run(args: argparse.Namespace) -> int:
+    from snapstream.engine import Engine
+
+    policy = policy_from_args(args)
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                              seed=args.seed, stop_token_ids=tuple(args.stop_token_ids))
+    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    prompt = args.prompt if args.prompt is not None else args.prompt_ids
+    result = engine.generate(prompt, max_new_tokens=args.max_new_tokens, policy=policy,
+                             sampling=sampling)
+    if args.json:
+        print(json.dumps({"token_ids": result.token_ids, "text": result.text,
+                          "finish_reason": result.finish_reason}))
+    else:
+        print(result.text)
+    return 0

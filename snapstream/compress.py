@@ -1,0 +1,62 @@
+"""Turn a prompt's full KV cache into a :class:`SequenceCache` in the policy's slot layout."""
+
+from __future__ import annotations
+
+import torch
+
+from snapstream.kvcache import EMPTY, SequenceCache
+from snapstream.policy import CacheLayout
+from snapstream.snapkv import select_topk
+
+
+def kept_positions(layout: CacheLayout, prompt_len: int, scores: torch.Tensor | None
+                   ) -> torch.Tensor:
+    """Absolute positions kept per layer and KV head, in slot order of sinks | selected | recent.
+
+    scores (L, Hkv, P) are SnapKV scores, needed only when the layout selects (n_topk > 0).
+    Returns (L, Hkv, n_kept) int64, or (n_kept,) shared by every head when nothing is selected.
+    """
+    sinks = torch.arange(layout.n_sink)
+    recent = torch.arange(prompt_len - layout.n_recent, prompt_len)
+    if layout.n_topk == 0:
+        return torch.cat((sinks, recent))  # (n_kept,)
+    picked = select_topk(scores, layout.n_sink, layout.n_recent, layout.n_topk)  # (L, Hkv, K)
+    num_layers, num_kv_heads = picked.shape[:2]
+    return torch.cat((
+        sinks.expand(num_layers, num_kv_heads, -1), picked,
+        recent.expand(num_layers, num_kv_heads, -1),
+    ), dim=-1)
+
+
+def slot_indices(layout: CacheLayout, positions: torch.Tensor) -> torch.Tensor:
+    """Absolute positions (any shape) -> their slots under ``layout`` (same shape)."""
+    ring = layout.ring_start + (positions - layout.ring_start) % layout.n_ring
+    return torch.where(positions < layout.ring_start, positions, ring)
+
+
+def build_sequence_cache(
+    layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None
+) -> SequenceCache:
+    """k, v (L, Hkv, P, D) of the whole prompt -> the compressed (or merely placed) cache."""
+    num_layers, num_kv_heads, prompt_len, head_dim = k.shape
+    shape = (num_layers, num_kv_heads, layout.budget)
+    out_k = k.new_zeros(*shape, head_dim)  # (L, Hkv, S, D)
+    out_v = v.new_zeros(*shape, head_dim)
+    out_pos = torch.full(shape, EMPTY, dtype=torch.int32, device=k.device)  # (L, Hkv, S)
+    if layout.compresses(prompt_len):
+        keep = kept_positions(layout, prompt_len, scores).to(k.device)  # (L, Hkv, n_kept)
+        keep = keep.expand(num_layers, num_kv_heads, -1)
+        slots = torch.cat((
+            torch.arange(layout.ring_start, device=k.device).expand(num_layers, num_kv_heads, -1),
+            slot_indices(layout, keep[..., layout.ring_start:]),
+        ), dim=-1)  # (L, Hkv, n_kept)
+    else:
+        keep = torch.arange(prompt_len, device=k.device).expand(num_layers, num_kv_heads, -1)
+        slots = slot_indices(layout, keep)
+    gather = keep[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, n_kept, D)
+    scatter = slots[..., None].expand(-1, -1, -1, head_dim)
+    out_k.scatter_(2, scatter, k.gather(2, gather))
+    out_v.scatter_(2, scatter, v.gather(2, gather))
+    out_pos.scatter_(2, slots, keep.to(torch.int32))
+    return SequenceCache(layout=layout, k=out_k, v=out_v, positions=out_pos,
+                         prompt_len=prompt_len, next_position=prompt_len)

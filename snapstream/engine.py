@@ -1,0 +1,141 @@
+"""In-process engine: prefill (+ SnapKV) -> SequenceCache -> batched static decode.
+
+The services call the same three steps: :meth:`Engine.prefill`, :meth:`Engine.new_decoder` with
+:meth:`Decoder.step`, and :func:`snapstream.sampling.sample_batch`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from snapstream.attention import PrefillRecorder
+from snapstream.compress import build_sequence_cache
+from snapstream.decode import Decoder
+from snapstream.kvcache import BatchCache, SequenceCache
+from snapstream.loader import load_model
+from snapstream.model import Transformer
+from snapstream.policy import CacheLayout, CachePolicy
+from snapstream.sampling import SamplingParams, sample_batch
+from snapstream.tokenizer import Tokenizer, load_tokenizer
+
+EMBEDDED_MODEL = Path(__file__).parent / "models" / "snapstream-byte-tiny"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    cache: SequenceCache
+    logits: torch.Tensor  # (V,) float32, next-token logits after the last prompt token
+    prefill_s: float
+    select_s: float  # share of prefill spent scoring + compressing
+
+
+@dataclass(frozen=True)
+class Generation:
+    token_ids: list[int]
+    text: str
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+
+
+class Engine:
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, compile: bool = False) -> None:
+        self.model, self.tokenizer, self.compile = model, tokenizer, compile
+        self.config = model.config
+        self.device = model.lm_head.weight.device
+        self.dtype = model.lm_head.weight.dtype
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path | None = None, dtype: str | torch.dtype = "float32",
+        device: str = "cpu", compile: bool = False,
+    ) -> Engine:
+        path = Path(path) if path is not None else EMBEDDED_MODEL
+        if isinstance(dtype, str):
+            if dtype not in DTYPES:
+                raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+            dtype = DTYPES[dtype]
+        return cls(load_model(path, dtype=dtype, device=device), load_tokenizer(path), compile)
+
+    @property
+    def context_len(self) -> int:
+        return self.config.max_position_embeddings
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        self.check_prompt(ids)
+        return ids
+
+    def check_prompt(self, ids: list[int]) -> None:
+        if not ids:
+            raise ValueError("prompt is empty: give some text or token ids")
+        if len(ids) > self.context_len:
+            raise ValueError(f"prompt has {len(ids)} tokens; the model's context is "
+                             f"{self.context_len}: shorten it")
+        bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, "
+                             f"{self.config.vocab_size})")
+
+    @torch.no_grad()
+    def prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int) -> PrefillResult:
+        """Full attention over the prompt, then the policy's compression into its layout."""
+        self.check_prompt(ids)
+        policy.check_context(self.context_len)
+        layout = policy.layout(len(ids), max_new_tokens)
+        selects = layout.compresses(len(ids)) and layout.n_topk > 0
+        recorder = PrefillRecorder(window=policy.window if selects else 0,
+                                   kernel=policy.kernel, pooling=policy.pooling)
+        start = time.perf_counter()
+        input_ids = torch.tensor([ids], device=self.device)  # (1, P)
+        hidden = self.model(input_ids, torch.arange(len(ids), device=self.device)[None], recorder)
+        logits = self.model.logits(hidden[0, -1])  # (V,)
+        select_start = time.perf_counter()
+        k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
+        scores = torch.stack(recorder.scores) if selects else None  # (L, Hkv, P)
+        cache = build_sequence_cache(layout, k, v, scores)
+        end = time.perf_counter()
+        score_s = recorder.score_s if selects else 0.0
+        return PrefillResult(cache=cache, logits=logits, prefill_s=end - start,
+                             select_s=end - select_start + score_s)
+
+    def new_decoder(self, layout: CacheLayout, batch_size: int) -> Decoder:
+        cache = BatchCache(self.config, layout, batch_size, self.dtype, self.device)
+        return Decoder(self.model, cache, compile=self.compile)
+
+    def stop_ids(self, sampling: SamplingParams) -> set[int]:
+        eos = () if sampling.ignore_eos else self.tokenizer.eos_token_ids
+        return set(sampling.stop_token_ids) | set(eos)
+
+    def generate(
+        self, prompt: str | list[int], max_new_tokens: int = 64,
+        policy: CachePolicy | None = None, sampling: SamplingParams | None = None,
+    ) -> Generation:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        policy, sampling = policy or CachePolicy(), sampling or SamplingParams()
+        if not sampling.is_greedy and sampling.seed is None:
+            sampling = replace(sampling, seed=secrets.randbits(63))
+        ids = self.encode(prompt)
+        result = self.prefill(ids, policy, max_new_tokens)
+        decoder = self.new_decoder(result.cache.layout, batch_size=1)
+        decoder.cache.insert(0, result.cache)
+        stop = self.stop_ids(sampling)
+        position = len(ids)
+        token = sample_batch(result.logits[None], [sampling], [position])[0]
+        out = [token]
+        while token not in stop and len(out) < max_new_tokens:
+            logits = decoder.step(torch.tensor([token], device=self.device),
+                                  torch.tensor([position], device=self.device))
+            position += 1
+            token = sample_batch(logits, [sampling], [position])[0]
+            out.append(token)
+        reason = "stop" if token in stop else "length"
+        text_ids = out[:-1] if reason == "stop" else out
+        return Generation(token_ids=out, text=self.tokenizer.decode(text_ids),
+                          finish_reason=reason, prompt_tokens=len(ids))

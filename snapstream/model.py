@@ -1,0 +1,128 @@
+"""Llama-family decoder (Llama 2/3/3.1, Mistral-style GQA, Qwen2 qkv bias), HF parameter names.
+
+The layers do not own a KV cache: each forward takes an ``attend`` callable that receives the
+rotated queries, keys and values of one layer and returns its attention output. Prefill passes
+causal attention over the prompt; decode passes attention over a fixed-shape slot cache. This keeps
+one model for every cache policy.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from snapstream.config import ModelConfig
+from snapstream.rope import RotaryEmbedding, apply_rotary
+
+
+class AttendFn(Protocol):
+    def __call__(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """q (B, Hq, T, D), k/v (B, Hkv, T, D) -> attention output (B, Hq, T, D)."""
+        ...
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
+        self.head_dim = config.head_dim
+        hidden, q_dim = config.hidden_size, config.num_heads * config.head_dim
+        kv_dim = config.num_kv_heads * config.head_dim
+        self.q_proj = nn.Linear(hidden, q_dim, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(hidden, kv_dim, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(hidden, kv_dim, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(q_dim, hidden, bias=config.o_bias)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layer_idx: int,
+        attend: AttendFn,
+    ) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, H*, T, D)
+        out = attend(layer_idx, q, k, v)  # (B, Hq, T, D)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        hidden, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.gate_proj = nn.Linear(hidden, inner, bias=bias)
+        self.up_proj = nn.Linear(hidden, inner, bias=bias)
+        self.down_proj = nn.Linear(inner, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, layer_idx: int, attend: AttendFn) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer_idx, attend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class Transformer(nn.Module):
+    """Causal LM with HF names (``model.layers.N...``, ``lm_head``)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rotary = RotaryEmbedding(config)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn
+    ) -> torch.Tensor:
+        """input_ids, positions (B, T) -> final normed hidden states (B, T, hidden)."""
+        x = self.model.embed_tokens(input_ids)  # (B, T, hidden)
+        cos, sin = self.rotary(positions, x.dtype)
+        for layer_idx, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, layer_idx, attend)
+        return self.model.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (..., hidden) -> float32 logits (..., vocab)."""
+        return self.lm_head(hidden).float()
+
+
+def causal_attend(layer_idx: int, q, k, v) -> torch.Tensor:
+    """Plain causal attention over the tokens of this forward (no cache)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

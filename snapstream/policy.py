@@ -1,0 +1,166 @@
+"""Cache policies: what a sequence keeps, as one slot layout shared by prefill and decode.
+
+Every policy maps to a :class:`CacheLayout` of ``n_sink | n_topk | n_ring`` slots per layer and
+KV head. A token at absolute position ``p`` is written to slot ``p`` while ``p < n_sink + n_topk``
+and to ring slot ``n_sink + n_topk + (p - n_sink - n_topk) % n_ring`` after that, so a new token
+always overwrites the oldest ring entry and nothing is evicted until the layout is full. When the
+prompt is longer than ``n_sink + n_topk + n_recent``, prefill keeps the first ``n_sink`` tokens,
+``n_topk`` tokens chosen by SnapKV and the last ``n_recent`` prompt tokens (see compress.py).
+
+| kind       | SnapKV n_topk | n_recent kept     | n_ring (decode)      | size  |
+|------------|---------------|-------------------|----------------------|-------|
+| full       | 0             | whole prompt      | prompt + max_new     | grows |
+| streaming  | 0             | n_topk + n_recent | n_topk + n_recent    | fixed |
+| snapkv     | n_topk        | n_recent          | n_recent + max_new   | grows |
+| snapstream | n_topk        | n_recent          | n_recent             | fixed |
+
+Streaming spends the ``n_topk`` part of the budget on a longer ring, so every policy compared at
+the same (n_sink, n_topk, n_recent) holds the same number of tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+POOLINGS = ("avg", "max")
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Slot layout of one sequence: ``budget`` slots per layer and KV head."""
+
+    n_sink: int
+    n_topk: int
+    n_recent: int
+    n_ring: int
+
+    def __post_init__(self) -> None:
+        if min(self.n_sink, self.n_topk) < 0 or not 1 <= self.n_recent <= self.n_ring:
+            raise ValueError(f"invalid cache layout {self}: need n_sink, n_topk >= 0 and "
+                             "1 <= n_recent <= n_ring")
+
+    @property
+    def budget(self) -> int:
+        return self.n_sink + self.n_topk + self.n_ring
+
+    @property
+    def ring_start(self) -> int:
+        return self.n_sink + self.n_topk
+
+    @property
+    def n_kept(self) -> int:
+        """Prompt tokens kept when prefill compresses (and the longest prompt it does not)."""
+        return self.ring_start + self.n_recent
+
+    def compresses(self, prompt_len: int) -> bool:
+        return prompt_len > self.n_kept
+
+    def slot_of(self, position: int) -> int:
+        """Slot that holds absolute ``position`` when it is written."""
+        if position < self.ring_start:
+            return position
+        return self.ring_start + (position - self.ring_start) % self.n_ring
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """Per-request cache policy. Sizes are in tokens per layer and KV head."""
+
+    kind: str = "snapstream"
+    n_sink: int = 4
+    n_topk: int = 764
+    n_recent: int = 256
+    window: int = 32
+    kernel: int = 5
+    pooling: str = "avg"
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise ValueError(
+                f"kind: unknown policy {self.kind!r} (use one of {list(POLICY_KINDS)})"
+            )
+        for name in ("n_sink", "n_topk", "n_recent"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.n_recent < 1:
+            raise ValueError("n_recent must be >= 1: decode writes new tokens into the ring")
+        if self.window < 1 or self.window > self.budget:
+            raise ValueError(f"window must be in [1, budget={self.budget}], got {self.window}")
+        if self.kernel < 1 or self.kernel % 2 == 0:
+            raise ValueError(f"kernel must be a positive odd number, got {self.kernel}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+
+    @property
+    def budget(self) -> int:
+        return self.n_sink + self.n_topk + self.n_recent
+
+    @property
+    def spec(self) -> PolicyKind:
+        return POLICY_KINDS[self.kind]
+
+    @property
+    def is_fixed_size(self) -> bool:
+        return self.spec.is_fixed_size
+
+    def check_context(self, context_len: int) -> None:
+        """ValueError when this policy cannot run on a model with ``context_len`` positions."""
+        if self.spec.is_fixed_size and self.budget > context_len:
+            raise ValueError(
+                f"budget n_sink+n_topk+n_recent={self.budget} exceeds the model's context of "
+                f"{context_len} tokens; lower n_topk or n_recent"
+            )
+
+    def layout(self, prompt_len: int, max_new_tokens: int) -> CacheLayout:
+        return self.spec.layout(self, prompt_len, max_new_tokens)
+
+
+class PolicyKind(Protocol):
+    is_fixed_size: bool
+
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout: ...
+
+
+@dataclass(frozen=True)
+class _Full:
+    is_fixed_size: bool = False
+
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
+        size = prompt_len + max_new_tokens
+        return CacheLayout(n_sink=0, n_topk=0, n_recent=size, n_ring=size)
+
+
+@dataclass(frozen=True)
+class _Streaming:
+    is_fixed_size: bool = True
+
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
+        ring = policy.n_topk + policy.n_recent
+        return CacheLayout(n_sink=policy.n_sink, n_topk=0, n_recent=ring, n_ring=ring)
+
+
+@dataclass(frozen=True)
+class _SnapKV:
+    is_fixed_size: bool = False
+
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
+        return CacheLayout(
+            policy.n_sink, policy.n_topk, policy.n_recent, policy.n_recent + max_new_tokens
+        )
+
+
+@dataclass(frozen=True)
+class _SnapStream:
+    is_fixed_size: bool = True
+
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
+        return CacheLayout(policy.n_sink, policy.n_topk, policy.n_recent, policy.n_recent)
+
+
+POLICY_KINDS: dict[str, PolicyKind] = {
+    "full": _Full(),
+    "streaming": _Streaming(),
+    "snapkv": _SnapKV(),
+    "snapstream": _SnapStream(),
+}

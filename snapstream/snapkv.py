@@ -1,0 +1,54 @@
+"""SnapKV token selection (Li et al., 2024): the last ``window`` prompt queries vote for keys."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _pool(votes: torch.Tensor, kernel: int, pooling: str) -> torch.Tensor:
+    """votes (H, P) -> pooled (H, P), stride 1, zero padding of kernel // 2 on both sides."""
+    return POOLS[pooling](votes[:, None], kernel, stride=1, padding=kernel // 2)[:, 0]
+
+
+POOLS = {"avg": F.avg_pool1d, "max": F.max_pool1d}
+
+
+def snapkv_scores(
+    q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str
+) -> torch.Tensor:
+    """Per-KV-head importance of every prompt key.
+
+    q_window (Hq, W, D): rotated queries of the last W prompt positions.
+    k (Hkv, P, D): rotated keys of the whole prompt.
+    Returns (Hkv, P) float32: softmax attention (fp32, causal inside the window) summed over the
+    window queries and over the query heads of each GQA group, then pooled along positions.
+    """
+    num_q_heads, window, head_dim = q_window.shape
+    num_kv_heads, prompt_len, _ = k.shape
+    group = num_q_heads // num_kv_heads
+    q = q_window.float().reshape(num_kv_heads, group * window, head_dim)  # (Hkv, G*W, D)
+    logits = q @ k.float().transpose(1, 2) / math.sqrt(head_dim)  # (Hkv, G*W, P)
+    logits = logits.view(num_kv_heads, group, window, prompt_len)
+    query_pos = torch.arange(prompt_len - window, prompt_len, device=k.device)  # (W,)
+    key_pos = torch.arange(prompt_len, device=k.device)  # (P,)
+    future = key_pos[None, :] > query_pos[:, None]  # (W, P)
+    probs = logits.masked_fill(future, float("-inf")).softmax(dim=-1)  # (Hkv, G, W, P)
+    votes = probs.sum(dim=(1, 2))  # (Hkv, P)
+    return _pool(votes, kernel, pooling)
+
+
+def select_topk(scores: torch.Tensor, n_sink: int, n_recent: int, n_topk: int) -> torch.Tensor:
+    """scores (..., P) -> ascending positions (..., n_topk) of the best keys that are neither
+    sinks nor recent."""
+    prompt_len = scores.shape[-1]
+    candidates = scores[..., n_sink : prompt_len - n_recent]  # (..., P - n_sink - n_recent)
+    if candidates.shape[-1] < n_topk:
+        raise ValueError(
+            f"prompt of {prompt_len} tokens has {candidates.shape[-1]} candidates for "
+            f"n_topk={n_topk}; it should not have been compressed"
+        )
+    picked = candidates.topk(n_topk, dim=-1).indices + n_sink
+    return picked.sort(dim=-1).values

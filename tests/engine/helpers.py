@@ -1,0 +1,29 @@
+"""Drive the engine's prefill + decode directly, keeping every step's logits."""
+
+from __future__ import annotations
+
+import torch
+
+from snapstream.engine import Engine, PrefillResult
+from snapstream.policy import CachePolicy
+from snapstream.tokenizer import ByteTokenizer
+
+
+def engine_for(model) -> Engine:
+    vocab = model.config.vocab_size
+    return Engine(model, ByteTokenizer(vocab_size=vocab, bos_token_id=None, eos_token_ids=()))
+
+
+def greedy_with_logits(
+    engine: Engine, ids: list[int], policy: CachePolicy, steps: int
+) -> tuple[list[int], torch.Tensor, PrefillResult]:
+    """Greedy tokens (steps,) and the logits (steps, V) that produced each of them."""
+    result = engine.prefill(ids, policy, max_new_tokens=steps)
+    decoder = engine.new_decoder(result.cache.layout, batch_size=1)
+    decoder.cache.insert(0, result.cache)
+    logits, tokens = [result.logits], [int(result.logits.argmax())]
+    for step in range(steps - 1):
+        out = decoder.step(torch.tensor([tokens[-1]]), torch.tensor([len(ids) + step]))[0]
+        logits.append(out)
+        tokens.append(int(out.argmax()))
+    return tokens, torch.stack(logits), result

@@ -1,0 +1,97 @@
+"""Straightforward reference implementations the engine is checked against.
+
+Written for clarity, not speed: explicit loops over heads and positions, float64 where it helps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from snapstream.model import Transformer
+from snapstream.policy import CacheLayout
+
+
+def snapkv_reference_scores(
+    q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str
+) -> torch.Tensor:
+    """SnapKV (Li et al. 2024, Alg. 1) per KV head: observation-window attention votes summed over
+    the window and the GQA group, then 1-D pooling with zero/-inf padding. Returns (Hkv, P)."""
+    num_q_heads, window, head_dim = q_window.shape
+    num_kv_heads, prompt_len, _ = k.shape
+    group = num_q_heads // num_kv_heads
+    scores = torch.zeros(num_kv_heads, prompt_len, dtype=torch.float64)
+    for head in range(num_q_heads):
+        keys = k[head // group].double()
+        for i in range(window):
+            pos = prompt_len - window + i
+            logits = keys[: pos + 1] @ q_window[head, i].double() / math.sqrt(head_dim)
+            scores[head // group, : pos + 1] += torch.softmax(logits, dim=0)
+    pooled = torch.empty_like(scores)
+    half = kernel // 2
+    for j in range(prompt_len):
+        lo, hi = max(0, j - half), min(prompt_len, j + half + 1)
+        if pooling == "avg":
+            pooled[:, j] = scores[:, lo:hi].sum(dim=1) / kernel
+        else:
+            pooled[:, j] = scores[:, lo:hi].max(dim=1).values
+    return pooled
+
+
+def kept_mask(
+    layout: CacheLayout, prompt_len: int, total_len: int, selected: torch.Tensor | None,
+    num_layers: int, num_kv_heads: int,
+) -> torch.Tensor:
+    """allowed[l, h, q, k] for a sequence of ``total_len`` tokens: causal over the prompt; for a
+    generated query ``q``: sinks, selected, and ring tokens (the newest ``n_ring`` that entered the
+    ring, never older than what prefill kept). selected (L, Hkv, n_topk) when the prompt was
+    compressed with SnapKV."""
+    q = torch.arange(total_len)[:, None]
+    k = torch.arange(total_len)[None, :]
+    compressed = layout.compresses(prompt_len)
+    ring_floor = prompt_len - layout.n_recent if compressed else layout.ring_start
+    in_ring = (k >= ring_floor) & (k > q - layout.n_ring)
+    allowed = torch.zeros(num_layers, num_kv_heads, total_len, total_len, dtype=torch.bool)
+    for layer in range(num_layers):
+        for head in range(num_kv_heads):
+            is_kept = k < layout.n_sink
+            if compressed and selected is not None:
+                is_kept = is_kept | torch.isin(k, selected[layer, head])
+            elif not compressed:
+                is_kept = is_kept | (k < layout.ring_start)
+            generated = (is_kept | in_ring) & (k <= q)
+            allowed[layer, head] = torch.where(q < prompt_len, k <= q, generated)
+    return allowed
+
+
+@torch.no_grad()
+def masked_logits(model: Transformer, ids: list[int], allowed: torch.Tensor) -> torch.Tensor:
+    """Full-sequence forward where layer l, KV head h may only attend where allowed[l, h].
+    Returns (T, V) float32 logits."""
+    group = model.config.num_groups
+
+    def attend(layer_idx: int, q, k, v):
+        mask = allowed[layer_idx].repeat_interleave(group, dim=0)[None]  # (1, Hq, T, T)
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    input_ids = torch.tensor([ids])
+    hidden = model(input_ids, torch.arange(len(ids))[None], attend)
+    return model.logits(hidden[0])
+
+
+def record_prefill(model: Transformer, ids: list[int]) -> tuple[list, list]:
+    """Rotated queries and keys of every layer for a prompt: L x (Hq, P, D), L x (Hkv, P, D)."""
+    queries, keys = [], []
+
+    def attend(layer_idx: int, q, k, v):
+        queries.append(q[0])
+        keys.append(k[0])
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    with torch.no_grad():
+        model(torch.tensor([ids]), torch.arange(len(ids))[None], attend)
+    return queries, keys

@@ -1,0 +1,112 @@
+"""The cache invariants of design.md, checked against brute-force references."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from snapstream.policy import CachePolicy
+from tests.conftest import random_model, tiny_config
+from tests.engine.helpers import engine_for, greedy_with_logits
+from tests.engine.reference import (
+    kept_mask,
+    masked_logits,
+    record_prefill,
+    snapkv_reference_scores,
+)
+
+GQA_SHAPES = [(4, 4), (4, 2), (4, 1), (6, 2), (8, 2)]  # (query heads, kv heads)
+
+
+def prompt(length: int, seed: int, vocab: int = 300) -> list[int]:
+    return torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("kind", ["snapstream", "snapkv", "streaming"])
+def test_equals_full_while_nothing_is_evicted(kind):
+    model = random_model(tiny_config(num_heads=4, num_kv_heads=2))
+    engine = engine_for(model)
+    ids = prompt(37, seed=1)
+    steps = 24  # 37 + 24 = 61 <= budget 64: nothing evicted
+    policy = CachePolicy(kind=kind, n_sink=4, n_topk=28, n_recent=32, window=8)
+    full_tokens, full_logits, _ = greedy_with_logits(engine, ids, CachePolicy(kind="full"), steps)
+    tokens, logits, result = greedy_with_logits(engine, ids, policy, steps)
+    assert result.cache.num_tokens_held == len(ids)
+    assert tokens == full_tokens
+    torch.testing.assert_close(logits, full_logits, atol=1e-4, rtol=0)
+
+
+def _check_against_reference(engine, ids, policy, steps):
+    tokens, logits, result = greedy_with_logits(engine, ids, policy, steps)
+    config = engine.config
+    layout = result.cache.layout
+    selected = None
+    if layout.compresses(len(ids)) and layout.n_topk:
+        selected = result.cache.positions[:, :, layout.n_sink : layout.ring_start].long()
+    sequence = ids + tokens[:-1]
+    allowed = kept_mask(layout, len(ids), len(sequence), selected, config.num_layers,
+                        config.num_kv_heads)
+    reference = masked_logits(engine.model, sequence, allowed)[len(ids) - 1 :]
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+    return result
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_matches_kept_set_reference_after_eviction_and_wraparound(case):
+    rng = random.Random(case)
+    num_heads, num_kv_heads = GQA_SHAPES[case % len(GQA_SHAPES)]
+    model = random_model(tiny_config(num_heads=num_heads, num_kv_heads=num_kv_heads), seed=case)
+    engine = engine_for(model)
+    n_sink, n_topk, n_recent = rng.randint(0, 4), rng.randint(0, 12), rng.randint(1, 10)
+    kind = ["snapstream", "streaming", "snapkv"][case % 3]
+    policy = CachePolicy(kind=kind, n_sink=n_sink, n_topk=n_topk, n_recent=n_recent,
+                         window=rng.randint(1, n_sink + n_topk + n_recent),
+                         kernel=rng.choice([1, 3, 5]), pooling=rng.choice(["avg", "max"]))
+    prompt_len = rng.randint(1, 90)
+    steps = 3 * n_recent + rng.randint(2, 20)  # the ring wraps around several times
+    result = _check_against_reference(engine, prompt(prompt_len, seed=case), policy, steps)
+    assert result.cache.k.shape[2] == result.cache.layout.budget
+
+
+def test_full_policy_matches_plain_causal_forward():
+    model = random_model(tiny_config())
+    engine = engine_for(model)
+    _check_against_reference(engine, prompt(50, seed=3), CachePolicy(kind="full"), 20)
+
+
+@pytest.mark.parametrize("kind", ["snapstream", "streaming"])
+def test_one_cache_shape_for_every_prompt_length(kind):
+    engine = engine_for(random_model(tiny_config()))
+    policy = CachePolicy(kind=kind, n_sink=4, n_topk=20, n_recent=16, window=8)
+    shapes = set()
+    for length in (1, 7, 39, 40, 41, 300, 1000):
+        cache = engine.prefill(prompt(length, seed=length), policy, max_new_tokens=50).cache
+        shapes.add((tuple(cache.k.shape), tuple(cache.v.shape), tuple(cache.positions.shape)))
+        assert cache.num_tokens_held == min(length, policy.budget)
+    assert len(shapes) == 1
+
+
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "pooling", "kernel"),
+                         [(4, 2, "avg", 5), (4, 1, "max", 3), (6, 2, "avg", 7), (4, 4, "max", 1)])
+def test_snapkv_selection_matches_paper_reference(num_heads, num_kv_heads, pooling, kernel):
+    model = random_model(tiny_config(num_heads=num_heads, num_kv_heads=num_kv_heads), seed=7)
+    engine = engine_for(model)
+    ids = prompt(120, seed=11)
+    policy = CachePolicy(kind="snapstream", n_sink=3, n_topk=17, n_recent=9, window=12,
+                         kernel=kernel, pooling=pooling)
+    cache = engine.prefill(ids, policy, max_new_tokens=1).cache
+    picked = cache.positions[:, :, policy.n_sink : policy.n_sink + policy.n_topk].long()
+    queries, keys = record_prefill(model, ids)
+    for layer, (q, k) in enumerate(zip(queries, keys, strict=True)):
+        scores = snapkv_reference_scores(q[:, -policy.window :], k, kernel, pooling)
+        candidates = scores[:, policy.n_sink : len(ids) - policy.n_recent]
+        for head in range(num_kv_heads):
+            expected = candidates[head].topk(policy.n_topk).indices + policy.n_sink
+            got = picked[layer, head]
+            assert got.tolist() == sorted(got.tolist())
+            differ = set(got.tolist()) ^ set(expected.tolist())
+            kth = candidates[head].topk(policy.n_topk).values[-1]
+            # only exact ties at the k-th score may be broken differently
+            assert all(abs(scores[head, p] - kth) < 1e-9 for p in differ), (layer, head, differ)

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import pytest
+
+from snapstream.policy import CacheLayout, CachePolicy
+
+
+@pytest.mark.parametrize(("fields", "name"), [
+    ({"n_sink": -1}, "n_sink"), ({"n_topk": -3}, "n_topk"), ({"n_recent": -1}, "n_recent"),
+    ({"n_recent": 0}, "n_recent"), ({"window": 0}, "window"),
+    ({"window": 2000, "n_topk": 10}, "window"), ({"kernel": 4}, "kernel"),
+    ({"kernel": 0}, "kernel"), ({"pooling": "median"}, "pooling"), ({"kind": "lru"}, "kind"),
+])
+def test_invalid_policies_name_the_field(fields, name):
+    with pytest.raises(ValueError, match=name):
+        CachePolicy(**fields)
+
+
+def test_budget_beyond_context_is_rejected():
+    with pytest.raises(ValueError, match="exceeds the model's context"):
+        CachePolicy(n_topk=3000).check_context(2048)
+    CachePolicy(kind="full", n_topk=3000).check_context(2048)  # full has no budget
+
+
+def test_layouts_per_kind():
+    policy = dict(n_sink=4, n_topk=10, n_recent=6, window=4)
+    assert CachePolicy(kind="snapstream", **policy).layout(100, 50) == CacheLayout(4, 10, 6, 6)
+    assert CachePolicy(kind="streaming", **policy).layout(100, 50) == CacheLayout(4, 0, 16, 16)
+    assert CachePolicy(kind="snapkv", **policy).layout(100, 50) == CacheLayout(4, 10, 6, 56)
+    assert CachePolicy(kind="full", **policy).layout(100, 50) == CacheLayout(0, 0, 150, 150)
+
+
+def test_ring_overwrites_the_oldest_entry():
+    layout = CacheLayout(n_sink=2, n_topk=3, n_recent=4, n_ring=4)
+    slots = [layout.slot_of(p) for p in range(14)]
+    assert slots[:5] == [0, 1, 2, 3, 4]
+    assert slots[5:9] == [5, 6, 7, 8]
+    assert slots[9:] == [5, 6, 7, 8, 5]  # position 9 replaces position 5, and so on
