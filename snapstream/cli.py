@@ -13,6 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("snapstream.commands.generate", "generate text with the in-process engine"),
     "sim": ("hwsim.cli", "SN40L cost model: step time, throughput and memory per tier"),
+    "bench": ("snapstream.commands.bench", "benchmarks that write their figures to docs/"),
 }
 
 

@@ -1,0 +1,193 @@
+"""`snapstream bench engine`: decode step time vs context, KV bytes, prefill speed, and the same
+through transformers on the same weights, for a synthetic ~100M-parameter Llama."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from snapstream.config import ModelConfig
+from snapstream.decode import Decoder
+from snapstream.kvcache import BatchCache
+from snapstream.model import Transformer
+from snapstream.policy import CacheLayout, CachePolicy
+
+BENCH_MODEL = ModelConfig(
+    vocab_size=32000, hidden_size=768, intermediate_size=2048, num_layers=12, num_heads=12,
+    num_kv_heads=4, head_dim=64, max_position_embeddings=131072, tie_word_embeddings=True,
+)
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class EngineBenchConfig:
+    contexts: tuple[int, ...] = (1024, 4096, 16384, 32768, 65536)
+    batches: tuple[int, ...] = (1, 16)
+    policy: CachePolicy = field(default_factory=lambda: CachePolicy(n_sink=4, n_topk=764,
+                                                                   n_recent=256))  # budget 1024
+    steps: int = 6
+    warmup: int = 2
+    prefill_len: int = 8192
+    memory_limit_gib: float = 14.0  # points whose KV cache needs more are skipped
+    with_transformers: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    batch: int
+    context: int
+    full_s: float | None
+    snapstream_s: float | None
+    transformers_s: float | None
+
+
+def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
+    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
+
+
+def random_model(config: ModelConfig, seed: int) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" not in name:
+                param.normal_(0.0, 0.02)
+    return model.eval()
+
+
+def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: int) -> BatchCache:
+    """A pool whose every row holds a ``context``-token sequence as the layout would keep it."""
+    cache = BatchCache(config, layout, batch, torch.float32)
+    tile = torch.randn(cache.k.shape[-2] if cache.k.shape[-2] < 4096 else 4096, config.head_dim)
+    for tensor in (cache.k, cache.v):
+        flat = tensor.view(-1, config.head_dim)
+        for start in range(0, flat.shape[0], tile.shape[0]):
+            chunk = flat[start : start + tile.shape[0]]
+            chunk.copy_(tile[: chunk.shape[0]])
+    held = min(context, layout.n_kept)
+    kept = torch.cat((torch.arange(layout.ring_start), torch.arange(context - held +
+                      layout.ring_start, context))) if held < context else torch.arange(context)
+    cache.positions[..., : kept.numel()] = kept.int()
+    return cache
+
+
+def time_steps(step, steps: int, warmup: int) -> float:
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        step(i)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def ours_step_s(model, layout, batch, context, cfg: EngineBenchConfig, compile=False) -> float:
+    decoder = Decoder(model, filled_cache(model.config, layout, batch, context), compile=compile)
+    tokens = torch.zeros(batch, dtype=torch.long)
+    return time_steps(lambda i: decoder.step(tokens, torch.full((batch,), context + i)),
+                      cfg.steps, cfg.warmup)
+
+
+def hf_step_s(hf_model, config: ModelConfig, batch: int, context: int, cfg) -> float:
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=hf_model.config)
+    shape = (batch, config.num_kv_heads, context, config.head_dim)
+    for layer in range(config.num_layers):
+        cache.update(torch.randn(shape), torch.randn(shape), layer)
+    tokens = torch.zeros(batch, 1, dtype=torch.long)
+
+    @torch.no_grad()
+    def step(i: int) -> None:
+        hf_model(input_ids=tokens, past_key_values=cache, use_cache=True,
+                 position_ids=torch.full((batch, 1), context + i))
+
+    return time_steps(step, cfg.steps, cfg.warmup)
+
+
+def fits(batch: int, slots: int, factor: float, cfg: EngineBenchConfig) -> bool:
+    return batch * slots * kv_bytes_per_token(BENCH_MODEL, torch.float32) * factor < (
+        cfg.memory_limit_gib * GIB)
+
+
+def save_hf_checkpoint(model: Transformer, directory: Path) -> None:
+    config = model.config
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, directory / "model.safetensors")
+    (directory / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim, "max_position_embeddings": config.max_position_embeddings,
+        "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope.theta,
+        "tie_word_embeddings": True, "hidden_act": "silu",
+    }))
+
+
+def load_transformers(model: Transformer):
+    from transformers import LlamaForCausalLM
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_hf_checkpoint(model, Path(tmp))
+        return LlamaForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+
+
+def decode_points(model, hf_model, cfg: EngineBenchConfig) -> list[DecodePoint]:
+    points = []
+    grid = [(b, c) for b in cfg.batches for c in cfg.contexts]
+    snap_layout = cfg.policy.layout(1, 1)
+    for batch, context in tqdm(grid, desc="decode step vs context", unit="point"):
+        full_layout = CachePolicy(kind="full").layout(context, cfg.warmup + cfg.steps)
+        full = (ours_step_s(model, full_layout, batch, context, cfg)
+                if fits(batch, full_layout.budget, 1.0, cfg) else None)
+        snap = ours_step_s(model, snap_layout, batch, context, cfg)
+        hf = (hf_step_s(hf_model, model.config, batch, context, cfg)
+              if hf_model is not None and fits(batch, context, 2.2, cfg) else None)
+        points.append(DecodePoint(batch, context, full, snap, hf))
+    return points
+
+
+def prefill_figures(model, hf_model, cfg: EngineBenchConfig) -> dict[str, float]:
+    from snapstream.engine import Engine
+    from snapstream.tokenizer import ByteTokenizer
+
+    engine = Engine(model, ByteTokenizer(vocab_size=BENCH_MODEL.vocab_size))
+    ids = torch.randint(0, BENCH_MODEL.vocab_size, (cfg.prefill_len,),
+                        generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+    engine.prefill(ids[:512], cfg.policy, 1)  # warm-up
+    result = engine.prefill(ids, cfg.policy, 1)
+    figures = {"ours_prefill_s": result.prefill_s, "ours_select_s": result.select_s}
+    if hf_model is not None:
+        start = time.perf_counter()
+        hf_model.generate(torch.tensor([ids]), max_new_tokens=1, do_sample=False)
+        figures["transformers_prefill_s"] = time.perf_counter() - start
+    return figures
+
+
+def compile_figures(model, cfg: EngineBenchConfig) -> dict[str, float]:
+    layout = cfg.policy.layout(1, 1)
+    out = {}
+    for batch in cfg.batches:
+        out[f"eager_b{batch}_s"] = ours_step_s(model, layout, batch, 4096, cfg)
+        out[f"compiled_b{batch}_s"] = ours_step_s(model, layout, batch, 4096, cfg, compile=True)
+    return out
+
+
+def run_engine_bench(cfg: EngineBenchConfig) -> dict:
+    torch.set_grad_enabled(False)
+    model = random_model(BENCH_MODEL, cfg.seed)
+    hf_model = load_transformers(model) if cfg.with_transformers else None
+    points = decode_points(model, hf_model, cfg)
+    return {"config": asdict(cfg), "params": sum(p.numel() for p in model.parameters()),
+            "decode": [asdict(p) for p in points], "prefill": prefill_figures(model, hf_model, cfg),
+            "compile": compile_figures(model, cfg)}

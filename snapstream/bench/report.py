@@ -1,0 +1,46 @@
+"""Tables on stdout and marked sections in docs/*.md, so several benchmarks share one doc."""
+
+from __future__ import annotations
+
+import platform
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+
+def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine_line() -> str:
+    threads = torch.get_num_threads()
+    return (f"{platform.processor() or platform.machine()}, {threads} torch threads, "
+            f"torch {torch.__version__}, Python {platform.python_version()}")
+
+
+def command_line() -> str:
+    return "snapstream " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+
+
+def write_section(doc: Path, name: str, body: str) -> None:
+    """Replace (or append) the section between ``<!-- bench:NAME -->`` markers in ``doc``."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{body.strip()}\n{end}"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text}\n{block}\n"
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def fmt_ratio(num: float | None, den: float | None) -> str:
+    return "—" if num is None or den is None else f"{num / den:.2f}×"

@@ -1,0 +1,116 @@
+"""RULER-style retrieval tasks, looked up by name in ``TASKS``.
+
+- ``passkey``: one number hidden in filler; asked for the number.
+- ``multikey``: ``1 + num_distractors`` facts ``key -> number`` whose keys share a word with the
+  asked one (``red-owl`` vs ``red-fox``); distractors sit at random depths.
+- ``kv``: a table of ``1 + num_distractors`` rows ``key: VALUE``; asked for one key's value.
+- ``vartrack``: a chain ``A = number``, then ``num_hops`` copies ``B = A``, ``C = B``...,
+  plus ``num_distractors`` chains like it; asked for the number the chain's last variable holds.
+  The chain's first statement sits at ``depth`` and its copies at random depths after it.
+
+The needle holding the answer is placed at ``cfg.depth``. Target needles are those the answer
+needs: the one holding it, and for vartrack every statement of the asked chain.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from itertools import pairwise
+
+from snapstream.data import values
+from snapstream.data.layout import Insert, build_sample
+from snapstream.data.phrasing import PHRASES, Phrases
+from snapstream.data.sample import Sample, TaskConfig
+
+
+def passkey(rng: random.Random, cfg: TaskConfig) -> Sample:
+    phrases = PHRASES["passkey"][cfg.split]
+    fact, question = rng.choice(phrases.facts), rng.choice(phrases.questions)
+    answer = values.number(rng)
+    return build_sample(
+        task="passkey", rng=rng, cfg=cfg, question=question, answer=answer,
+        inserts=[Insert(fact.format(value=answer), cfg.depth, is_target=True)],
+    )
+
+
+def multikey(rng: random.Random, cfg: TaskConfig) -> Sample:
+    phrases = PHRASES["multikey"][cfg.split]
+    fact, question = rng.choice(phrases.facts), rng.choice(phrases.questions)
+    key = values.label(rng)
+    distractor_keys = values.distinct(
+        rng, lambda r: values.similar_label(r, key), cfg.num_distractors, exclude=(key,)
+    )
+    numbers = values.distinct(rng, values.number, 1 + cfg.num_distractors)
+    inserts = [Insert(fact.format(key=key, value=numbers[0]), cfg.depth, is_target=True)]
+    inserts += [
+        Insert(fact.format(key=other, value=number), rng.random())
+        for other, number in zip(distractor_keys, numbers[1:], strict=True)
+    ]
+    return build_sample(
+        task="multikey", rng=rng, cfg=cfg, inserts=inserts,
+        question=question.format(key=key), answer=numbers[0],
+    )
+
+
+def kv(rng: random.Random, cfg: TaskConfig) -> Sample:
+    phrases = PHRASES["kv"][cfg.split]
+    intro, row = rng.choice(phrases.intros), rng.choice(phrases.facts)
+    question = rng.choice(phrases.questions)
+    keys = values.distinct(rng, values.kv_key, 1 + cfg.num_distractors)
+    table = values.distinct(rng, values.kv_value, len(keys))
+    asked = rng.randrange(len(keys))
+    rows = (row.format(key=key, value=value) for key, value in zip(keys, table, strict=True))
+    block = "\n".join((intro, *rows)) + "\n"
+    return build_sample(
+        task="kv", rng=rng, cfg=cfg, inserts=[Insert(block, cfg.depth, is_target=True)],
+        question=question.format(key=keys[asked]), answer=table[asked],
+    )
+
+
+def vartrack(rng: random.Random, cfg: TaskConfig) -> Sample:
+    phrases = PHRASES["vartrack"][cfg.split]
+    style = rng.randrange(len(phrases.facts))
+    question = rng.choice(phrases.questions)
+    num_chains, chain_len = 1 + cfg.num_distractors, 1 + cfg.num_hops
+    names = values.distinct(rng, values.var_name, num_chains * chain_len)
+    numbers = values.distinct(rng, values.number, num_chains)
+    inserts: list[Insert] = []
+    for c, number in enumerate(numbers):
+        chain = names[c * chain_len : (c + 1) * chain_len]
+        root_depth = cfg.depth if c == 0 else rng.random()
+        inserts += _chain(rng, phrases, style, chain, number, root_depth, is_target=c == 0)
+    return build_sample(
+        task="vartrack", rng=rng, cfg=cfg, inserts=inserts,
+        question=question.format(name=names[chain_len - 1]), answer=numbers[0],
+    )
+
+
+def _chain(
+    rng: random.Random, phrases: Phrases, style: int, names: tuple[str, ...], number: str,
+    root_depth: float, *, is_target: bool,
+) -> list[Insert]:
+    """``names[0] = number`` at ``root_depth``, then each name copies the previous one, in order,
+    at random depths after it."""
+    statements = [phrases.facts[style].format(name=names[0], value=number)]
+    statements += [phrases.links[style].format(name=name, src=src) for src, name in pairwise(names)]
+    depths = [root_depth, *sorted(rng.uniform(root_depth, 1.0) for _ in names[1:])]
+    return [
+        Insert(text, depth, is_target=is_target)
+        for text, depth in zip(statements, depths, strict=True)
+    ]
+
+
+TASKS: dict[str, Callable[[random.Random, TaskConfig], Sample]] = {
+    "passkey": passkey,
+    "multikey": multikey,
+    "kv": kv,
+    "vartrack": vartrack,
+}
+
+
+def generate(task: str, rng: random.Random, cfg: TaskConfig) -> Sample:
+    """One sample of ``task``; everything random in it comes from ``rng``."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    return TASKS[task](rng, cfg)
