@@ -1,0 +1,90 @@
+"""Parameter and KV counts from config.json, against hand counts and published sizes."""
+
+import json
+
+import pytest
+from hwsim_tiny_models import TINY_DEEPSEEK, TINY_LLAMA
+
+from hwsim.config_loader import load_model_spec, parse_config, target_names
+from hwsim.model_spec import MoeFfn
+
+NO_HEAD_DIM = {k: v for k, v in TINY_LLAMA.items() if k != "head_dim"}
+
+
+def test_tiny_llama_params_by_hand():
+    model = parse_config("tiny", TINY_LLAMA)
+    # attention: q 8x8 + k 8x4 + v 8x4 + o 8x8 = 192; ffn 3*8*16 = 384; 2 norms of 8 = 16
+    assert model.attention.params() == 192
+    assert model.layer_params(model.layer_groups[0]) == 592
+    # embedding 32*8 = 256, 2 layers 1184, head 256 + final norm 8 = 264
+    assert model.params() == 256 + 1184 + 264
+    # K and V of 1 head of dim 4, in 2 layers
+    assert model.kv_elements_per_token() == 16
+
+
+def test_tiny_deepseek_params_by_hand():
+    model = parse_config("tiny-ds", TINY_DEEPSEEK)
+    # q_a 8*4 + q_a_norm 4 + q_b 4*2*(2+2) = 68; kv_a 8*(4+2) + norm 4 = 52;
+    # kv_b 4*2*(2+2) = 32; o 2*2*8 = 32
+    assert model.attention.params() == 68 + 52 + 32 + 32
+    dense, moe = model.layer_groups
+    assert (dense.count, moe.count) == (1, 2)
+    # expert 3*8*4 = 96; (4 routed + 1 shared) * 96 + router 4*8 = 512
+    assert moe.ffn.params() == 512
+    assert moe.ffn.routed_params() == 384
+    # layers: 184 + 384 + 16 = 584 dense, 184 + 512 + 16 = 712 per MoE layer
+    assert model.params() == 128 + 584 + 2 * 712 + 136
+    # latent 4 + rope key 2 per layer, 3 layers
+    assert model.kv_elements_per_token() == 18
+
+
+def test_moe_touched_experts_uniform_routing():
+    ffn = MoeFfn(hidden_size=8, expert_intermediate_size=4, n_routed=4, n_shared=1, top_k=2)
+    assert ffn.touched_experts(1) == 2  # top-k exactly
+    assert ffn.touched_experts(2) == 3  # 4 * (1 - (1/2)^2)
+    # 1 token reads 2 of 4 routed experts plus everything else
+    assert ffn.active_params(1) == 512 - 384 + 2 * 96
+
+
+def test_published_parameter_counts():
+    assert load_model_spec("llama-3.1-8b").params() == 8_030_261_248
+    assert load_model_spec("llama-3.1-70b").params() == 70_553_706_496
+    assert load_model_spec("llama-3.1-405b").params() == 405_853_388_800
+    deepseek = load_model_spec("deepseek-v3")
+    assert deepseek.params() == pytest.approx(671e9, rel=1e-3)
+    # MLA caches 512 latent + 64 rope dims per layer: 61 * 576 elements per token
+    assert deepseek.kv_elements_per_token() == 61 * 576
+    assert [g.count for g in deepseek.layer_groups] == [3, 58]
+
+
+def test_targets_shipped():
+    assert {"llama-3.1-8b", "llama-3.1-70b", "deepseek-v3", "deepseek-r1"} <= set(target_names())
+
+
+def test_load_from_path_and_checkpoint_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    from_dir = load_model_spec(str(tmp_path))
+    from_file = load_model_spec(str(tmp_path / "config.json"))
+    assert from_dir.params() == from_file.params() == 1704
+    assert from_dir.name == tmp_path.name
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({**TINY_LLAMA, "model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
+        ({k: v for k, v in TINY_LLAMA.items() if k != "vocab_size"}, "'vocab_size'"),
+        ({**TINY_LLAMA, "hidden_size": "8"}, "hidden_size must be a positive int"),
+        ({**NO_HEAD_DIM, "num_attention_heads": "2"}, "wrong type"),  # hidden // "2"
+        ({**TINY_LLAMA, "num_key_value_heads": 3}, "multiple of n_kv_heads"),
+        ({**TINY_LLAMA, "num_hidden_layers": 0}, "count must be a positive int"),
+    ],
+)
+def test_bad_configs_name_the_problem(config, message):
+    with pytest.raises(ValueError, match=message):
+        parse_config("bad", config)
+
+
+def test_unknown_model_lists_targets():
+    with pytest.raises(ValueError, match=r"not a shipped target \(deepseek-r1"):
+        load_model_spec("no-such-model")
