@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("snapstream.commands.generate", "generate text with the in-process engine"),
     "sim": ("hwsim.cli", "SN40L cost model: step time, throughput and memory per tier"),
     "bench": ("snapstream.commands.bench", "benchmarks that write their figures to docs/"),
+    "train": ("snapstream.commands.train", "train the embedded byte-level model"),
+    "eval": ("snapstream.evaluate.cli", "long-context retrieval accuracy per cache policy and budget"),
 }
 
 

@@ -3,7 +3,6 @@ through transformers on the same weights, for a synthetic ~100M-parameter Llama.
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
@@ -11,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from tqdm import tqdm
 
+from snapstream.checkpoint import save_checkpoint
 from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 from snapstream.kvcache import BatchCache
@@ -119,26 +118,11 @@ def fits(batch: int, slots: int, factor: float, cfg: EngineBenchConfig) -> bool:
         cfg.memory_limit_gib * GIB)
 
 
-def save_hf_checkpoint(model: Transformer, directory: Path) -> None:
-    config = model.config
-    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    save_file(state, directory / "model.safetensors")
-    (directory / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
-        "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
-        "head_dim": config.head_dim, "max_position_embeddings": config.max_position_embeddings,
-        "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope.theta,
-        "tie_word_embeddings": True, "hidden_act": "silu",
-    }))
-
-
 def load_transformers(model: Transformer):
     from transformers import LlamaForCausalLM
 
     with tempfile.TemporaryDirectory() as tmp:
-        save_hf_checkpoint(model, Path(tmp))
+        save_checkpoint(model, Path(tmp))
         return LlamaForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
 
 

@@ -1,0 +1,76 @@
+"""Training configuration: model shape, optimisation, and the context-length curriculum."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from snapstream.config import ModelConfig
+from snapstream.tokenizer import ByteTokenizer
+
+TOKENIZER = ByteTokenizer(vocab_size=264)  # 256 bytes + bos/eos/pad, padded to a multiple of 8
+PAD_ID = 258
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A curriculum phase: from ``start_fraction`` of training on, prompts of min_len..max_len."""
+
+    start_fraction: float
+    min_len: int
+    max_len: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 0
+    steps: int = 2400
+    lr: float = 3e-3
+    min_lr_fraction: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    lm_weight: float = 0.2  # loss weight of the prompt bytes relative to the answer bytes
+    phases: tuple[Phase, ...] = (
+        Phase(0.0, 448, 768, 12),
+        Phase(0.5, 768, 1280, 6),
+        Phase(0.8, 1280, 2040, 4),
+    )
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    intermediate_size: int = 768
+    context_len: int = 2048
+    checkpoint_every: int = 200
+    log_every: int = 10
+    time_limit_min: float = 60.0
+    task_weights: dict[str, float] = field(
+        default_factory=lambda: {"passkey": 1.0, "multikey": 1.5, "kv": 1.5, "vartrack": 1.5})
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if not self.phases or self.phases[0].start_fraction != 0.0:
+            raise ValueError("phases must start with a phase at start_fraction 0.0")
+        if max(p.max_len for p in self.phases) + 8 > self.context_len:
+            raise ValueError("phases: max_len + answer must fit in context_len")
+        if self.num_kv_heads >= self.num_heads:
+            raise ValueError("num_kv_heads must be < num_heads (grouped-query attention)")
+
+    def phase_at(self, step: int) -> Phase:
+        fraction = step / self.steps
+        return [p for p in self.phases if p.start_fraction <= fraction][-1]
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(
+            vocab_size=TOKENIZER.vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_layers=self.num_layers,
+            num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+            head_dim=self.hidden_size // self.num_heads,
+            max_position_embeddings=self.context_len, tie_word_embeddings=True,
+            bos_token_id=TOKENIZER.bos_token_id, eos_token_ids=TOKENIZER.eos_token_ids,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
