@@ -24,7 +24,7 @@ class Phase:
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    steps: int = 2400
+    steps: int = 1600
     lr: float = 3e-3
     min_lr_fraction: float = 0.1
     warmup_steps: int = 100
@@ -44,7 +44,7 @@ class TrainConfig:
     context_len: int = 2048
     checkpoint_every: int = 200
     log_every: int = 10
-    time_limit_min: float = 60.0
+    time_limit_min: float = 58.0
     task_weights: dict[str, float] = field(
         default_factory=lambda: {"passkey": 1.0, "multikey": 1.5, "kv": 1.5, "vartrack": 1.5})
 

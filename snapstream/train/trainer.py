@@ -39,14 +39,16 @@ def learning_rate(config: TrainConfig, step: int) -> float:
 
 def loss_on(model: Transformer, batch: Batch, lm_weight: float) -> tuple[torch.Tensor, StepStats]:
     positions = torch.arange(batch.input_ids.shape[1])[None]
-    logits = model.logits(model(batch.input_ids, positions, causal_attend))  # (B, T, V)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # fp32 master weights, bf16 matmuls
+        hidden = model(batch.input_ids, positions, causal_attend)  # (B, T, hidden)
+    logits = model.logits(hidden.float())  # (B, T, V)
     per_token = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
     is_real = batch.targets != PAD_ID
     is_prompt = is_real & ~batch.is_answer
     answer_loss = per_token[batch.is_answer].mean()
     loss = answer_loss + lm_weight * per_token[is_prompt].mean()
     correct = logits.argmax(-1)[batch.is_answer] == batch.targets[batch.is_answer]
-    return loss, StepStats(float(loss), float(answer_loss), float(correct.float().mean()),
+    return loss, StepStats(loss.item(), answer_loss.item(), correct.float().mean().item(),
                            int(is_real.sum()))
 
 
