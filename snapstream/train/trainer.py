@@ -52,6 +52,13 @@ def loss_on(model: Transformer, batch: Batch, lm_weight: float) -> tuple[torch.T
                            int(is_real.sum()))
 
 
+RUN_LIMITS = ("time_limit_min", "checkpoint_every", "log_every")  # may change between resumes
+
+
+def _identity(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in RUN_LIMITS}
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, out_dir: Path) -> None:
         self.config, self.out_dir = config, out_dir
@@ -83,7 +90,7 @@ class Trainer:
         if not state_file.exists():
             return False
         state = torch.load(state_file, weights_only=False)
-        if state["config"] != self.config.to_dict():
+        if _identity(state["config"]) != _identity(self.config.to_dict()):
             raise ValueError(f"{self.out_dir} was trained with another configuration; "
                              "use a new --out directory or the same flags")
         weights = load_file(self.out_dir / "model.safetensors")
