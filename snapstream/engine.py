@@ -83,11 +83,13 @@ class Engine:
                              f"{self.config.vocab_size})")
 
     @torch.no_grad()
-    def prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int) -> PrefillResult:
-        """Full attention over the prompt, then the policy's compression into its layout."""
+    def prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int,
+                capacity: int | None = None) -> PrefillResult:
+        """Full attention over the prompt, then the policy's compression into its layout
+        (growing policies sized to ``capacity`` when given, see CachePolicy.layout)."""
         self.check_prompt(ids)
         policy.check_context(self.context_len)
-        layout = policy.layout(len(ids), max_new_tokens)
+        layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
         recorder = PrefillRecorder(window=policy.window if selects else 0,
                                    kernel=policy.kernel, pooling=policy.pooling)

@@ -112,22 +112,31 @@ class CachePolicy:
                 f"{context_len} tokens; lower n_topk or n_recent"
             )
 
-    def layout(self, prompt_len: int, max_new_tokens: int) -> CacheLayout:
-        return self.spec.layout(self, prompt_len, max_new_tokens)
+    def layout(self, prompt_len: int, max_new_tokens: int, capacity: int | None = None
+               ) -> CacheLayout:
+        """Slot layout for one request. A growing policy holds prompt + max_new_tokens tokens, or
+        ``capacity`` when given: serving uses the model's context, so that every request of a
+        kind shares one pool shape."""
+        if capacity is not None and prompt_len + max_new_tokens > capacity:
+            raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) "
+                             f"exceeds the capacity of {capacity} tokens")
+        return self.spec.layout(self, prompt_len, max_new_tokens, capacity)
 
 
 class PolicyKind(Protocol):
     is_fixed_size: bool
 
-    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout: ...
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
+               capacity: int | None) -> CacheLayout: ...
 
 
 @dataclass(frozen=True)
 class _Full:
     is_fixed_size: bool = False
 
-    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
-        size = prompt_len + max_new_tokens
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
+               capacity: int | None) -> CacheLayout:
+        size = capacity or prompt_len + max_new_tokens
         return CacheLayout(n_sink=0, n_topk=0, n_recent=size, n_ring=size)
 
 
@@ -135,7 +144,8 @@ class _Full:
 class _Streaming:
     is_fixed_size: bool = True
 
-    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
+               capacity: int | None) -> CacheLayout:
         ring = policy.n_topk + policy.n_recent
         return CacheLayout(n_sink=policy.n_sink, n_topk=0, n_recent=ring, n_ring=ring)
 
@@ -144,17 +154,19 @@ class _Streaming:
 class _SnapKV:
     is_fixed_size: bool = False
 
-    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
-        return CacheLayout(
-            policy.n_sink, policy.n_topk, policy.n_recent, policy.n_recent + max_new_tokens
-        )
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
+               capacity: int | None) -> CacheLayout:
+        ring_start = policy.n_sink + policy.n_topk
+        ring = capacity - ring_start if capacity else policy.n_recent + max_new_tokens
+        return CacheLayout(policy.n_sink, policy.n_topk, policy.n_recent, ring)
 
 
 @dataclass(frozen=True)
 class _SnapStream:
     is_fixed_size: bool = True
 
-    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int) -> CacheLayout:
+    def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
+               capacity: int | None) -> CacheLayout:
         return CacheLayout(policy.n_sink, policy.n_topk, policy.n_recent, policy.n_recent)
 
 

@@ -36,3 +36,14 @@ def test_ring_overwrites_the_oldest_entry():
     assert slots[:5] == [0, 1, 2, 3, 4]
     assert slots[5:9] == [5, 6, 7, 8]
     assert slots[9:] == [5, 6, 7, 8, 5]  # position 9 replaces position 5, and so on
+
+
+def test_capacity_sizes_growing_policies_only():
+    fields = dict(n_sink=4, n_topk=10, n_recent=6, window=4)
+    assert CachePolicy(kind="full", **fields).layout(100, 50, 2048).n_ring == 2048
+    assert CachePolicy(kind="snapkv", **fields).layout(100, 50, 2048) == CacheLayout(4, 10, 6,
+                                                                                    2034)
+    assert CachePolicy(kind="snapstream", **fields).layout(100, 50, 2048) == CacheLayout(4, 10, 6,
+                                                                                        6)
+    with pytest.raises(ValueError, match="capacity"):
+        CachePolicy(kind="full").layout(2000, 100, 2048)

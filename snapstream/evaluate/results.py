@@ -1,0 +1,106 @@
+"""Per-run rows, their CSV, accuracy tables grouped by any keys, and summary.json."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+RUN_KEYS = ("policy", "budget_label")
+GROUPINGS: dict[str, tuple[str, ...]] = {
+    "overall": ("placement",),
+    "by_task": ("task", "placement"),
+    "by_task_length": ("task", "context_len", "placement"),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sample decoded under one run. ``budget_label``, ``budget`` and ``budget_fraction``
+    are None for ``full``; ``latency_s`` counts the prompt's forward (shared by its runs) plus
+    this run's compression and decode."""
+
+    sample: int
+    task: str
+    context_len: int
+    depth: float
+    placement: str
+    policy: str
+    budget_label: str | None
+    budget: int | None
+    budget_fraction: float | None
+    correct: bool
+    answer: str
+    generated: str
+    prompt_tokens: int
+    finish_reason: str
+    latency_s: float
+
+
+COLUMNS = tuple(f.name for f in fields(Row))
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(COLUMNS)
+        writer.writerows(["" if v is None else v for v in astuple(row)] for row in rows)
+
+
+def accuracy_table(rows: Sequence[Row], keys: Sequence[str]) -> list[dict]:
+    """Accuracy per ``keys + (policy, budget_label)`` group, in order of first appearance, with
+    ``full_accuracy`` of the same ``keys`` group and ``relative_to_full`` (None where unknown)."""
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[tuple(getattr(row, k) for k in (*keys, *RUN_KEYS))].append(row)
+    entries = [_entry(dict(zip((*keys, *RUN_KEYS), key, strict=True)), members)
+               for key, members in groups.items()]
+    full = {tuple(e[k] for k in keys): e["accuracy"] for e in entries if e["policy"] == "full"}
+    for entry in entries:
+        reference = full.get(tuple(entry[k] for k in keys))
+        entry["full_accuracy"] = reference
+        entry["relative_to_full"] = entry["accuracy"] / reference if reference else None
+    return entries
+
+
+def _entry(entry: dict, members: list[Row]) -> dict:
+    fractions = [row.budget_fraction for row in members if row.budget_fraction is not None]
+    correct = sum(row.correct for row in members)
+    return entry | {
+        "budget_fraction": sum(fractions) / len(fractions) if fractions else None,
+        "n": len(members), "correct": correct, "accuracy": correct / len(members),
+        "mean_latency_s": sum(row.latency_s for row in members) / len(members),
+    }
+
+
+def summarize(rows: Sequence[Row], *, config: dict, model: str) -> dict:
+    """summary.json: the config, and accuracy tables for every grouping in ``GROUPINGS``."""
+    tables = {name: accuracy_table(rows, keys) for name, keys in GROUPINGS.items()}
+    return {"model": model, "config": config, "num_rows": len(rows), **tables}
+
+
+def summary_table(summary: dict) -> str:
+    """Markdown: a row per (policy, budget), a column per task and ``all``; each cell lists the
+    accuracy per placement in config order, e.g. ``0.95/0.40`` for after/before."""
+    from snapstream.bench.report import markdown_table
+
+    placements = summary["config"]["placements"]
+    by_task = {(e["task"], e["placement"], e["policy"], e["budget_label"]): e["accuracy"]
+               for e in summary["by_task"]}
+    overall = {(e["placement"], e["policy"], e["budget_label"]): e["accuracy"]
+               for e in summary["overall"]}
+    runs = list(dict.fromkeys((e["policy"], e["budget_label"]) for e in summary["overall"]))
+    tasks = summary["config"]["tasks"]
+    body = []
+    for policy, label in runs:
+        cells = [_cell([by_task.get((t, p, policy, label)) for p in placements]) for t in tasks]
+        body.append([policy, label or "-", *cells,
+                     _cell([overall.get((p, policy, label)) for p in placements])])
+    header = ["policy", "budget", *tasks, "all"]
+    return f"accuracy ({'/'.join(placements)})\n" + markdown_table(header, body)
+
+
+def _cell(values: list[float | None]) -> str:
+    return "/".join("-" if v is None else f"{v:.2f}" for v in values)
