@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+EMBEDDED_MODEL = Path(__file__).parent / "models" / "snapstream-byte-tiny"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import torch
 
 from snapstream.attention import PrefillRecorder
 from snapstream.compress import build_sequence_cache
+from snapstream.config import EMBEDDED_MODEL
 from snapstream.decode import Decoder
 from snapstream.kvcache import BatchCache, SequenceCache
 from snapstream.loader import load_model
@@ -23,7 +24,6 @@ from snapstream.policy import CacheLayout, CachePolicy
 from snapstream.sampling import SamplingParams, sample_batch
 from snapstream.tokenizer import Tokenizer, load_tokenizer
 
-EMBEDDED_MODEL = Path(__file__).parent / "models" / "snapstream-byte-tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

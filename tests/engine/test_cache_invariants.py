@@ -21,7 +21,8 @@ GQA_SHAPES = [(4, 4), (4, 2), (4, 1), (6, 2), (8, 2)]  # (query heads, kv heads)
 
 
 def prompt(length: int, seed: int, vocab: int = 300) -> list[int]:
-    return torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (length,), generator=generator).tolist()
 
 
 @pytest.mark.parametrize("kind", ["snapstream", "snapkv", "streaming"])

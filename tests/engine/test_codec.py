@@ -99,7 +99,7 @@ def test_wrong_model(engine, spec):
 
 
 def test_wrong_layout_or_dtype(engine, spec):
-    cache, blob = _blob(engine, spec)
+    _, blob = _blob(engine, spec)
     other = CachePolicy(n_sink=4, n_topk=21, n_recent=11, window=8).layout(1, 1)
     with pytest.raises(BlobLayoutMismatch, match="layout"):
         decode_blob(blob, spec, layout=other)

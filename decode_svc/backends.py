@@ -1,0 +1,63 @@
+"""Decode back ends: who runs the static step, and what time it is said to take.
+
+``torch`` reports wall time; ``sn40l-sim`` runs the same torch step and advances a simulated
+clock by hwsim's cost model of the chosen target (see docs/hwsim.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from snapstream.decode import Decoder
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    name: str = "torch"
+    sim_target: str | None = None  # hwsim target name or config.json; default: served model
+    sim_sockets: int = 1
+
+
+class TorchBackend:
+    def __init__(self, config: BackendConfig, model_dir: Path) -> None:
+        del config, model_dir
+
+    def step(self, decoder: Decoder, tokens: torch.Tensor, positions: torch.Tensor
+             ) -> tuple[torch.Tensor, float]:
+        """-> logits (B, V) and the simulated seconds of this step (0: none)."""
+        return decoder.step(tokens, positions), 0.0
+
+
+class SN40LSimBackend:
+    def __init__(self, config: BackendConfig, model_dir: Path) -> None:
+        from hwsim import SimTarget
+
+        target = config.sim_target or str(model_dir / "config.json")
+        self.target = SimTarget.load(target, sockets=config.sim_sockets)
+        self._costs: dict[tuple[int, int], float] = {}
+
+    def step(self, decoder: Decoder, tokens: torch.Tensor, positions: torch.Tensor
+             ) -> tuple[torch.Tensor, float]:
+        layout = decoder.cache.layout
+        # the static graph runs every row; a fixed layout reads its whole budget every step
+        context = layout.budget if layout.n_ring == layout.n_recent else int(positions.max()) + 1
+        key = (tokens.shape[0], context)
+        if key not in self._costs:
+            self._costs[key] = self.target.decode_step(*key).step_time_s
+        return decoder.step(tokens, positions), self._costs[key]
+
+
+BACKENDS: dict[str, Callable[[BackendConfig, Path], TorchBackend | SN40LSimBackend]] = {
+    "torch": TorchBackend,
+    "sn40l-sim": SN40LSimBackend,
+}
+
+
+def make_backend(config: BackendConfig, model_dir: Path) -> TorchBackend | SN40LSimBackend:
+    if config.name not in BACKENDS:
+        raise ValueError(f"backend {config.name!r} is unknown (use one of {sorted(BACKENDS)})")
+    return BACKENDS[config.name](config, model_dir)

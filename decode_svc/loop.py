@@ -1,0 +1,179 @@
+"""The step loop, on its own thread: admit -> step -> emit, over one static pool per layout.
+
+Streams talk to it through :meth:`DecodeLoop.submit` / :meth:`DecodeLoop.cancel` (thread-safe)
+and receive :class:`DecodeEvent` through the sink each sequence carries.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from decode_svc.backends import SN40LSimBackend, TorchBackend
+from decode_svc.sequence import DecodeEvent, Sequence, SlotTable
+from snapstream.decode import Decoder
+from snapstream.engine import Engine
+from snapstream.kvcache import SequenceCache
+from snapstream.policy import CacheLayout
+from snapstream.sampling import sample_batch
+from snapstream.serving import metrics
+from snapstream.serving.errors import QueueFull
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Pool:
+    decoder: Decoder
+    table: SlotTable
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    total_slots: int
+    free_slots: int
+    running: int
+    queue_depth: int
+
+
+class DecodeLoop:
+    def __init__(self, engine: Engine, backend: TorchBackend | SN40LSimBackend, slots: int,
+                 max_queue: int, max_pools: int = 4) -> None:
+        self.engine, self.backend = engine, backend
+        self.slots, self.max_queue, self.max_pools = slots, max_queue, max_pools
+        self.pools: dict[CacheLayout, Pool] = {}
+        self.waiting: deque[tuple[Sequence, SequenceCache]] = deque()
+        self.cancelled: set[str] = set()
+        self.lock = threading.Condition()
+        self.running = 0
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, name="decode-loop", daemon=True)
+
+    # -- called from the gRPC event loop -------------------------------------------------------
+    def submit(self, seq: Sequence, cache: SequenceCache) -> None:
+        with self.lock:
+            if len(self.waiting) >= self.max_queue:
+                raise QueueFull(f"decode queue is full ({self.max_queue} waiting); retry later")
+            seq.submitted_at = time.monotonic()
+            self.waiting.append((seq, cache))
+            metrics.WAITING.labels("decode").set(len(self.waiting))
+            self.lock.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self.lock:
+            self.cancelled.add(request_id)
+            self.lock.notify()
+
+    def stats(self) -> LoopStats:
+        with self.lock:
+            return LoopStats(self.slots, self.slots - self.running, self.running,
+                             len(self.waiting))
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            self.lock.notify()
+        self.thread.join()
+
+    # -- the loop thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            with self.lock:
+                while not self.stopped and not self.running and not self.waiting:
+                    self.lock.wait()
+                if self.stopped:
+                    return
+                self._drop_cancelled()
+                self._admit()
+            for pool in list(self.pools.values()):
+                if pool.table.active:
+                    self._step(pool)
+
+    def _drop_cancelled(self) -> None:
+        if not self.cancelled:
+            return
+        self.waiting = deque((s, c) for s, c in self.waiting if s.request_id not in self.cancelled)
+        for pool in self.pools.values():
+            for seq in pool.table.active:
+                if seq.request_id in self.cancelled:
+                    self._release(pool, seq)
+        self.cancelled.clear()
+
+    def _admit(self) -> None:
+        still_waiting: deque[tuple[Sequence, SequenceCache]] = deque()
+        while self.waiting:
+            seq, cache = self.waiting.popleft()
+            pool = self._pool_for(cache.layout) if self.running < self.slots else None
+            if pool is None or not pool.table.allocate(seq):
+                still_waiting.append((seq, cache))
+                continue
+            pool.decoder.cache.insert(seq.row, cache)
+            seq.started_at = time.monotonic()
+            self.running += 1
+        self.waiting = still_waiting
+        metrics.WAITING.labels("decode").set(len(self.waiting))
+        metrics.RUNNING.labels("decode").set(self.running)
+        metrics.SLOT_OCCUPANCY.set(self.running / self.slots)
+
+    def _pool_for(self, layout: CacheLayout) -> Pool | None:
+        if layout not in self.pools:
+            idle = [key for key, pool in self.pools.items() if not pool.table.active]
+            if len(self.pools) >= self.max_pools and not idle:
+                return None
+            if len(self.pools) >= self.max_pools:
+                del self.pools[idle[0]]
+            self.pools[layout] = Pool(self.engine.new_decoder(layout, self.slots),
+                                      SlotTable(self.slots))
+        return self.pools[layout]
+
+    def _step(self, pool: Pool) -> None:
+        batch = pool.decoder.cache.batch_size
+        tokens, positions = [0] * batch, [0] * batch
+        active = pool.table.active
+        for seq in active:
+            tokens[seq.row], positions[seq.row] = seq.next_input(), seq.next_position
+        start = time.perf_counter()
+        logits, simulated_s = self.backend.step(
+            pool.decoder, torch.tensor(tokens, device=self.engine.device),
+            torch.tensor(positions, device=self.engine.device))
+        sampling = [None] * batch
+        for seq in active:
+            seq.next_position += 1
+            seq.simulated_s += simulated_s
+            if not seq.is_replaying:
+                sampling[seq.row] = seq.sampling
+        sampled = sample_batch(logits, sampling, positions=[p + 1 for p in positions])
+        metrics.STEP_TIME.observe(time.perf_counter() - start)
+        if simulated_s:
+            metrics.SIM_STEP_TIME.observe(simulated_s)
+        for seq in active:
+            if sampling[seq.row] is not None:
+                self._emit(pool, seq, sampled[seq.row])
+
+    def _emit(self, pool: Pool, seq: Sequence, token: int) -> None:
+        seq.last_token = token
+        seq.emitted += 1
+        reason = seq.finish_reason(token)
+        elapsed = time.monotonic() - seq.started_at
+        seq.sink(DecodeEvent(token_id=token, finish_reason=reason,
+                             queue_s=seq.started_at - seq.submitted_at, decode_s=elapsed,
+                             simulated_s=seq.simulated_s))
+        if reason is not None:
+            with self.lock:
+                self._release(pool, seq)
+
+    def _release(self, pool: Pool, seq: Sequence) -> None:
+        pool.table.release(seq)
+        pool.decoder.cache.clear(seq.row)
+        self.running -= 1
+        metrics.RUNNING.labels("decode").set(self.running)
+        metrics.SLOT_OCCUPANCY.set(self.running / self.slots)

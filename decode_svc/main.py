@@ -1,0 +1,77 @@
+"""`snapstream serve decode`: a decode worker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from pathlib import Path
+
+from snapstream.serving.settings import add_server_settings, add_setting
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_server_settings(parser, port=50053, metrics_port=9103)
+    add_setting(parser, "--model", default=None, help="checkpoint directory (default: embedded)")
+    add_setting(parser, "--dtype", default="float32", help="float32 or bfloat16")
+    add_setting(parser, "--device", default="cpu")
+    add_setting(parser, "--store", default="redis://127.0.0.1:6379/0", help="KV store URL")
+    add_setting(parser, "--slots", type=int, default=8, help="rows of the static decode batch")
+    add_setting(parser, "--max-queue", type=int, default=64, help="waiting requests before "
+                "RESOURCE_EXHAUSTED")
+    add_setting(parser, "--backend", default="torch", help="torch or sn40l-sim")
+    add_setting(parser, "--sim-target", default=None,
+                help="sn40l-sim: hwsim target name or config.json (default: the served model)")
+    add_setting(parser, "--sim-sockets", type=int, default=1, help="sn40l-sim: sockets")
+
+
+def run(args: argparse.Namespace) -> int:
+    from snapstream.serving.server import run as run_service
+
+    if args.slots < 1 or args.max_queue < 0:
+        raise ValueError("--slots must be >= 1 and --max-queue >= 0")
+    return run_service(_serve(args))
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from decode_svc.backends import BackendConfig, make_backend
+    from decode_svc.loop import DecodeLoop
+    from decode_svc.service import DecodeServicer
+    from kvstore import open_store
+    from kvstore.codec import BlobSpec
+    from snapstream.engine import EMBEDDED_MODEL, Engine
+    from snapstream.fingerprint import model_fingerprint
+    from snapstream.serving.server import ServerSpec, serve
+    from snapstream.v1 import decode_pb2_grpc
+
+    model_dir = args.model or EMBEDDED_MODEL
+    engine = Engine.from_pretrained(model_dir, dtype=args.dtype, device=args.device)
+    backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
+                           Path(model_dir))
+    spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
+    store = await open_store(args.store)
+    loop = DecodeLoop(engine, backend, slots=args.slots, max_queue=args.max_queue)
+    servicer = DecodeServicer(loop, store, spec)
+
+    async def warmup() -> None:
+        loop.start()
+        await asyncio.to_thread(_warm, engine)
+
+    async def drain(timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while loop.stats().running + loop.stats().queue_depth and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        loop.stop()
+        await store.close()
+
+    server_spec = ServerSpec("decode", args.host, args.port, args.metrics_port,
+                             args.drain_timeout_s, ("snapstream.v1.Decode",))
+    await serve(server_spec, lambda s: decode_pb2_grpc.add_DecodeServicer_to_server(servicer, s),
+                warmup, drain)
+
+
+def _warm(engine) -> None:
+    """One prefill + decode step so the first request does not pay for lazy initialisation."""
+    from snapstream.policy import CachePolicy
+
+    engine.generate([1, 2, 3], max_new_tokens=2, policy=CachePolicy(kind="full"))

@@ -1,0 +1,83 @@
+"""Per-request decode state and the slot table: plain bookkeeping, no torch."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from snapstream.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class DecodeEvent:
+    """What the step loop tells a stream: one new token, or the end (finish reason or error)."""
+
+    token_id: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    queue_s: float = 0.0  # submitted to admitted into a slot
+    decode_s: float = 0.0  # wall time from admission to this event
+    simulated_s: float = 0.0  # the back end's simulated time over the same steps
+
+
+@dataclass
+class Sequence:
+    """A request inside the loop. ``replay`` holds known tokens still to be fed (the first token
+    and, after a failover, the tokens already streamed); their outputs are not emitted."""
+
+    request_id: str
+    prompt_len: int
+    next_position: int
+    replay: deque[int]
+    max_new_tokens: int
+    emitted: int  # tokens the client has, counted against max_new_tokens
+    sampling: SamplingParams
+    stop_ids: frozenset[int]
+    sink: Callable[[DecodeEvent], None]
+    row: int = -1
+    last_token: int = -1
+    submitted_at: float = 0.0
+    started_at: float = 0.0
+    simulated_s: float = 0.0
+    cancelled: bool = field(default=False)
+
+    def next_input(self) -> int:
+        return self.replay.popleft() if self.replay else self.last_token
+
+    @property
+    def is_replaying(self) -> bool:
+        return bool(self.replay)
+
+    def finish_reason(self, token: int) -> str | None:
+        if token in self.stop_ids:
+            return "stop"
+        if self.emitted >= self.max_new_tokens:
+            return "length"
+        return None
+
+
+class SlotTable:
+    """Which rows of a fixed pool are busy, and with which sequence."""
+
+    def __init__(self, num_rows: int) -> None:
+        self.rows: list[Sequence | None] = [None] * num_rows
+
+    @property
+    def num_free(self) -> int:
+        return self.rows.count(None)
+
+    @property
+    def active(self) -> list[Sequence]:
+        return [seq for seq in self.rows if seq is not None]
+
+    def allocate(self, seq: Sequence) -> bool:
+        if None not in self.rows:
+            return False
+        seq.row = self.rows.index(None)
+        self.rows[seq.row] = seq
+        return True
+
+    def release(self, seq: Sequence) -> None:
+        if self.rows[seq.row] is seq:
+            self.rows[seq.row] = None

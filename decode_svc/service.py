@@ -1,0 +1,94 @@
+"""gRPC face of the decode worker: fetch + validate the blob, hand it to the loop, stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+import grpc
+
+from decode_svc.loop import DecodeLoop
+from decode_svc.sequence import DecodeEvent, Sequence
+from kvstore import BlobStore
+from kvstore.codec import BlobError, BlobSpec, decode_blob
+from snapstream.kvcache import SequenceCache
+from snapstream.sampling import SamplingParams
+from snapstream.serving import metrics
+from snapstream.serving.convert import FINISH_TO_PB, duration, sampling_from_pb
+from snapstream.serving.errors import register_status
+from snapstream.v1 import decode_pb2, decode_pb2_grpc
+
+register_status(BlobError, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class DecodeServicer(decode_pb2_grpc.DecodeServicer):
+    def __init__(self, loop: DecodeLoop, store: BlobStore, spec: BlobSpec) -> None:
+        self.loop, self.store, self.spec = loop, store, spec
+        self.background: set[asyncio.Task] = set()
+
+    async def Stats(self, request, context) -> decode_pb2.StatsResponse:
+        stats = self.loop.stats()
+        return decode_pb2.StatsResponse(total_slots=stats.total_slots,
+                                        free_slots=stats.free_slots, running=stats.running,
+                                        queue_depth=stats.queue_depth)
+
+    async def Decode(self, request: decode_pb2.DecodeRequest, context):
+        received = time.monotonic()
+        _validate(request)
+        try:
+            start = time.perf_counter()
+            data = await self.store.get(request.blob_key)
+            metrics.BLOB_TRANSFER.labels("get").observe(time.perf_counter() - start)
+            metrics.BLOB_BYTES.labels("get").observe(len(data))
+            cache = await asyncio.to_thread(decode_blob, data, self.spec)
+        except BlobError:
+            self._delete_later(request.blob_key)  # unusable anywhere: do not leave it behind
+            raise
+        loaded = time.monotonic()
+        events: asyncio.Queue[DecodeEvent] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        seq = _sequence(request, cache, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        reason, last = seq.finish_reason(seq.replay[-1]), DecodeEvent()
+        try:
+            if reason is None:
+                self.loop.submit(seq, cache)
+            while reason is None:
+                last = await events.get()
+                yield decode_pb2.DecodeResponse(
+                    chunk=decode_pb2.DecodeChunk(token_ids=[last.token_id]))
+                reason = last.finish_reason
+            yield decode_pb2.DecodeResponse(complete=decode_pb2.DecodeComplete(
+                finish_reason=FINISH_TO_PB[reason], prompt_tokens=cache.prompt_len,
+                completion_tokens=seq.emitted, queue_time=duration(last.queue_s),
+                load_time=duration(loaded - received), decode_time=duration(last.decode_s),
+                simulated_decode_time=duration(last.simulated_s)))
+        finally:
+            if reason is None:  # cancelled, deadline, or the stream broke
+                self.loop.cancel(seq.request_id)
+            self._delete_later(request.blob_key)
+
+    def _delete_later(self, key: str) -> None:
+        """Deletes even while this stream is being cancelled."""
+        task = asyncio.ensure_future(self.store.delete(key))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+def _sequence(request: decode_pb2.DecodeRequest, cache: SequenceCache, sink) -> Sequence:
+    known = [request.first_token_id, *request.generated_token_ids]
+    sampling = sampling_from_pb(request.sampling, SamplingParams())
+    return Sequence(
+        request_id=request.request_id, prompt_len=cache.prompt_len,
+        next_position=cache.next_position, replay=deque(known),
+        max_new_tokens=request.max_new_tokens, emitted=len(known), sampling=sampling,
+        stop_ids=frozenset(sampling.stop_token_ids), sink=sink)
+
+
+def _validate(request: decode_pb2.DecodeRequest) -> None:
+    if not request.blob_key:
+        raise ValueError("blob_key is empty")
+    if request.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+    if 1 + len(request.generated_token_ids) > request.max_new_tokens:
+        raise ValueError("generated_token_ids already exceed max_new_tokens")

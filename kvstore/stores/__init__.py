@@ -1,0 +1,32 @@
+"""Blob stores: one async interface, back ends chosen by URL scheme (see docs/kvstore.md).
+
+Importing a back end registers it in STORES for open_store.
+"""
+
+from kvstore.stores.base import (
+    STORES,
+    BlobNotFound,
+    BlobStore,
+    StoreCorrupted,
+    StoreError,
+    StoreUnavailable,
+    new_blob_key,
+    open_store,
+)
+from kvstore.stores.nats_store import NatsBlobStore, NatsStoreConfig
+from kvstore.stores.redis_store import RedisBlobStore, RedisStoreConfig
+
+__all__ = [
+    "STORES",
+    "BlobNotFound",
+    "BlobStore",
+    "NatsBlobStore",
+    "NatsStoreConfig",
+    "RedisBlobStore",
+    "RedisStoreConfig",
+    "StoreCorrupted",
+    "StoreError",
+    "StoreUnavailable",
+    "new_blob_key",
+    "open_store",
+]

@@ -1,0 +1,244 @@
+"""The blob store interface: opaque bytes under a key, with a TTL, in chunks behind a manifest.
+
+Every back end keeps these invariants:
+
+- ``put`` writes the payload chunks first and the manifest last, so ``get`` returns the whole
+  blob or raises ``BlobNotFound``, never part of one;
+- a blob stops being readable once ``ttl_s`` has passed since its ``put`` began;
+- ``get`` returns exactly the bytes that were put (sizes and the manifest's CRC-32 are checked);
+- ``get`` does not consume: the caller deletes a blob once done with it (decode keeps it until
+  the sequence ends, so that a failover can read it again); ``delete`` is idempotent.
+
+Back ends implement five primitives (write chunks, write manifest, read manifest, read chunks,
+delete); the chunking, checksum and validation live here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import secrets
+import time
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit, urlunsplit
+
+MANIFEST_FORMAT = 1
+KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+class StoreError(Exception):
+    """Base class of the errors a blob store raises."""
+
+
+class BlobNotFound(StoreError):
+    """No readable blob under the key: never written, expired, deleted, or lost some chunks."""
+
+    def __init__(self, key: str, reason: str = "absent or expired") -> None:
+        super().__init__(f"blob {key!r} not found ({reason})")
+        self.key = key
+
+
+class StoreCorrupted(StoreError):
+    """The stored manifest or chunks do not add up to the blob that was put."""
+
+
+class StoreUnavailable(StoreError):
+    """The store server cannot be reached or refused to serve; the message names the URL."""
+
+
+def new_blob_key() -> str:
+    """An unguessable key (192 random bits, URL-safe)."""
+    return secrets.token_urlsafe(24)
+
+
+def check_key(key: str) -> str:
+    if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+        raise ValueError(f"blob key {key!r} must be 1-200 characters of A-Z a-z 0-9 _ -")
+    return key
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a reader needs to reassemble and check a blob; stored after its chunks."""
+
+    size: int
+    chunk_size: int
+    crc32: int
+    put_id: str  # names this put's chunks, so a put over an existing key never mixes chunks
+    expires_at: float  # unix seconds, writer's clock
+
+    def __post_init__(self) -> None:
+        if self.size < 0 or self.chunk_size <= 0:
+            raise ValueError(f"size {self.size} and chunk_size {self.chunk_size} out of range")
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.size // self.chunk_size)
+
+    def chunk_sizes(self) -> list[int]:
+        full, tail = divmod(self.size, self.chunk_size)
+        return [self.chunk_size] * full + ([tail] if tail else [])
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": MANIFEST_FORMAT, **asdict(self)}).encode()
+
+    @classmethod
+    def from_bytes(cls, key: str, raw: bytes) -> Manifest:
+        try:
+            fields = json.loads(raw)
+            version = fields.pop("format")
+            manifest = cls(**fields)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StoreCorrupted(f"blob {key!r}: unreadable manifest ({exc})") from exc
+        if version != MANIFEST_FORMAT:
+            raise StoreCorrupted(f"blob {key!r}: manifest format {version}, "
+                                f"this reader knows {MANIFEST_FORMAT}")
+        return manifest
+
+
+class BlobStore(ABC):
+    """Async blob store. Open one with ``kvstore.open_store(url)``; close it when done."""
+
+    scheme: ClassVar[str]
+    unavailable_errors: ClassVar[tuple[type[BaseException], ...]]
+
+    def __init__(self, url: str, chunk_size: int) -> None:
+        self.url = redact_url(url)
+        self.chunk_size = chunk_size
+
+    @classmethod
+    @abstractmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        """Connect (raising StoreUnavailable) and return a ready store."""
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview, ttl_s: float) -> None:
+        """Store data under key for ttl_s seconds, replacing any blob there.
+
+        data is not copied before it is sent: do not modify it until put returns.
+        """
+        check_key(key)
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s must be > 0 seconds, got {ttl_s}")
+        view = memoryview(data).cast("B")
+        expires_at = time.time() + ttl_s
+        crc = await asyncio.to_thread(zlib.crc32, view)
+        manifest = Manifest(size=len(view), chunk_size=self.chunk_size, crc32=crc,
+                            put_id=secrets.token_hex(8), expires_at=expires_at)
+        chunks = [view[start:start + self.chunk_size]
+                  for start in range(0, len(view), self.chunk_size)]
+        with self._translate_errors():
+            await self._write_chunks(key, manifest, chunks)
+            await self._write_manifest(key, manifest)
+
+    async def get(self, key: str) -> bytes:
+        """The blob under key, bit-exact; BlobNotFound if absent, expired or deleted."""
+        check_key(key)
+        with self._translate_errors():
+            manifest = await self._read_manifest(key)
+            chunks = await self._read_chunks(key, manifest)
+        sizes = [len(chunk) for chunk in chunks]
+        if sizes != manifest.chunk_sizes():
+            raise StoreCorrupted(f"blob {key!r}: chunk sizes {sizes} do not match its manifest "
+                                f"({manifest.size} bytes in chunks of {manifest.chunk_size})")
+        data = chunks[0] if len(chunks) == 1 else await asyncio.to_thread(b"".join, chunks)
+        if await asyncio.to_thread(zlib.crc32, data) != manifest.crc32:
+            raise StoreCorrupted(f"blob {key!r}: payload checksum does not match its manifest")
+        return data
+
+    async def delete(self, key: str) -> None:
+        """Remove the blob (manifest first, so readers stop at once); no-op when absent."""
+        check_key(key)
+        with self._translate_errors():
+            await self._delete(key)
+
+    async def exists(self, key: str) -> bool:
+        check_key(key)
+        try:
+            with self._translate_errors():
+                await self._read_manifest(key)
+        except BlobNotFound:
+            return False
+        return True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def keys(self) -> list[str]:
+        """Keys of the blobs whose manifest is stored (for tests and operators)."""
+        with self._translate_errors():
+            return sorted(await self._keys())
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def _write_chunks(self, key: str, manifest: Manifest,
+                            chunks: Sequence[memoryview]) -> None:
+        """Store the chunks so that they expire at manifest.expires_at (or later)."""
+
+    @abstractmethod
+    async def _write_manifest(self, key: str, manifest: Manifest) -> None:
+        """Store the manifest, making the blob readable until manifest.expires_at."""
+
+    @abstractmethod
+    async def _read_manifest(self, key: str) -> Manifest:
+        """The manifest of a readable blob, else BlobNotFound."""
+
+    @abstractmethod
+    async def _read_chunks(self, key: str, manifest: Manifest) -> list[bytes]:
+        """The chunks in order; BlobNotFound when one is gone (expired or deleted meanwhile)."""
+
+    @abstractmethod
+    async def _delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    async def _keys(self) -> list[str]: ...
+
+    @contextlib.contextmanager
+    def _translate_errors(self) -> Iterator[None]:
+        """Turns the back end's connection errors into StoreUnavailable naming the URL."""
+        try:
+            yield
+        except self.unavailable_errors as exc:
+            raise StoreUnavailable(f"KV store {self.url} unavailable: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+
+
+STORES: dict[str, type[BlobStore]] = {}
+
+
+def register_store(cls: type[BlobStore]) -> type[BlobStore]:
+    """Class decorator: make cls the back end of URLs with scheme ``cls.scheme``."""
+    if cls.scheme in STORES:
+        raise ValueError(f"KV store scheme {cls.scheme!r} is already registered "
+                         f"to {STORES[cls.scheme].__name__}")
+    STORES[cls.scheme] = cls
+    return cls
+
+
+async def open_store(url: str, **options: Any) -> BlobStore:
+    """Open the store a URL names (``redis://host:6379/0``, ``nats://host:4222``)."""
+    scheme = urlsplit(url).scheme
+    if scheme not in STORES:
+        known = ", ".join(f"{name}://" for name in sorted(STORES))
+        raise ValueError(f"unknown KV store URL scheme {scheme!r} in {redact_url(url)!r}; "
+                         f"expected one of {known}")
+    return await STORES[scheme].open(url, **options)

@@ -1,0 +1,202 @@
+"""NATS JetStream back end (``nats://host:4222``): one stream holds every blob.
+
+Layout in stream ``stream`` (default ``SNAPSTREAM_BLOBS``), subjects under ``subject_prefix``
+(default ``snapstream.blob``), one message kept per subject::
+
+    <subject_prefix>.m.<key>                  manifest (JSON), published last
+    <subject_prefix>.c.<key>.<put_id>.<i>     chunk i, at most the server's max_payload
+
+TTL: JetStream before 2.11 has no per-message TTL, so the stream's ``max_age`` (``max_ttl_s``)
+bounds every blob's life and removes its messages; a blob's own ``ttl_s`` (at most
+``max_ttl_s``) is enforced on read against the manifest's ``expires_at`` (the writer's clock),
+and the reader that finds a blob expired purges it. Reads are JetStream direct gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js import api
+
+from kvstore.stores.base import (
+    BlobNotFound,
+    BlobStore,
+    Manifest,
+    StoreUnavailable,
+    redact_url,
+    register_store,
+)
+
+log = logging.getLogger(__name__)
+
+CHUNKS_IN_FLIGHT = 8  # concurrent publishes / direct gets: bounds client memory to 8 chunks
+STREAM_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
+SUBJECT_PATTERN = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+STREAM_NAME_IN_USE = 10058  # JetStream API error code
+
+
+@dataclass(frozen=True)
+class NatsStoreConfig:
+    url: str
+    chunk_size: int | None = None  # None: the server's max_payload (1 MiB by default)
+    stream: str = "SNAPSTREAM_BLOBS"
+    subject_prefix: str = "snapstream.blob"
+    max_ttl_s: float = 3600.0
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 5.0  # per JetStream request (one chunk, one manifest)
+
+    def __post_init__(self) -> None:
+        if self.chunk_size is not None and self.chunk_size <= 0:
+            raise ValueError(f"chunk_size must be > 0, got {self.chunk_size}")
+        if not STREAM_PATTERN.fullmatch(self.stream):
+            raise ValueError(f"stream must match {STREAM_PATTERN.pattern}, got {self.stream!r}")
+        if not SUBJECT_PATTERN.fullmatch(self.subject_prefix):
+            raise ValueError(f"subject_prefix must be dot-separated tokens of "
+                             f"A-Z a-z 0-9 _ -, got {self.subject_prefix!r}")
+        for name in ("max_ttl_s", "connect_timeout_s", "request_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+async def _log_error(exc: Exception) -> None:
+    log.warning("nats: %s: %s", type(exc).__name__, exc)
+
+
+@register_store
+class NatsBlobStore(BlobStore):
+    scheme = "nats"
+    unavailable_errors = (
+        nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
+        nats.errors.ConnectionReconnectingError, nats.errors.NoRespondersError,
+        nats.errors.NoServersError, nats.errors.OutboundBufferLimitError,
+        nats.errors.StaleConnectionError, nats.errors.TimeoutError,
+        nats.js.errors.NoStreamResponseError, nats.js.errors.ServiceUnavailableError, OSError,
+    )
+
+    def __init__(self, config: NatsStoreConfig, client: nats.NATS, chunk_size: int) -> None:
+        super().__init__(config.url, chunk_size)
+        self._config = config
+        self._client = client
+        self._js = client.jetstream(timeout=config.request_timeout_s)
+
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        config = NatsStoreConfig(url=url, **options)
+        client = await _connect(config)
+        chunk_size = config.chunk_size or client.max_payload
+        if chunk_size > client.max_payload:
+            await client.close()
+            raise ValueError(f"chunk_size {chunk_size} exceeds the max_payload "
+                             f"{client.max_payload} of the NATS server at {redact_url(url)}")
+        store = cls(config, client, chunk_size)
+        try:
+            with store._translate_errors():
+                await store._ensure_stream()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview, ttl_s: float) -> None:
+        if ttl_s > self._config.max_ttl_s:
+            raise ValueError(f"ttl_s {ttl_s} exceeds max_ttl_s {self._config.max_ttl_s} "
+                             f"of NATS stream {self._config.stream}")
+        await super().put(key, data, ttl_s)
+
+    async def close(self) -> None:
+        with contextlib.suppress(*self.unavailable_errors):  # the server may be gone
+            await self._client.close()
+
+    async def _ensure_stream(self) -> None:
+        config = api.StreamConfig(
+            name=self._config.stream, subjects=[f"{self._config.subject_prefix}.>"],
+            max_age=self._config.max_ttl_s, max_msgs_per_subject=1, allow_direct=True,
+            storage=api.StorageType.FILE, discard=api.DiscardPolicy.OLD)
+        try:
+            await self._js.add_stream(config)
+        except nats.js.errors.ServiceUnavailableError as exc:
+            raise StoreUnavailable(f"KV store {self.url}: JetStream does not answer "
+                                   f"(is the server running with -js?)") from exc
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != STREAM_NAME_IN_USE:
+                raise
+            raise ValueError(f"NATS stream {self._config.stream!r} at {self.url} exists with "
+                             f"another configuration; give every process the same "
+                             f"subject_prefix and max_ttl_s, or delete the stream") from exc
+
+    def _manifest_subject(self, key: str) -> str:
+        return f"{self._config.subject_prefix}.m.{key}"
+
+    def _chunk_subject(self, key: str, put_id: str, index: int | str) -> str:
+        return f"{self._config.subject_prefix}.c.{key}.{put_id}.{index}"
+
+    async def _write_chunks(self, key: str, manifest: Manifest,
+                            chunks: Sequence[memoryview]) -> None:
+        for start in range(0, len(chunks), CHUNKS_IN_FLIGHT):
+            await asyncio.gather(*(
+                self._js.publish(self._chunk_subject(key, manifest.put_id, index), chunks[index])
+                for index in range(start, min(start + CHUNKS_IN_FLIGHT, len(chunks)))))
+
+    async def _write_manifest(self, key: str, manifest: Manifest) -> None:
+        await self._js.publish(self._manifest_subject(key), manifest.to_bytes())
+
+    async def _read_manifest(self, key: str) -> Manifest:
+        message = await self._direct_get(key, self._manifest_subject(key))
+        manifest = Manifest.from_bytes(key, message.data or b"")
+        if manifest.expires_at <= time.time():
+            await self._purge(self._manifest_subject(key), up_to_seq=message.seq)
+            await self._purge(self._chunk_subject(key, manifest.put_id, ">"))
+            raise BlobNotFound(key, "expired")
+        return manifest
+
+    async def _read_chunks(self, key: str, manifest: Manifest) -> list[bytes]:
+        chunks: list[bytes] = []
+        for start in range(0, manifest.num_chunks, CHUNKS_IN_FLIGHT):
+            messages = await asyncio.gather(*(
+                self._direct_get(key, self._chunk_subject(key, manifest.put_id, index))
+                for index in range(start, min(start + CHUNKS_IN_FLIGHT, manifest.num_chunks))))
+            chunks.extend(message.data or b"" for message in messages)
+        return chunks
+
+    async def _keys(self) -> list[str]:
+        head = self._manifest_subject("")
+        info = await self._js.stream_info(self._config.stream, subjects_filter=f"{head}*")
+        return [subject.removeprefix(head) for subject in info.state.subjects or {}]
+
+    async def _delete(self, key: str) -> None:
+        await self._purge(self._manifest_subject(key))
+        await self._purge(f"{self._config.subject_prefix}.c.{key}.>")
+
+    async def _direct_get(self, key: str, subject: str) -> api.RawStreamMsg:
+        try:
+            return await self._js.get_msg(self._config.stream, subject=subject, direct=True)
+        except nats.js.errors.NotFoundError:
+            raise BlobNotFound(key) from None
+
+    async def _purge(self, subject: str, up_to_seq: int | None = None) -> None:
+        """Purge the messages on subject (a wildcard is fine), all or those up to up_to_seq."""
+        before_seq = None if up_to_seq is None else up_to_seq + 1
+        await self._js.purge_stream(self._config.stream, seq=before_seq, subject=subject)
+
+
+async def _connect(config: NatsStoreConfig) -> nats.NATS:
+    """Connect within connect_timeout_s, then reconnect forever after a loss (nats-py's default
+    gives up after two minutes and leaves the client closed for good)."""
+    try:
+        return await asyncio.wait_for(
+            nats.connect(config.url, connect_timeout=config.connect_timeout_s,
+                         max_reconnect_attempts=-1, error_cb=_log_error),
+            timeout=config.connect_timeout_s)
+    except (TimeoutError, *NatsBlobStore.unavailable_errors) as exc:
+        raise StoreUnavailable(f"KV store {redact_url(config.url)} unavailable: no connection "
+                               f"within {config.connect_timeout_s} s") from exc

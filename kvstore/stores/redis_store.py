@@ -1,0 +1,143 @@
+"""Redis back end (``redis://host:6379/0``): chunks as string keys with a TTL, the manifest last.
+
+Layout under ``prefix`` (default ``snapstream``)::
+
+    <prefix>:blob:<key>                    manifest (JSON), expires with the blob
+    <prefix>:chunk:<key>:<put_id>:<i>      chunk i
+
+Every key is written with what is left of the blob's TTL (PX), so chunks and manifest expire
+together at put start + ttl_s; Redis expires them on its own clock.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+import redis.asyncio
+import redis.exceptions
+
+from kvstore.stores.base import (
+    BlobNotFound,
+    BlobStore,
+    Manifest,
+    StoreCorrupted,
+    StoreUnavailable,
+    register_store,
+)
+
+DEFAULT_CHUNK_SIZE = 8 << 20
+MAX_CHUNK_SIZE = 512 << 20  # Redis bulk strings stop at 512 MiB
+CHUNKS_PER_ROUND_TRIP = 4  # pipelined SETs/GETs in flight: bounds client memory to 4 chunks
+PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class RedisStoreConfig:
+    url: str
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    prefix: str = "snapstream"
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 5.0  # per socket read or write
+
+    def __post_init__(self) -> None:
+        if not 0 < self.chunk_size <= MAX_CHUNK_SIZE:
+            raise ValueError(f"chunk_size must be in (0, {MAX_CHUNK_SIZE}], got {self.chunk_size}")
+        if not PREFIX_PATTERN.fullmatch(self.prefix):
+            raise ValueError(f"prefix must match {PREFIX_PATTERN.pattern}, got {self.prefix!r}")
+        for name in ("connect_timeout_s", "request_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def _milliseconds_left(manifest: Manifest) -> int:
+    """Time to live of the blob's keys; 1 ms when a put was slower than its TTL."""
+    return max(1, int((manifest.expires_at - time.time()) * 1000))
+
+
+@register_store
+class RedisBlobStore(BlobStore):
+    scheme = "redis"
+    unavailable_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+    def __init__(self, config: RedisStoreConfig, client: redis.asyncio.Redis) -> None:
+        super().__init__(config.url, config.chunk_size)
+        self._prefix = config.prefix
+        self._client = client
+
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        config = RedisStoreConfig(url=url, **options)
+        client = redis.asyncio.from_url(url, socket_connect_timeout=config.connect_timeout_s,
+                                        socket_timeout=config.request_timeout_s)
+        store = cls(config, client)
+        try:
+            with store._translate_errors():
+                await client.ping()
+        except StoreUnavailable:
+            await client.aclose()
+            raise
+        return store
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def _manifest_key(self, key: str) -> str:
+        return f"{self._prefix}:blob:{key}"
+
+    def _chunk_keys(self, key: str, manifest: Manifest) -> list[str]:
+        head = f"{self._prefix}:chunk:{key}:{manifest.put_id}"
+        return [f"{head}:{index}" for index in range(manifest.num_chunks)]
+
+    async def _write_chunks(self, key: str, manifest: Manifest,
+                            chunks: Sequence[memoryview]) -> None:
+        names = self._chunk_keys(key, manifest)
+        for start in range(0, len(chunks), CHUNKS_PER_ROUND_TRIP):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for name, chunk in zip(names[start:start + CHUNKS_PER_ROUND_TRIP],
+                                       chunks[start:start + CHUNKS_PER_ROUND_TRIP], strict=True):
+                    pipe.set(name, chunk, px=_milliseconds_left(manifest))
+                await pipe.execute()
+
+    async def _write_manifest(self, key: str, manifest: Manifest) -> None:
+        await self._client.set(self._manifest_key(key), manifest.to_bytes(),
+                               px=_milliseconds_left(manifest))
+
+    async def _read_manifest(self, key: str) -> Manifest:
+        raw = await self._client.get(self._manifest_key(key))
+        if raw is None:
+            raise BlobNotFound(key)
+        return Manifest.from_bytes(key, raw)
+
+    async def _read_chunks(self, key: str, manifest: Manifest) -> list[bytes]:
+        names = self._chunk_keys(key, manifest)
+        chunks: list[bytes] = []
+        for start in range(0, len(names), CHUNKS_PER_ROUND_TRIP):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for name in names[start:start + CHUNKS_PER_ROUND_TRIP]:
+                    pipe.get(name)
+                replies = await pipe.execute()
+            if None in replies:
+                index = start + replies.index(None)
+                raise BlobNotFound(key, f"chunk {index} expired or deleted while reading")
+            chunks.extend(replies)
+        return chunks
+
+    async def _keys(self) -> list[str]:
+        head = self._manifest_key("")
+        return [name.decode().removeprefix(head)
+                async for name in self._client.scan_iter(match=f"{head}*", count=1000)]
+
+    async def _delete(self, key: str) -> None:
+        raw = await self._client.getdel(self._manifest_key(key))
+        if raw is None:
+            return
+        try:
+            names = self._chunk_keys(key, Manifest.from_bytes(key, raw))
+        except StoreCorrupted:
+            return  # its chunks cannot be named; they expire with their TTL
+        if names:
+            await self._client.delete(*names)

@@ -1,0 +1,76 @@
+"""Prefill servicer: a bounded queue in front of one model thread, blob into the KV store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from kvstore import BlobStore, new_blob_key
+from kvstore.codec import BlobSpec, encode_blob
+from snapstream.engine import Engine
+from snapstream.policy import CachePolicy
+from snapstream.sampling import SamplingParams, sample_batch
+from snapstream.serving import metrics
+from snapstream.serving.convert import duration, policy_from_pb, sampling_from_pb
+from snapstream.serving.errors import QueueFull
+from snapstream.v1 import prefill_pb2, prefill_pb2_grpc
+
+
+@dataclass(frozen=True)
+class PrefillOutput:
+    blob: bytearray
+    first_token: int
+    prefill_s: float
+    compress_s: float
+
+
+class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
+    def __init__(self, engine: Engine, store: BlobStore, spec: BlobSpec, blob_ttl_s: float,
+                 max_queue: int) -> None:
+        self.engine, self.store, self.spec = engine, store, spec
+        self.blob_ttl_s, self.max_queue = blob_ttl_s, max_queue
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill-model")
+        self.outstanding = 0
+
+    async def Prefill(self, request: prefill_pb2.PrefillRequest, context
+                      ) -> prefill_pb2.PrefillResponse:
+        if self.outstanding >= self.max_queue + 1:
+            raise QueueFull(f"prefill queue is full ({self.max_queue} waiting); retry later")
+        ids = list(request.prompt_token_ids)
+        policy = policy_from_pb(request.policy, CachePolicy())
+        sampling = sampling_from_pb(request.sampling, SamplingParams())
+        if request.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        self.outstanding += 1
+        metrics.WAITING.labels("prefill").set(self.outstanding)
+        try:
+            out = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self._run_model, ids, policy, sampling, request.max_new_tokens)
+            key, start = new_blob_key(), time.perf_counter()
+            await self.store.put(key, out.blob, ttl_s=self.blob_ttl_s)
+            store_s = time.perf_counter() - start
+        finally:
+            self.outstanding -= 1
+            metrics.WAITING.labels("prefill").set(self.outstanding)
+        metrics.BLOB_BYTES.labels("put").observe(len(out.blob))
+        metrics.BLOB_TRANSFER.labels("put").observe(store_s)
+        return prefill_pb2.PrefillResponse(
+            blob_key=key, blob_size=len(out.blob), first_token_id=out.first_token,
+            prompt_tokens=len(ids), prefill_time=duration(out.prefill_s),
+            compress_time=duration(out.compress_s), store_time=duration(store_s))
+
+    def _run_model(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
+                   max_new_tokens: int) -> PrefillOutput:
+        """On the model thread: prefill, SnapKV, blob encoding and the first token."""
+        result = self.engine.prefill(ids, policy, max_new_tokens, capacity=self.engine.context_len)
+        start = time.perf_counter()
+        blob = encode_blob(result.cache, self.spec)
+        encode_s = time.perf_counter() - start
+        first = sample_batch(result.logits[None], [sampling], [len(ids)])[0]
+        return PrefillOutput(blob, first, result.prefill_s - result.select_s,
+                             result.select_s + encode_s)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)

@@ -1,0 +1,90 @@
+"""`snapstream serve router`: the public Generation service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from snapstream.serving.settings import add_server_settings, add_setting, address_list
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_server_settings(parser, port=50051, metrics_port=9101)
+    add_setting(parser, "--model", default=None,
+                help="checkpoint directory for tokenizer and config (default: embedded)")
+    add_setting(parser, "--prefill-addrs", type=address_list, default=("127.0.0.1:50052",),
+                help="prefill workers: host:port list; a DNS name may resolve to many")
+    add_setting(parser, "--decode-addrs", type=address_list, default=("127.0.0.1:50053",),
+                help="decode workers: host:port list; a DNS name may resolve to many")
+    add_setting(parser, "--default-max-new-tokens", type=int, default=128)
+    add_setting(parser, "--default-policy", default="snapstream",
+                help="policy kind when a request leaves it unset")
+    add_setting(parser, "--stats-interval-s", type=float, default=0.25,
+                help="how often decode workers' free slots are polled")
+    add_setting(parser, "--resolve-interval-s", type=float, default=10.0,
+                help="how often worker DNS names are re-resolved")
+
+
+def run(args: argparse.Namespace) -> int:
+    from snapstream.serving.server import run as run_service
+
+    return run_service(_serve(args))
+
+
+def load_served_model(path, default_policy: str, default_max_new_tokens: int):
+    from pathlib import Path
+
+    from router.request import ServedModel
+    from snapstream.config import EMBEDDED_MODEL, ModelConfig
+    from snapstream.policy import CachePolicy
+    from snapstream.tokenizer import load_tokenizer
+
+    path = Path(path) if path else EMBEDDED_MODEL
+    config = ModelConfig.from_file(path / "config.json")
+    policy = CachePolicy(kind=default_policy)
+    if policy.is_fixed_size and policy.budget > config.max_position_embeddings:
+        policy = CachePolicy(kind=default_policy, n_topk=config.max_position_embeddings // 4,
+                             n_recent=config.max_position_embeddings // 8)
+    if default_max_new_tokens < 1:
+        raise ValueError("--default-max-new-tokens must be >= 1")
+    return ServedModel(name=path.name, path=path, config=config, tokenizer=load_tokenizer(path),
+                       default_policy=policy, default_max_new_tokens=default_max_new_tokens)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from router.service import GenerationServicer
+    from router.workers import WorkerPool, poll_decode_stats
+    from snapstream.serving.server import ServerSpec, serve
+    from snapstream.v1 import decode_pb2_grpc, generation_pb2_grpc, prefill_pb2_grpc
+
+    model = load_served_model(args.model, args.default_policy, args.default_max_new_tokens)
+    prefill = WorkerPool("prefill", args.prefill_addrs, prefill_pb2_grpc.PrefillStub,
+                         "least_outstanding")
+    decode = WorkerPool("decode", args.decode_addrs, decode_pb2_grpc.DecodeStub,
+                        "most_free_slots")
+    servicer = GenerationServicer(model, prefill, decode)
+    poller: list[asyncio.Task] = []
+
+    async def warmup() -> None:
+        await prefill.refresh()
+        await decode.refresh()
+        poller.append(asyncio.create_task(
+            poll_decode_stats(decode, args.stats_interval_s, args.resolve_interval_s)))
+
+    async def drain(timeout_s: float) -> None:
+        import time
+
+        from snapstream.serving import metrics
+
+        deadline = time.monotonic() + timeout_s
+        while metrics.RUNNING.labels("router")._value.get() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for task in poller:
+            task.cancel()
+        await prefill.close()
+        await decode.close()
+
+    spec = ServerSpec("router", args.host, args.port, args.metrics_port, args.drain_timeout_s,
+                      ("snapstream.v1.Generation",), reflection=True)
+    await serve(spec, lambda s: generation_pb2_grpc.add_GenerationServicer_to_server(servicer, s),
+                warmup, drain)

@@ -1,0 +1,106 @@
+"""GenerateRequest -> ResolvedRequest: every field checked, every default applied.
+
+Raises ValueError whose message names the field and says what to change (INVALID_ARGUMENT).
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from snapstream.config import ModelConfig
+from snapstream.policy import CachePolicy
+from snapstream.sampling import SamplingParams
+from snapstream.serving.convert import policy_from_pb, sampling_from_pb
+from snapstream.tokenizer import Tokenizer
+from snapstream.v1 import generation_pb2
+
+MAX_STOP_STRINGS = 16
+MAX_STOP_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str
+    path: Path
+    config: ModelConfig
+    tokenizer: Tokenizer
+    default_policy: CachePolicy
+    default_max_new_tokens: int
+
+    @property
+    def context_len(self) -> int:
+        return self.config.max_position_embeddings
+
+
+@dataclass(frozen=True)
+class ResolvedRequest:
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    sampling: SamplingParams  # stop_token_ids include the model's end-of-sequence tokens
+    stop: tuple[str, ...]
+    policy: CachePolicy
+
+
+def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> ResolvedRequest:
+    ids = _prompt_ids(request, model)
+    max_new = request.max_new_tokens if request.HasField("max_new_tokens") else (
+        model.default_max_new_tokens)
+    if not 1 <= max_new <= model.context_len:
+        raise ValueError(f"max_new_tokens must be in [1, {model.context_len}], got {max_new}")
+    policy = policy_from_pb(request.policy, model.default_policy)
+    policy.check_context(model.context_len)
+    if not policy.is_fixed_size and len(ids) + max_new > model.context_len:
+        raise ValueError(
+            f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the context of "
+            f"{model.context_len} for the growing policy {policy.kind!r}: lower max_new_tokens "
+            "or use a fixed-size policy (snapstream, streaming)")
+    return ResolvedRequest(request_id=uuid.uuid4().hex, prompt_ids=tuple(ids),
+                           max_new_tokens=max_new, sampling=_sampling(request, model),
+                           stop=_stop_strings(request), policy=policy)
+
+
+def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel) -> list[int]:
+    which = request.WhichOneof("input")
+    if which is None:
+        raise ValueError("input: set prompt or prompt_token_ids")
+    if which == "prompt":
+        if not request.prompt:
+            raise ValueError("prompt is empty: give some text")
+        ids = model.tokenizer.encode(request.prompt)
+    else:
+        ids = list(request.prompt_token_ids.ids)
+        if not ids:
+            raise ValueError("prompt_token_ids is empty: give at least one token id")
+        bad = [i for i in ids if i >= model.config.vocab_size]
+        if bad:
+            raise ValueError(f"prompt_token_ids {bad[:5]} are outside the vocabulary "
+                             f"[0, {model.config.vocab_size})")
+    if len(ids) > model.context_len:
+        raise ValueError(f"prompt has {len(ids)} tokens; the model's context is "
+                         f"{model.context_len}: shorten it")
+    return ids
+
+
+def _sampling(request: generation_pb2.GenerateRequest, model: ServedModel) -> SamplingParams:
+    sampling = sampling_from_pb(request.sampling, SamplingParams())
+    bad = [i for i in sampling.stop_token_ids if i >= model.config.vocab_size]
+    if bad:
+        raise ValueError(f"sampling.stop_token_ids {bad[:5]} are outside the vocabulary")
+    stop_ids = tuple(dict.fromkeys((*sampling.stop_token_ids, *model.tokenizer.eos_token_ids)))
+    seed = sampling.seed
+    if seed is None and not sampling.is_greedy:
+        seed = secrets.randbits(62)  # fixed per request, so a resumed stream samples the same
+    return replace(sampling, stop_token_ids=stop_ids, seed=seed)
+
+
+def _stop_strings(request: generation_pb2.GenerateRequest) -> tuple[str, ...]:
+    stop = tuple(request.sampling.stop)
+    if len(stop) > MAX_STOP_STRINGS:
+        raise ValueError(f"sampling.stop has {len(stop)} strings; at most {MAX_STOP_STRINGS}")
+    if any(not s or len(s) > MAX_STOP_LENGTH for s in stop):
+        raise ValueError(f"sampling.stop strings must be 1..{MAX_STOP_LENGTH} characters")
+    return stop

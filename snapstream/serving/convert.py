@@ -1,0 +1,70 @@
+"""Protobuf <-> domain types. The proto stops here: services work with CachePolicy and
+SamplingParams, never with messages."""
+
+from __future__ import annotations
+
+from google.protobuf.duration_pb2 import Duration
+
+from snapstream.policy import CachePolicy
+from snapstream.sampling import SamplingParams
+from snapstream.v1 import common_pb2
+
+KIND_TO_PB = {"full": common_pb2.POLICY_KIND_FULL, "streaming": common_pb2.POLICY_KIND_STREAMING,
+              "snapkv": common_pb2.POLICY_KIND_SNAPKV,
+              "snapstream": common_pb2.POLICY_KIND_SNAPSTREAM}
+KIND_FROM_PB = {v: k for k, v in KIND_TO_PB.items()}
+POOLING_TO_PB = {"avg": common_pb2.POOLING_AVG, "max": common_pb2.POOLING_MAX}
+POOLING_FROM_PB = {v: k for k, v in POOLING_TO_PB.items()}
+FINISH_TO_PB = {"length": common_pb2.FINISH_REASON_LENGTH,
+                "stop": common_pb2.FINISH_REASON_STOP_TOKEN,
+                "stop_string": common_pb2.FINISH_REASON_STOP_STRING,
+                "context_length": common_pb2.FINISH_REASON_CONTEXT_LENGTH}
+FINISH_FROM_PB = {v: k for k, v in FINISH_TO_PB.items()}
+_POLICY_SIZES = ("n_sink", "n_topk", "n_recent", "window", "kernel")
+
+
+def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePolicy:
+    """Unset fields take ``default``'s; raises ValueError naming a bad field."""
+    if msg.kind not in KIND_FROM_PB and msg.kind != common_pb2.POLICY_KIND_UNSPECIFIED:
+        raise ValueError(f"policy.kind: unknown value {msg.kind}")
+    if msg.pooling not in POOLING_FROM_PB and msg.pooling != common_pb2.POOLING_UNSPECIFIED:
+        raise ValueError(f"policy.pooling: unknown value {msg.pooling}")
+    fields = {name: getattr(msg, name) if msg.HasField(name) else getattr(default, name)
+              for name in _POLICY_SIZES}
+    try:
+        return CachePolicy(kind=KIND_FROM_PB.get(msg.kind, default.kind),
+                           pooling=POOLING_FROM_PB.get(msg.pooling, default.pooling), **fields)
+    except ValueError as exc:
+        raise ValueError(f"policy: {exc}") from None
+
+
+def policy_to_pb(policy: CachePolicy) -> common_pb2.CachePolicy:
+    return common_pb2.CachePolicy(kind=KIND_TO_PB[policy.kind], pooling=POOLING_TO_PB[
+        policy.pooling], **{name: getattr(policy, name) for name in _POLICY_SIZES})
+
+
+def sampling_from_pb(msg: common_pb2.SamplingParams, default: SamplingParams) -> SamplingParams:
+    try:
+        return SamplingParams(
+            temperature=msg.temperature if msg.HasField("temperature") else default.temperature,
+            top_k=msg.top_k if msg.HasField("top_k") else default.top_k,
+            top_p=msg.top_p if msg.HasField("top_p") else default.top_p,
+            seed=msg.seed if msg.HasField("seed") else default.seed,
+            stop_token_ids=tuple(msg.stop_token_ids) or default.stop_token_ids)
+    except ValueError as exc:
+        raise ValueError(f"sampling: {exc}") from None
+
+
+def sampling_to_pb(params: SamplingParams, stop: tuple[str, ...] = ()) -> common_pb2.SamplingParams:
+    msg = common_pb2.SamplingParams(temperature=params.temperature, top_k=params.top_k,
+                                    top_p=params.top_p, stop=list(stop),
+                                    stop_token_ids=list(params.stop_token_ids))
+    if params.seed is not None:
+        msg.seed = params.seed
+    return msg
+
+
+def duration(seconds: float) -> Duration:
+    msg = Duration()
+    msg.FromNanoseconds(int(seconds * 1e9))
+    return msg

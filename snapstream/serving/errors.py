@@ -1,0 +1,94 @@
+"""One server interceptor maps domain exceptions to gRPC status codes with their message."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from kvstore.stores import BlobNotFound, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The service's bounded queue is full: RESOURCE_EXHAUSTED, retry later or elsewhere."""
+
+
+class Unavailable(Exception):
+    """A dependency (worker, store) cannot be reached."""
+
+
+STATUS_BY_EXCEPTION: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = ()
+
+
+def register_status(exc_type: type[BaseException], code: grpc.StatusCode) -> None:
+    """Later registrations are more specific (checked first)."""
+    global STATUS_BY_EXCEPTION
+    if any(existing is exc_type for existing, _ in STATUS_BY_EXCEPTION):
+        raise ValueError(f"{exc_type.__name__} already has a status code")
+    STATUS_BY_EXCEPTION = ((exc_type, code), *STATUS_BY_EXCEPTION)
+
+
+register_status(ValueError, grpc.StatusCode.INVALID_ARGUMENT)
+register_status(QueueFull, grpc.StatusCode.RESOURCE_EXHAUSTED)
+register_status(Unavailable, grpc.StatusCode.UNAVAILABLE)
+register_status(StoreUnavailable, grpc.StatusCode.UNAVAILABLE)
+register_status(BlobNotFound, grpc.StatusCode.NOT_FOUND)
+
+
+def status_for(exc: BaseException) -> grpc.StatusCode | None:
+    return next((code for exc_type, code in STATUS_BY_EXCEPTION if isinstance(exc, exc_type)),
+                None)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    if isinstance(exc, grpc.aio.AioRpcError):  # an internal call failed: pass its status on
+        await context.abort(exc.code(), exc.details() or exc.code().name)
+    code = status_for(exc)
+    if code is None:
+        log.exception("unhandled error", exc_info=exc)
+        code = grpc.StatusCode.INTERNAL
+    await context.abort(code, str(exc) or type(exc).__name__)
+
+
+def _wrap_unary(behavior: Callable) -> Callable:
+    async def wrapper(request, context):
+        try:
+            return await behavior(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc)
+
+    return wrapper
+
+
+def _wrap_stream(behavior: Callable) -> Callable:
+    async def wrapper(request, context):
+        try:
+            async for response in behavior(request, context):
+                yield response
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc)
+
+    return wrapper
+
+
+class StatusInterceptor(grpc.aio.ServerInterceptor):
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary), handler.request_deserializer,
+                handler.response_serializer)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream), handler.request_deserializer,
+                handler.response_serializer)
+        return handler

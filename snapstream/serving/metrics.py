@@ -1,0 +1,31 @@
+"""Prometheus metrics of every service (one process registers the ones its service uses)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SIZE_BUCKETS = tuple(2.0**k for k in range(10, 32, 2))
+
+REQUESTS = Counter("snapstream_requests_total", "Requests by service and outcome",
+                   ["service", "outcome"])
+TIME_TO_FIRST_TOKEN = Histogram("snapstream_time_to_first_token_seconds",
+                                "Request received to first token sent", buckets=LATENCY_BUCKETS)
+INTER_TOKEN_LATENCY = Histogram("snapstream_inter_token_latency_seconds",
+                                "Time between consecutive tokens of a stream",
+                                buckets=LATENCY_BUCKETS)
+END_TO_END = Histogram("snapstream_e2e_latency_seconds", "Request received to stream end",
+                       ["service"], buckets=LATENCY_BUCKETS)
+QUEUE_TIME = Histogram("snapstream_queue_time_seconds", "Waiting for a worker slot",
+                       ["service"], buckets=LATENCY_BUCKETS)
+RUNNING = Gauge("snapstream_running_requests", "Requests being served", ["service"])
+WAITING = Gauge("snapstream_waiting_requests", "Requests queued", ["service"])
+SLOT_OCCUPANCY = Gauge("snapstream_slot_occupancy_ratio", "Busy decode slots / all slots")
+BLOB_BYTES = Histogram("snapstream_blob_bytes", "KV blob size", ["op"], buckets=SIZE_BUCKETS)
+BLOB_TRANSFER = Histogram("snapstream_blob_transfer_seconds", "KV blob put/get time", ["op"],
+                          buckets=LATENCY_BUCKETS)
+STEP_TIME = Histogram("snapstream_decode_step_seconds", "One static decode step (wall)",
+                      buckets=LATENCY_BUCKETS)
+SIM_STEP_TIME = Histogram("snapstream_sim_decode_step_seconds",
+                          "One decode step on the simulated target", buckets=LATENCY_BUCKETS)
+FAILOVERS = Counter("snapstream_decode_failovers_total", "Decode streams resumed elsewhere")

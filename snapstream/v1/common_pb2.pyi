@@ -1,0 +1,83 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PolicyKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POLICY_KIND_UNSPECIFIED: _ClassVar[PolicyKind]
+    POLICY_KIND_FULL: _ClassVar[PolicyKind]
+    POLICY_KIND_STREAMING: _ClassVar[PolicyKind]
+    POLICY_KIND_SNAPKV: _ClassVar[PolicyKind]
+    POLICY_KIND_SNAPSTREAM: _ClassVar[PolicyKind]
+
+class Pooling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POOLING_UNSPECIFIED: _ClassVar[Pooling]
+    POOLING_AVG: _ClassVar[Pooling]
+    POOLING_MAX: _ClassVar[Pooling]
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
+    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+    FINISH_REASON_STOP_TOKEN: _ClassVar[FinishReason]
+    FINISH_REASON_STOP_STRING: _ClassVar[FinishReason]
+    FINISH_REASON_CONTEXT_LENGTH: _ClassVar[FinishReason]
+POLICY_KIND_UNSPECIFIED: PolicyKind
+POLICY_KIND_FULL: PolicyKind
+POLICY_KIND_STREAMING: PolicyKind
+POLICY_KIND_SNAPKV: PolicyKind
+POLICY_KIND_SNAPSTREAM: PolicyKind
+POOLING_UNSPECIFIED: Pooling
+POOLING_AVG: Pooling
+POOLING_MAX: Pooling
+FINISH_REASON_UNSPECIFIED: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+FINISH_REASON_STOP_TOKEN: FinishReason
+FINISH_REASON_STOP_STRING: FinishReason
+FINISH_REASON_CONTEXT_LENGTH: FinishReason
+
+class TokenIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids")
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CachePolicy(_message.Message):
+    __slots__ = ("kind", "n_sink", "n_topk", "n_recent", "window", "kernel", "pooling")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    N_SINK_FIELD_NUMBER: _ClassVar[int]
+    N_TOPK_FIELD_NUMBER: _ClassVar[int]
+    N_RECENT_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    POOLING_FIELD_NUMBER: _ClassVar[int]
+    kind: PolicyKind
+    n_sink: int
+    n_topk: int
+    n_recent: int
+    window: int
+    kernel: int
+    pooling: Pooling
+    def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., window: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ...) -> None: ...

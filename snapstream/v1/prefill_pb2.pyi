@@ -1,0 +1,43 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from snapstream.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PrefillRequest(_message.Message):
+    __slots__ = ("request_id", "prompt_token_ids", "policy", "sampling", "max_new_tokens")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    policy: _common_pb2.CachePolicy
+    sampling: _common_pb2.SamplingParams
+    max_new_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
+
+class PrefillResponse(_message.Message):
+    __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time")
+    BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    BLOB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_TIME_FIELD_NUMBER: _ClassVar[int]
+    COMPRESS_TIME_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    blob_key: str
+    blob_size: int
+    first_token_id: int
+    prompt_tokens: int
+    prefill_time: _duration_pb2.Duration
+    compress_time: _duration_pb2.Duration
+    store_time: _duration_pb2.Duration
+    def __init__(self, blob_key: _Optional[str] = ..., blob_size: _Optional[int] = ..., first_token_id: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., compress_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., store_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
