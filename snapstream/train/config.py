@@ -32,8 +32,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     lm_weight: float = 0.2  # loss weight of the prompt bytes relative to the answer bytes
     phases: tuple[Phase, ...] = (
-        Phase(0.0, 448, 768, 12),
-        Phase(0.5, 768, 1280, 6),
+        Phase(0.0, 640, 960, 10),
+        Phase(0.5, 960, 1280, 6),
         Phase(0.8, 1280, 2040, 4),
     )
     hidden_size: int = 256
