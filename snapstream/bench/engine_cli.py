@@ -74,7 +74,9 @@ def render(results: dict, cfg, model_config) -> str:
         "12 query / 4 KV heads, head dim 64, float32, random weights. snapstream budget "
         f"{cfg.policy.budget} (n_sink={cfg.policy.n_sink}, n_topk={cfg.policy.n_topk}, "
         f"n_recent={cfg.policy.n_recent}). Median of {cfg.steps} steps after {cfg.warmup} "
-        "warm-up steps. transformers: `LlamaForCausalLM` with its default `DynamicCache` "
+        "warm-up steps; at each point the systems are stepped round-robin, so load from other "
+        "processes falls on all of them alike. transformers: `LlamaForCausalLM` with its "
+        "default `DynamicCache` "
         "pre-filled to the context, stepped as `generate` does. — = skipped: the KV cache "
         f"would exceed {cfg.memory_limit_gib} GiB.", "",
         _decode_table(results, kv_token, cfg.policy.budget), "",
