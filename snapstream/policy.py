@@ -117,7 +117,8 @@ class CachePolicy:
         """Slot layout for one request. A growing policy holds prompt + max_new_tokens tokens, or
         ``capacity`` when given: serving uses the model's context, so that every request of a
         kind shares one pool shape."""
-        if capacity is not None and prompt_len + max_new_tokens > capacity:
+        is_growing = not self.spec.is_fixed_size
+        if is_growing and capacity is not None and prompt_len + max_new_tokens > capacity:
             raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) "
                              f"exceeds the capacity of {capacity} tokens")
         return self.spec.layout(self, prompt_len, max_new_tokens, capacity)

@@ -47,3 +47,4 @@ def test_capacity_sizes_growing_policies_only():
                                                                                         6)
     with pytest.raises(ValueError, match="capacity"):
         CachePolicy(kind="full").layout(2000, 100, 2048)
+    assert CachePolicy().layout(2000, 5000, 2048).budget == CachePolicy().budget  # fixed: no cap

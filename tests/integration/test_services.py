@@ -1,0 +1,246 @@
+"""Servicers in process, over real sockets and a real store: router -> prefill -> decode."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from decode_svc.backends import BackendConfig, make_backend
+from decode_svc.loop import DecodeLoop
+from decode_svc.service import DecodeServicer
+from kvstore import BlobStore, open_store
+from kvstore.codec import BlobSpec
+from prefill_svc.service import PrefillServicer
+from router.main import load_served_model
+from router.service import GenerationServicer
+from router.workers import WorkerPool, poll_decode_stats
+from snapstream.checkpoint import save_checkpoint
+from snapstream.engine import Engine
+from snapstream.fingerprint import model_fingerprint
+from snapstream.policy import CachePolicy
+from snapstream.sampling import SamplingParams
+from snapstream.serving.errors import StatusInterceptor
+from snapstream.train.config import TOKENIZER
+from snapstream.v1 import (
+    common_pb2,
+    decode_pb2,
+    decode_pb2_grpc,
+    generation_pb2,
+    generation_pb2_grpc,
+    prefill_pb2_grpc,
+)
+from tests.conftest import random_model, tiny_config
+
+POLICY = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4, n_topk=40,
+                                n_recent=24, window=8)
+ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=40, n_recent=24, window=8)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("model")
+    save_checkpoint(random_model(tiny_config(vocab_size=264, max_position_embeddings=1024)),
+                    path, TOKENIZER)
+    return path
+
+
+@dataclass
+class Stack:
+    generation: generation_pb2_grpc.GenerationStub
+    decode: decode_pb2_grpc.DecodeStub
+    store: BlobStore
+    loop: DecodeLoop
+    engine: Engine
+
+
+@contextlib.asynccontextmanager
+async def serving_stack(model_dir: Path, store_url: str, backend: str = "torch",
+                        slots: int = 4) -> AsyncIterator[Stack]:
+    engine = Engine.from_pretrained(model_dir)
+    spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
+    store = await open_store(store_url)
+    loop = DecodeLoop(engine, make_backend(BackendConfig(backend), model_dir), slots=slots,
+                      max_queue=16)
+    server = grpc.aio.server(interceptors=[StatusInterceptor()])
+    port = server.add_insecure_port("127.0.0.1:0")
+    address = f"127.0.0.1:{port}"
+    prefill = WorkerPool("prefill", (address,), prefill_pb2_grpc.PrefillStub, "least_outstanding")
+    decode = WorkerPool("decode", (address,), decode_pb2_grpc.DecodeStub, "most_free_slots")
+    model = load_served_model(model_dir, "snapstream", 16)
+    prefill_pb2_grpc.add_PrefillServicer_to_server(
+        PrefillServicer(engine, store, spec, blob_ttl_s=60, max_queue=8), server)
+    decode_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(loop, store, spec), server)
+    generation_pb2_grpc.add_GenerationServicer_to_server(
+        GenerationServicer(model, prefill, decode), server)
+    await server.start()
+    loop.start()
+    await prefill.refresh()
+    await decode.refresh()
+    poller = asyncio.create_task(poll_decode_stats(decode, 0.05, 60))
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        yield Stack(generation_pb2_grpc.GenerationStub(channel),
+                    decode_pb2_grpc.DecodeStub(channel), store, loop, engine)
+    finally:
+        poller.cancel()
+        await channel.close()
+        await server.stop(grace=None)
+        loop.stop()
+        await prefill.close()
+        await decode.close()
+        await store.close()
+
+
+async def collect(stub, request, timeout: float | None = None
+                  ) -> tuple[list[int], str, generation_pb2.GenerateComplete]:
+    ids, text, complete = [], "", None
+    async for response in stub.Generate(request, timeout=timeout):
+        if response.HasField("complete"):
+            complete = response.complete
+        else:
+            ids += list(response.chunk.token_ids)
+            text += response.chunk.text
+    return ids, text, complete
+
+
+async def wait_idle(stack: Stack) -> None:
+    for _ in range(200):
+        if stack.loop.stats().running == 0 and not await stack.store.keys():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"not idle: {stack.loop.stats()}, keys {await stack.store.keys()}")
+
+
+PROMPTS = ["The quick brown fox " * 12, "x", "naïve café — 東京 " * 5, "0123456789" * 40]
+
+
+async def test_concurrent_greedy_streams_equal_the_engine(model_dir, url):
+    async with serving_stack(model_dir, url) as stack:
+        requests = [generation_pb2.GenerateRequest(prompt=p, max_new_tokens=12, policy=POLICY)
+                    for p in PROMPTS * 2]
+        results = await asyncio.gather(*(collect(stack.generation, r) for r in requests))
+        for prompt, (ids, text, complete) in zip(PROMPTS * 2, results, strict=True):
+            expected = stack.engine.generate(prompt, 12, policy=ENGINE_POLICY)
+            assert ids == expected.token_ids
+            assert text == expected.text
+            assert complete.completion_tokens == len(ids)
+        await wait_idle(stack)  # every blob deleted, every slot free
+
+
+async def test_cancelled_stream_frees_its_slot_and_blob(model_dir, url):
+    async with serving_stack(model_dir, url) as stack:
+        call = stack.generation.Generate(generation_pb2.GenerateRequest(
+            prompt="cancel me " * 20, max_new_tokens=500, policy=POLICY))
+        seen = 0
+        async for response in call:
+            seen += len(response.chunk.token_ids)
+            if seen >= 3:
+                break
+        assert stack.loop.stats().running == 1
+        call.cancel()
+        await wait_idle(stack)
+
+
+async def test_deadline_frees_its_slot_and_blob(model_dir, url):
+    async with serving_stack(model_dir, url) as stack:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, generation_pb2.GenerateRequest(
+                prompt="slow " * 20, max_new_tokens=1000, policy=POLICY), timeout=0.3)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await wait_idle(stack)
+
+
+@pytest.mark.parametrize(("request_fields", "message"), [
+    ({"prompt": ""}, "prompt is empty"),
+    ({}, "input"),
+    ({"prompt": "a" * 1100}, "context"),
+    ({"prompt": "hi", "max_new_tokens": 0}, "max_new_tokens"),
+    ({"prompt": "hi", "policy": common_pb2.CachePolicy(n_topk=5000)}, "budget"),
+    ({"prompt": "hi", "policy": common_pb2.CachePolicy(kernel=4)}, "kernel"),
+    ({"prompt": "hi", "sampling": common_pb2.SamplingParams(temperature=-1)}, "temperature"),
+    ({"prompt": "hi", "sampling": common_pb2.SamplingParams(top_p=1.5)}, "top_p"),
+    ({"prompt": "hi", "policy": common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_FULL),
+      "max_new_tokens": 1023}, "growing policy"),
+])
+async def test_bad_requests_are_invalid_argument(model_dir, redis_url, request_fields, message):
+    async with serving_stack(model_dir, redis_url) as stack:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, generation_pb2.GenerateRequest(**request_fields))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in err.value.details()
+        await wait_idle(stack)
+
+
+async def test_stop_string_cuts_text_and_ends_stream(model_dir, redis_url):
+    async with serving_stack(model_dir, redis_url) as stack:
+        _, free_text, _ = await collect(stack.generation, generation_pb2.GenerateRequest(
+            prompt="abc " * 10, max_new_tokens=16, policy=POLICY))
+        stop = free_text[5:7]
+        _, text, complete = await collect(stack.generation, generation_pb2.GenerateRequest(
+            prompt="abc " * 10, max_new_tokens=16, policy=POLICY,
+            sampling=common_pb2.SamplingParams(stop=[stop])))
+        assert text == free_text[: free_text.index(stop)]
+        assert complete.finish_reason == common_pb2.FINISH_REASON_STOP_STRING
+        await wait_idle(stack)
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.9, seed=5)])
+async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_url, sampling):
+    """What the router does on failover: the resumed stream continues token-identically."""
+    from snapstream.serving.convert import sampling_to_pb
+
+    async with serving_stack(model_dir, redis_url) as stack:
+        full = await collect(stack.generation, generation_pb2.GenerateRequest(
+            prompt="resume " * 20, max_new_tokens=20, policy=POLICY,
+            sampling=sampling_to_pb(sampling)))
+        ids = full[0]
+        engine = stack.engine
+        result = engine.prefill(engine.encode("resume " * 20), ENGINE_POLICY, 20,
+                                capacity=engine.context_len)
+        from kvstore.codec import encode_blob
+
+        spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
+        await stack.store.put("resume-key", encode_blob(result.cache, spec), ttl_s=60)
+        resumed = []
+        async for message in stack.decode.Decode(decode_pb2.DecodeRequest(
+                request_id="r", blob_key="resume-key", first_token_id=ids[0],
+                generated_token_ids=ids[1:7], sampling=sampling_to_pb(sampling),
+                max_new_tokens=20)):
+            resumed += list(message.chunk.token_ids)
+        assert ids[:7] + resumed == ids
+        await wait_idle(stack)
+
+
+async def test_blob_from_another_model_is_failed_precondition(model_dir, redis_url, tmp_path):
+    other_dir = tmp_path / "other"
+    save_checkpoint(random_model(tiny_config(vocab_size=264, max_position_embeddings=1024),
+                                 seed=99), other_dir, TOKENIZER)
+    other = Engine.from_pretrained(other_dir)
+    from kvstore.codec import encode_blob
+
+    cache = other.prefill([1, 2, 3], ENGINE_POLICY, 4).cache
+    blob = encode_blob(cache, BlobSpec.for_model(other.config, model_fingerprint(other.model),
+                                                 other.dtype))
+    async with serving_stack(model_dir, redis_url) as stack:
+        await stack.store.put("foreign", blob, ttl_s=60)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in stack.decode.Decode(decode_pb2.DecodeRequest(
+                    request_id="f", blob_key="foreign", first_token_id=1, max_new_tokens=4)):
+                pass
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "model" in err.value.details()
+        await wait_idle(stack)
+
+
+async def test_sn40l_sim_backend_reports_simulated_time(model_dir, redis_url):
+    async with serving_stack(model_dir, redis_url, backend="sn40l-sim") as stack:
+        ids, _, complete = await collect(stack.generation, generation_pb2.GenerateRequest(
+            prompt="simulate " * 10, max_new_tokens=8, policy=POLICY))
+        assert ids == stack.engine.generate("simulate " * 10, 8, policy=ENGINE_POLICY).token_ids
+        assert complete.simulated_decode_time.ToNanoseconds() > 0
