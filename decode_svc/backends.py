@@ -34,17 +34,19 @@ class TorchBackend:
 
 class SN40LSimBackend:
     def __init__(self, config: BackendConfig, model_dir: Path) -> None:
-        from hwsim import SimTarget
+        from hwsim import PolicyConfig, PolicyKind, SimTarget
 
         target = config.sim_target or str(model_dir / "config.json")
-        self.target = SimTarget.load(target, sockets=config.sim_sockets)
+        # the worker knows exactly how many slots a step reads: cost them as a plain cache
+        self.target = SimTarget.load(target, sockets=config.sim_sockets,
+                                     policy=PolicyConfig(kind=PolicyKind.FULL))
         self._costs: dict[tuple[int, int], float] = {}
 
     def step(self, decoder: Decoder, tokens: torch.Tensor, positions: torch.Tensor
              ) -> tuple[torch.Tensor, float]:
         layout = decoder.cache.layout
-        # the static graph runs every row; a fixed layout reads its whole budget every step
-        context = layout.budget if layout.n_ring == layout.n_recent else int(positions.max()) + 1
+        # the static graph runs every row and reads every slot of its layout
+        context = layout.budget
         key = (tokens.shape[0], context)
         if key not in self._costs:
             self._costs[key] = self.target.decode_step(*key).step_time_s

@@ -96,7 +96,11 @@ class DecodeLoop:
                 self._admit()
             for pool in list(self.pools.values()):
                 if pool.table.active:
-                    self._step(pool)
+                    try:
+                        self._step(pool)
+                    except Exception as exc:
+                        log.exception("decode step failed")
+                        self._fail(pool, exc)
 
     def _drop_cancelled(self) -> None:
         if not self.cancelled:
@@ -169,6 +173,12 @@ class DecodeLoop:
                              simulated_s=seq.simulated_s))
         if reason is not None:
             with self.lock:
+                self._release(pool, seq)
+
+    def _fail(self, pool: Pool, exc: Exception) -> None:
+        with self.lock:
+            for seq in pool.table.active:
+                seq.sink(DecodeEvent(error=exc))
                 self._release(pool, seq)
 
     def _release(self, pool: Pool, seq: Sequence) -> None:

@@ -15,7 +15,7 @@ class DecodeEvent:
 
     token_id: int | None = None
     finish_reason: str | None = None
-    error: str | None = None
+    error: Exception | None = None  # the step failed: the stream ends with this error
     queue_s: float = 0.0  # submitted to admitted into a slot
     decode_s: float = 0.0  # wall time from admission to this event
     simulated_s: float = 0.0  # the back end's simulated time over the same steps

@@ -10,6 +10,7 @@ import grpc
 
 from decode_svc.loop import DecodeLoop
 from decode_svc.sequence import DecodeEvent, Sequence
+from hwsim import DoesNotFitError
 from kvstore import BlobStore
 from kvstore.codec import BlobError, BlobSpec, decode_blob
 from snapstream.kvcache import SequenceCache
@@ -20,6 +21,7 @@ from snapstream.serving.errors import register_status
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
 register_status(BlobError, grpc.StatusCode.FAILED_PRECONDITION)
+register_status(DoesNotFitError, grpc.StatusCode.FAILED_PRECONDITION)
 
 
 class DecodeServicer(decode_pb2_grpc.DecodeServicer):
@@ -55,6 +57,8 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
                 self.loop.submit(seq, cache)
             while reason is None:
                 last = await events.get()
+                if last.error is not None:
+                    raise last.error
                 yield decode_pb2.DecodeResponse(
                     chunk=decode_pb2.DecodeChunk(token_ids=[last.token_id]))
                 reason = last.finish_reason

@@ -60,12 +60,13 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def serving_stack(model_dir: Path, store_url: str, backend: str = "torch",
-                        slots: int = 4) -> AsyncIterator[Stack]:
+async def serving_stack(model_dir: Path, store_url: str,
+                        backend: BackendConfig = BackendConfig(), slots: int = 4
+                        ) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir)
     spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
     store = await open_store(store_url)
-    loop = DecodeLoop(engine, make_backend(BackendConfig(backend), model_dir), slots=slots,
+    loop = DecodeLoop(engine, make_backend(backend, model_dir), slots=slots,
                       max_queue=16)
     server = grpc.aio.server(interceptors=[StatusInterceptor()])
     port = server.add_insecure_port("127.0.0.1:0")
@@ -239,8 +240,22 @@ async def test_blob_from_another_model_is_failed_precondition(model_dir, redis_u
 
 
 async def test_sn40l_sim_backend_reports_simulated_time(model_dir, redis_url):
-    async with serving_stack(model_dir, redis_url, backend="sn40l-sim") as stack:
+    async with serving_stack(model_dir, redis_url, BackendConfig("sn40l-sim")) as stack:
         ids, _, complete = await collect(stack.generation, generation_pb2.GenerateRequest(
             prompt="simulate " * 10, max_new_tokens=8, policy=POLICY))
         assert ids == stack.engine.generate("simulate " * 10, 8, policy=ENGINE_POLICY).token_ids
         assert complete.simulated_decode_time.ToNanoseconds() > 0
+
+
+async def test_a_layout_that_does_not_fit_the_simulated_target_fails_cleanly(model_dir,
+                                                                               redis_url):
+    """The simulated SN40L (1 socket) cannot hold Llama-3.1-70B: the stream ends with
+    FAILED_PRECONDITION naming the tier, and the worker stays usable."""
+    big = BackendConfig("sn40l-sim", sim_target="llama-3.1-70b", sim_sockets=1)
+    async with serving_stack(model_dir, redis_url, big) as stack:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, generation_pb2.GenerateRequest(
+                prompt="too big " * 5, max_new_tokens=4, policy=POLICY))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "HBM" in err.value.details()
+        await wait_idle(stack)
