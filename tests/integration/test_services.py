@@ -40,6 +40,7 @@ from tests.conftest import random_model, tiny_config
 POLICY = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4, n_topk=40,
                                 n_recent=24, window=8)
 ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=40, n_recent=24, window=8)
+TORCH = BackendConfig()
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def serving_stack(model_dir: Path, store_url: str,
-                        backend: BackendConfig = BackendConfig(), slots: int = 4
+                        backend: BackendConfig = TORCH, slots: int = 4
                         ) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir)
     spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
