@@ -59,7 +59,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
     async def drain(timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while loop.stats().running + loop.stats().queue_depth and time.monotonic() < deadline:
+        while _busy(loop) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         loop.stop()
         await store.close()
@@ -68,6 +68,11 @@ async def _serve(args: argparse.Namespace) -> None:
                              args.drain_timeout_s, ("snapstream.v1.Decode",))
     await serve(server_spec, lambda s: decode_pb2_grpc.add_DecodeServicer_to_server(servicer, s),
                 warmup, drain)
+
+
+def _busy(loop) -> bool:
+    stats = loop.stats()
+    return bool(stats.running or stats.queue_depth)
 
 
 def _warm(engine) -> None:

@@ -74,10 +74,8 @@ async def _serve(args: argparse.Namespace) -> None:
     async def drain(timeout_s: float) -> None:
         import time
 
-        from snapstream.serving import metrics
-
         deadline = time.monotonic() + timeout_s
-        while metrics.RUNNING.labels("router")._value.get() and time.monotonic() < deadline:
+        while servicer.active and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for task in poller:
             task.cancel()

@@ -40,6 +40,7 @@ class Progress:
 class GenerationServicer(generation_pb2_grpc.GenerationServicer):
     def __init__(self, model: ServedModel, prefill: WorkerPool, decode: WorkerPool) -> None:
         self.model, self.prefill, self.decode = model, prefill, decode
+        self.active = 0  # streams in flight, for draining
 
     async def Info(self, request, context) -> generation_pb2.InfoResponse:
         return generation_pb2.InfoResponse(
@@ -51,6 +52,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
     async def Generate(self, request, context) -> AsyncIterator[generation_pb2.GenerateResponse]:
         received = time.monotonic()
         req = resolve(request, self.model)
+        self.active += 1
         metrics.RUNNING.labels("router").inc()
         outcome = "error"
         try:
@@ -58,6 +60,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                 yield response
             outcome = "ok"
         finally:
+            self.active -= 1
             metrics.RUNNING.labels("router").dec()
             metrics.REQUESTS.labels("router", outcome).inc()
             metrics.END_TO_END.labels("router").observe(time.monotonic() - received)
