@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 from pathlib import Path
 
 from snapstream.serving.settings import add_server_settings, add_setting
@@ -41,7 +40,7 @@ async def _serve(args: argparse.Namespace) -> None:
     from kvstore.codec import BlobSpec
     from snapstream.engine import EMBEDDED_MODEL, Engine
     from snapstream.fingerprint import model_fingerprint
-    from snapstream.serving.server import ServerSpec, serve
+    from snapstream.serving.server import ServerSpec, serve, wait_until_idle
     from snapstream.v1 import decode_pb2_grpc
 
     model_dir = args.model or EMBEDDED_MODEL
@@ -58,9 +57,7 @@ async def _serve(args: argparse.Namespace) -> None:
         await asyncio.to_thread(_warm, engine)
 
     async def drain(timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while _busy(loop) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_until_idle(lambda: _busy(loop), timeout_s)
         loop.stop()
         await store.close()
 

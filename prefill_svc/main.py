@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 
 from snapstream.serving.settings import add_server_settings, add_setting
 
@@ -36,7 +35,7 @@ async def _serve(args: argparse.Namespace) -> None:
     from snapstream.engine import Engine
     from snapstream.fingerprint import model_fingerprint
     from snapstream.policy import CachePolicy
-    from snapstream.serving.server import ServerSpec, serve
+    from snapstream.serving.server import ServerSpec, serve, wait_until_idle
     from snapstream.v1 import prefill_pb2_grpc
 
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
@@ -48,9 +47,7 @@ async def _serve(args: argparse.Namespace) -> None:
         await asyncio.to_thread(engine.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)
 
     async def drain(timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while servicer.outstanding and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_until_idle(lambda: servicer.outstanding > 0, timeout_s)
         servicer.close()
         await store.close()
 

@@ -54,7 +54,7 @@ def load_served_model(path, default_policy: str, default_max_new_tokens: int):
 async def _serve(args: argparse.Namespace) -> None:
     from router.service import GenerationServicer
     from router.workers import WorkerPool, poll_decode_stats
-    from snapstream.serving.server import ServerSpec, serve
+    from snapstream.serving.server import ServerSpec, serve, wait_until_idle
     from snapstream.v1 import decode_pb2_grpc, generation_pb2_grpc, prefill_pb2_grpc
 
     model = load_served_model(args.model, args.default_policy, args.default_max_new_tokens)
@@ -72,11 +72,7 @@ async def _serve(args: argparse.Namespace) -> None:
             poll_decode_stats(decode, args.stats_interval_s, args.resolve_interval_s)))
 
     async def drain(timeout_s: float) -> None:
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while servicer.active and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_until_idle(lambda: servicer.active > 0, timeout_s)
         for task in poller:
             task.cancel()
         await prefill.close()

@@ -54,6 +54,18 @@ def write_hf_checkpoint(directory: Path, kind: str, **config_overrides) -> Path:
 
 
 @pytest.fixture(scope="session")
+def byte_model_dir(tmp_path_factory) -> Path:
+    """A tiny random model with the embedded model's byte tokenizer, for the services."""
+    from snapstream.checkpoint import save_checkpoint
+    from snapstream.train.config import TOKENIZER
+
+    path = tmp_path_factory.mktemp("byte-model")
+    save_checkpoint(random_model(tiny_config(vocab_size=264, max_position_embeddings=2048)),
+                    path, TOKENIZER)
+    return path
+
+
+@pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory) -> Path:
     rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 256}

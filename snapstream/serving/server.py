@@ -8,6 +8,7 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -69,6 +70,13 @@ async def serve(
     await health_servicer.enter_graceful_shutdown()
     await drain(spec.drain_timeout_s)
     await server.stop(grace=1.0)
+
+
+async def wait_until_idle(is_busy: Callable[[], bool], timeout_s: float) -> None:
+    """Polls ``is_busy`` until it is false or ``timeout_s`` has passed (draining)."""
+    deadline = time.monotonic() + timeout_s
+    while is_busy() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
 
 
 def run(coro: Awaitable[None]) -> int:

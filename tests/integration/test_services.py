@@ -44,11 +44,8 @@ TORCH = BackendConfig()
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("model")
-    save_checkpoint(random_model(tiny_config(vocab_size=264, max_position_embeddings=1024)),
-                    path, TOKENIZER)
-    return path
+def model_dir(byte_model_dir) -> Path:
+    return byte_model_dir
 
 
 @dataclass
@@ -161,14 +158,14 @@ async def test_deadline_frees_its_slot_and_blob(model_dir, url):
 @pytest.mark.parametrize(("request_fields", "message"), [
     ({"prompt": ""}, "prompt is empty"),
     ({}, "input"),
-    ({"prompt": "a" * 1100}, "context"),
+    ({"prompt": "a" * 2100}, "context"),
     ({"prompt": "hi", "max_new_tokens": 0}, "max_new_tokens"),
     ({"prompt": "hi", "policy": common_pb2.CachePolicy(n_topk=5000)}, "budget"),
     ({"prompt": "hi", "policy": common_pb2.CachePolicy(kernel=4)}, "kernel"),
     ({"prompt": "hi", "sampling": common_pb2.SamplingParams(temperature=-1)}, "temperature"),
     ({"prompt": "hi", "sampling": common_pb2.SamplingParams(top_p=1.5)}, "top_p"),
     ({"prompt": "hi", "policy": common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_FULL),
-      "max_new_tokens": 1023}, "growing policy"),
+      "max_new_tokens": 2047}, "growing policy"),
 ])
 async def test_bad_requests_are_invalid_argument(model_dir, redis_url, request_fields, message):
     async with serving_stack(model_dir, redis_url) as stack:
