@@ -12,7 +12,7 @@ from pathlib import Path
 
 from snapstream.config import ModelConfig
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from snapstream.serving.convert import policy_from_pb, sampling_from_pb
 from snapstream.tokenizer import Tokenizer
 from snapstream.v1 import generation_pb2

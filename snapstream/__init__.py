@@ -15,7 +15,7 @@ _EXPORTS = {
     "PrefillResult": "snapstream.engine",
     "CachePolicy": "snapstream.policy",
     "CacheLayout": "snapstream.policy",
-    "SamplingParams": "snapstream.sampling",
+    "SamplingParams": "snapstream.sampling_params",
     "SequenceCache": "snapstream.kvcache",
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from google.protobuf.duration_pb2 import Duration
 
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import common_pb2
 
 KIND_TO_PB = {"full": common_pb2.POLICY_KIND_FULL, "streaming": common_pb2.POLICY_KIND_STREAMING,

@@ -1,0 +1,68 @@
+"""The members of a local cluster and their command lines, derived from a ClusterSpec (pure:
+nothing is started here)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from snapstream.cluster.spec import ClusterSpec
+from snapstream.cluster.stores import STORE_SERVERS
+
+# service kind -> the gRPC service its health check names
+SERVICE_NAMES = {"prefill": "snapstream.v1.Prefill", "decode": "snapstream.v1.Decode",
+                 "router": "snapstream.v1.Generation"}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process of the cluster. ``address`` is ``host:port`` for a gRPC service and the store
+    URL for the store; ``service`` is the gRPC service name (None for the store, which is ready
+    once it accepts connections)."""
+
+    name: str
+    argv: tuple[str, ...]
+    address: str
+    port: int
+    service: str | None = None
+    metrics_port: int | None = None
+
+
+def plan_cluster(spec: ClusterSpec, store_dir: Path,
+                 free_port: Callable[[], int]) -> tuple[tuple[Member, ...], ...]:
+    """Stages in start order: the store; the prefill and decode workers; the router. Members of
+    a stage start together; stopping runs the stages backwards. Ports given as 0 in ``spec``
+    come from ``free_port()``."""
+
+    def port(requested: int) -> int:
+        return requested or free_port()
+
+    store = STORE_SERVERS[spec.store]
+    store_port = port(spec.store_port)
+    store_url = store.url(spec.host, store_port)
+    store_member = Member("store", (store.binary, *store.arguments(spec.host, store_port,
+                                                                   store_dir)),
+                          store_url, store_port)
+    model = ("--model", str(spec.model)) if spec.model is not None else ()
+    prefill = _service(spec, "prefill", "prefill", port(spec.prefill_port), free_port(),
+                       (*model, "--store", store_url))
+    decode_ports = spec.decode_ports or (0,) * spec.decode_workers
+    decodes = tuple(
+        _service(spec, f"decode-{i}", "decode", port(requested), free_port(),
+                 (*model, "--store", store_url, "--slots", str(spec.slots),
+                  "--backend", spec.backend))
+        for i, requested in enumerate(decode_ports))
+    router = _service(spec, "router", "router", port(spec.router_port), free_port(),
+                      (*model, "--prefill-addrs", prefill.address,
+                       "--decode-addrs", ",".join(d.address for d in decodes)))
+    return (store_member,), (prefill, *decodes), (router,)
+
+
+def _service(spec: ClusterSpec, name: str, kind: str, port: int, metrics_port: int,
+             flags: tuple[str, ...]) -> Member:
+    argv = (sys.executable, "-m", "snapstream.cli", "serve", kind, "--host", spec.host,
+            "--port", str(port), "--metrics-port", str(metrics_port),
+            "--drain-timeout-s", str(spec.drain_timeout_s), *flags)
+    return Member(name, argv, f"{spec.host}:{port}", port, SERVICE_NAMES[kind], metrics_port)

@@ -1,0 +1,142 @@
+"""``LocalCluster``: starts a ClusterSpec's processes, waits until each is healthy, and stops
+them in order, leaving no process behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from snapstream.cluster.health import health_statuses, is_accepting
+from snapstream.cluster.plan import Member, plan_cluster
+from snapstream.cluster.process import Child, free_ports
+from snapstream.cluster.spec import ClusterSpec
+from snapstream.cluster.stores import STORE_SERVERS
+
+POLL_INTERVAL_S = 0.1
+STOP_GRACE_S = 5.0  # on top of the drain timeout: closing the server and the store client
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot start: a binary is missing, or a member exited or stayed unhealthy
+    (the message ends with the member's last log lines)."""
+
+
+class LocalCluster:
+    """``start()`` runs the store, the workers, then the router, each in its own session,
+    returning once every gRPC health check (overall and per service) says SERVING; on failure or
+    interrupt it stops what it started. ``stop()`` SIGTERMs the stages in reverse order (router,
+    workers, store), SIGKILLs what has not exited in time, and may be called again to finish an
+    interrupted stop. A context manager: ``with LocalCluster(spec) as cluster: ...``."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.log_dir: Path | None = None
+        self._stages: tuple[tuple[Member, ...], ...] = ()
+        self._children: dict[str, Child] = {}
+
+    def start(self) -> LocalCluster:
+        if self._stages:
+            raise ClusterError("this cluster was already started; make a new LocalCluster")
+        self._check_store_binary()
+        self.log_dir = self.spec.log_dir or Path(tempfile.mkdtemp(prefix="snapstream-cluster-"))
+        (self.log_dir / "store").mkdir(parents=True, exist_ok=True)
+        with free_ports(self.spec.host) as take_port:
+            self._stages = plan_cluster(self.spec, self.log_dir / "store", take_port)
+        deadline = time.monotonic() + self.spec.start_timeout_s
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            for stage in self._stages:
+                for member in stage:
+                    self._children[member.name] = Child(
+                        member.argv, self.log_dir / f"{member.name}.log", env)
+                for member in stage:
+                    self._wait_ready(member, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> dict[str, int]:
+        """Exit code of every member (negative: killed by that signal)."""
+        for stage in reversed(self._stages):
+            live = [self._children[m.name] for m in stage
+                       if m.name in self._children and self._children[m.name].returncode is None]
+            for child in live:
+                child.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + self.spec.drain_timeout_s + STOP_GRACE_S
+            while not all(child.has_exited() for child in live) and time.monotonic() < deadline:
+                time.sleep(POLL_INTERVAL_S)
+            for child in live:
+                child.kill()
+        return {name: child.returncode for name, child in self._children.items()}
+
+    def kill(self, name: str) -> int:
+        """SIGKILLs one member (to test failover); ``stop()`` leaves it alone."""
+        if name not in self._children:
+            raise KeyError(f"no member {name!r}; members: {', '.join(self._children)}")
+        return self._children[name].kill()
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """Member name -> ``host:port`` of a gRPC service, or the store URL."""
+        return {m.name: m.address for stage in self._stages for m in stage}
+
+    @property
+    def metrics(self) -> dict[str, str]:
+        """Service name -> its Prometheus /metrics URL."""
+        return {m.name: f"http://{self.spec.host}:{m.metrics_port}/metrics"
+                for stage in self._stages for m in stage if m.metrics_port is not None}
+
+    @property
+    def running(self) -> set[str]:
+        """Members that have not ended (a killed or crashed one is not among them)."""
+        return {name for name, child in self._children.items() if not child.has_exited()}
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: child.pid for name, child in self._children.items()}
+
+    def health(self) -> dict[str, dict[str, str]]:
+        """Service name -> status of its overall ("") and named health checks."""
+        return {m.name: health_statuses(m.address, ("", m.service))
+                for stage in self._stages for m in stage if m.service is not None}
+
+    def exited(self) -> dict[str, int]:
+        """Members that ended without ``stop()`` or ``kill()`` -> exit code (a crash)."""
+        return {name: child.kill() for name, child in self._children.items()
+                if child.returncode is None and child.has_exited()}
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _check_store_binary(self) -> None:
+        binary = STORE_SERVERS[self.spec.store].binary
+        if shutil.which(binary) is None:
+            raise ClusterError(f"{binary} is not on PATH; install it to run a {self.spec.store} "
+                               "store (scripts/setup.sh does)")
+
+    def _wait_ready(self, member: Member, deadline: float) -> None:
+        child = self._children[member.name]
+        while not self._is_ready(member):
+            if child.has_exited():
+                code = child.kill()
+                raise ClusterError(f"{member.name} exited with code {code} while starting; "
+                                   f"{child.log_path} ends with:\n{child.log_tail()}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{member.name} was not ready within "
+                                   f"{self.spec.start_timeout_s:.0f} s; {child.log_path} ends "
+                                   f"with:\n{child.log_tail()}")
+            time.sleep(POLL_INTERVAL_S)
+
+    def _is_ready(self, member: Member) -> bool:
+        if member.service is None:
+            return is_accepting(self.spec.host, member.port)
+        statuses = health_statuses(member.address, ("", member.service))
+        return all(status == "SERVING" for status in statuses.values())

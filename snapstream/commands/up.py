@@ -1,0 +1,135 @@
+"""`snapstream up`: the whole cluster as local processes (KV store server, one prefill worker,
+decode workers, router) until Ctrl-C or SIGTERM; ``--demo`` streams a long-context passkey
+request through the client SDK once every service is healthy."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from snapstream.client import SnapstreamError
+from snapstream.cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCluster
+
+WATCH_INTERVAL_S = 1.0
+DEMO_TIMEOUT_S = 300.0
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM asked the cluster to stop."""
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", choices=tuple(STORE_SERVERS), default="redis",
+                        help="KV store server to start")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
+    parser.add_argument("--port", type=int, default=50051, help="router port (0: a free port)")
+    parser.add_argument("--decode-workers", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=8, help="decode slots per worker")
+    parser.add_argument("--backend", default="torch", help="decode back end: torch or sn40l-sim")
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="where each service logs (default: a new temporary directory)")
+    parser.add_argument("--start-timeout-s", type=float, default=180.0)
+    parser.add_argument("--demo", action="store_true",
+                        help="stream a long-context passkey request once the cluster is up")
+    parser.add_argument("--demo-context-len", type=int, default=1800,
+                        help="prompt length of the demo request in bytes (= tokens)")
+    parser.add_argument("--exit-after-demo", action="store_true",
+                        help="stop the cluster after the demo instead of waiting for Ctrl-C")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.exit_after_demo and not args.demo:
+        raise ValueError("--exit-after-demo needs --demo")
+    spec = ClusterSpec(store=args.store, model=args.model, host=args.host, router_port=args.port,
+                       decode_workers=args.decode_workers, slots=args.slots,
+                       backend=args.backend, log_dir=args.log_dir,
+                       start_timeout_s=args.start_timeout_s)
+    cluster = LocalCluster(spec)
+    with _signals_raise_interrupted():
+        try:
+            print(f"starting the cluster ({args.store} store) ...", file=sys.stderr, flush=True)
+            cluster.start()
+            _print_endpoints(cluster)
+            if args.demo:
+                _demo(cluster.endpoints["router"], args.demo_context_len)
+            return 0 if args.exit_after_demo else _watch(cluster)
+        except ClusterError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except SnapstreamError as exc:
+            print(f"error: the demo request failed: {exc}", file=sys.stderr)
+            return 1
+        except Interrupted as exc:
+            print(f"{exc}: stopping the cluster", file=sys.stderr, flush=True)
+            return 0
+        finally:
+            _ignore_signals()  # a second Ctrl-C must not cut the shutdown short
+            cluster.stop()
+            print("cluster stopped", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _signals_raise_interrupted() -> Iterator[None]:
+    def interrupt(signum: int, frame: object) -> None:
+        _ignore_signals()
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _print_endpoints(cluster: LocalCluster) -> None:
+    metrics = cluster.metrics
+    print(f"snapstream cluster is up; logs in {cluster.log_dir}")
+    for name, address in cluster.endpoints.items():
+        extra = f"metrics {metrics[name]}" if name in metrics else ""
+        print(f"  {name:<9} {address:<28}  {extra}".rstrip())
+    print(flush=True)
+
+
+def _watch(cluster: LocalCluster) -> int:
+    """Waits for a signal; a member that exits on its own stops the cluster with code 1."""
+    print("cluster running; Ctrl-C or SIGTERM stops it", file=sys.stderr, flush=True)
+    while not (crashed := cluster.exited()):
+        time.sleep(WATCH_INTERVAL_S)
+    for name, code in crashed.items():
+        print(f"error: {name} exited with code {code}; see {cluster.log_dir}/{name}.log",
+              file=sys.stderr)
+    return 1
+
+
+def _demo(router_address: str, context_len: int) -> None:
+    """A passkey hidden halfway into ``context_len`` bytes of filler, answered greedily."""
+    from snapstream.client import SnapstreamClient
+    from snapstream.data import MAX_ANSWER_LEN, TERMINATOR, TaskConfig, exact_match, generate
+
+    sample = generate("passkey", random.Random(0), TaskConfig(context_len=context_len, depth=0.5))
+    print(f"demo: a passkey in {len(sample.prompt)} bytes of filler; the prompt ends with:")
+    print(sample.prompt[-200:], end="", flush=True)
+    with SnapstreamClient(router_address, timeout_s=DEMO_TIMEOUT_S) as client:
+        stream = client.generate_stream(sample.prompt, max_new_tokens=MAX_ANSWER_LEN + 1,
+                                        temperature=0.0, stop=TERMINATOR)
+        for chunk in stream:
+            print(chunk.text, end="", flush=True)
+        completion = stream.result()
+    verdict = "correct" if exact_match(completion.text, sample.answer) else "wrong"
+    print(f"\ndemo: answer {completion.text.strip()!r}, expected {sample.answer!r}: {verdict} "
+          f"(finish {completion.finish_reason}, {completion.prompt_tokens} prompt tokens, "
+          f"first token after {completion.time_to_first_token_s * 1e3:.0f} ms)", flush=True)

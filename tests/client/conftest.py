@@ -1,0 +1,21 @@
+"""A real cluster (Redis, one prefill, one decode worker, router) on a tiny random model, shared
+by the client's end-to-end tests and started only when one of them runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from snapstream.cluster import ClusterSpec, LocalCluster
+from tests.cluster.helpers import write_tiny_checkpoint
+
+
+@pytest.fixture(scope="session")
+def router_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    model = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model"))
+    spec = ClusterSpec(store="redis", model=model, router_port=0, decode_workers=1, slots=2,
+                       log_dir=tmp_path_factory.mktemp("cluster-logs"), drain_timeout_s=5.0)
+    with LocalCluster(spec) as cluster:
+        yield cluster.endpoints["router"]
+        assert cluster.exited() == {}, "a member crashed during the client tests"

@@ -1,0 +1,48 @@
+"""A whole cluster as processes on a tiny model, over each store: healthy, then gone."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from snapstream.cluster import ClusterError, ClusterSpec, LocalCluster
+from tests.cluster.helpers import process_trees, still_running
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("store", ["redis", "nats"])
+def test_cluster_serves_then_stops_leaving_no_process(store: str, tiny_model: Path,
+                                                      tmp_path: Path) -> None:
+    spec = ClusterSpec(store=store, model=tiny_model, router_port=0, slots=2, log_dir=tmp_path)
+    with LocalCluster(spec) as cluster:
+        assert set(cluster.endpoints) == {"store", "prefill", "decode-0", "decode-1", "router"}
+        assert cluster.endpoints["store"].startswith(f"{store}://127.0.0.1:")
+        health = cluster.health()
+        assert set(health) == {"prefill", "decode-0", "decode-1", "router"}
+        assert all(status == "SERVING" for checks in health.values()
+                   for status in checks.values()), health
+        processes = process_trees(list(cluster.pids.values()))
+        assert {pid for pid, _ in processes} >= set(cluster.pids.values())
+
+        assert cluster.kill("decode-1") == -signal.SIGKILL  # a crash drill: stop() skips it
+        assert cluster.exited() == {}
+        assert cluster.running == {"store", "prefill", "decode-0", "router"}
+    codes = cluster.stop()
+    assert still_running(processes) == set()
+    assert codes["decode-1"] == -signal.SIGKILL
+    assert all(codes[name] == 0 for name in ("router", "prefill", "decode-0")), codes
+    assert codes["store"] >= 0, codes  # exited on SIGTERM (nats-server says 1), not killed
+    assert (tmp_path / "router.log").read_text().count("snapstream router serving on") == 1
+
+
+def test_a_member_that_cannot_start_fails_the_start_with_its_log(tmp_path: Path) -> None:
+    spec = ClusterSpec(model=tmp_path / "missing", router_port=0, decode_workers=1,
+                       log_dir=tmp_path)
+    cluster = LocalCluster(spec)
+    with pytest.raises(ClusterError, match=r"exited with code \d+ while starting") as info:
+        cluster.start()
+    assert "missing: not a checkpoint directory" in str(info.value)  # the member's log tail
+    assert all(code is not None for code in cluster.stop().values())

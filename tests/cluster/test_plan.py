@@ -1,0 +1,69 @@
+"""ClusterSpec validation and the members' command lines (nothing is started)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+
+from snapstream.cluster import ClusterSpec, plan_cluster
+
+
+def _plan(spec: ClusterSpec):
+    ports = itertools.count(41000)
+    return plan_cluster(spec, Path("/data"), lambda: next(ports))
+
+
+def _flags(argv: tuple[str, ...]) -> dict[str, str]:
+    return dict(zip(argv[5::2], argv[6::2], strict=True))
+
+
+def test_stages_start_store_then_workers_then_router() -> None:
+    stages = _plan(ClusterSpec(decode_workers=2))
+    assert [[m.name for m in stage] for stage in stages] == [
+        ["store"], ["prefill", "decode-0", "decode-1"], ["router"]]
+
+
+def test_router_gets_every_worker_and_workers_get_the_store() -> None:
+    store, (prefill, *decodes), (router,) = _plan(
+        ClusterSpec(store="nats", model=Path("/m"), decode_workers=2, slots=3,
+                    backend="sn40l-sim", router_port=50051))
+    (store,) = store
+    assert store.address == "nats://127.0.0.1:41000"
+    assert store.argv[0] == "nats-server" and "-js" in store.argv
+    assert router.address == "127.0.0.1:50051"
+    assert router.argv[:5] == (sys.executable, "-m", "snapstream.cli", "serve", "router")
+    flags = _flags(router.argv)
+    assert flags["--prefill-addrs"] == prefill.address
+    assert flags["--decode-addrs"] == ",".join(d.address for d in decodes)
+    for decode in decodes:
+        flags = _flags(decode.argv)
+        assert (flags["--store"], flags["--slots"], flags["--backend"], flags["--model"]) == (
+            store.address, "3", "sn40l-sim", "/m")
+    assert router.service == "snapstream.v1.Generation" and store.service is None
+
+
+def test_every_port_is_distinct_and_given_ports_are_kept() -> None:
+    stages = _plan(ClusterSpec(decode_ports=(50060, 50061), router_port=0))
+    members = [m for stage in stages for m in stage]
+    ports = [m.port for m in members] + [m.metrics_port for m in members if m.metrics_port]
+    assert len(set(ports)) == len(ports)
+    assert [m.port for m in stages[1][1:]] == [50060, 50061]
+
+
+def test_without_a_model_the_services_serve_the_embedded_one() -> None:
+    assert all("--model" not in m.argv for stage in _plan(ClusterSpec()) for m in stage)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"store": "etcd"}, "store must be one of redis, nats"),
+    ({"decode_workers": 0}, "decode_workers and slots must be >= 1"),
+    ({"decode_ports": (1, 2, 3)}, "decode_ports must be empty or hold decode_workers"),
+    ({"router_port": 70000}, "ports must lie in"),
+    ({"drain_timeout_s": 0}, "start_timeout_s and drain_timeout_s must be > 0"),
+])
+def test_spec_rejects_bad_fields_by_name(fields, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        ClusterSpec(**fields)

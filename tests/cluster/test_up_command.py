@@ -1,0 +1,52 @@
+"""`snapstream up` as a process: SIGTERM stops the cluster and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.helpers import descendants, still_running
+
+pytestmark = pytest.mark.slow
+START_TIMEOUT_S = 180.0
+
+
+def _read_until(process: subprocess.Popen, marker: str, timeout_s: float) -> str:
+    """stdout of ``process`` up to and including the first empty line after ``marker``."""
+    text, deadline = "", time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while marker not in text or "\n\n" not in text.split(marker, 1)[1]:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or process.poll() is not None:
+                raise AssertionError(f"no {marker!r} (exit {process.poll()}):\n{text}")
+            if selector.select(remaining):
+                text += os.read(process.stdout.fileno(), 65536).decode()
+    return text
+
+
+def test_sigterm_stops_every_member(tiny_model: Path, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "snapstream.cli", "up", "--store", "redis", "--model",
+               str(tiny_model), "--port", "0", "--slots", "2", "--log-dir", str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        printed = _read_until(process, "snapstream cluster is up", START_TIMEOUT_S)
+        members = descendants(process.pid)
+        assert len(members) == 5, members  # store, prefill, 2 decode, router
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    for name in ("store", "prefill", "decode-0", "decode-1", "router"):
+        assert f"  {name} " in printed
+    assert still_running(members) == set()
+    assert "SIGTERM: stopping the cluster" in process.stderr.read().decode()

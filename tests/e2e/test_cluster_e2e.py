@@ -1,0 +1,141 @@
+"""The system as processes: store server, router, one prefill and two decode workers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kvstore import open_store
+from snapstream.cluster import ClusterSpec, LocalCluster
+from snapstream.engine import Engine
+from snapstream.policy import CachePolicy
+from snapstream.v1 import (
+    common_pb2,
+    decode_pb2,
+    decode_pb2_grpc,
+    generation_pb2,
+    generation_pb2_grpc,
+)
+
+pytestmark = pytest.mark.slow
+POLICY = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4, n_topk=24,
+                                n_recent=16, window=8)
+ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, window=8)
+PROMPTS = [f"request {i}: " + "lorem ipsum dolor " * (3 + 7 * i) for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(byte_model_dir) -> Path:
+    return byte_model_dir
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir) -> Engine:
+    return Engine.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="module", params=["redis", "nats"])
+def cluster(request, model_dir, tmp_path_factory):
+    spec = ClusterSpec(store=request.param, model=model_dir, router_port=0, slots=4,
+                       drain_timeout_s=5.0, log_dir=tmp_path_factory.mktemp("cluster-logs"))
+    with LocalCluster(spec) as running:
+        yield running
+        assert not running.exited(), "a member crashed"
+
+
+def _request(prompt: str, max_new_tokens: int) -> generation_pb2.GenerateRequest:
+    return generation_pb2.GenerateRequest(prompt=prompt, max_new_tokens=max_new_tokens,
+                                          policy=POLICY)
+
+
+async def _stream(address: str, request, on_token=None) -> list[int]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = generation_pb2_grpc.GenerationStub(channel)
+        tokens: list[int] = []
+        async for response in stub.Generate(request):
+            for token in response.chunk.token_ids:
+                tokens.append(token)
+                if on_token is not None:
+                    await on_token(len(tokens))
+        return tokens
+
+
+async def _decode_stats(cluster: LocalCluster) -> dict[str, decode_pb2.StatsResponse]:
+    stats = {}
+    for name, address in cluster.endpoints.items():
+        if name.startswith("decode") and name in cluster.running:
+            async with grpc.aio.insecure_channel(address) as channel:
+                stub = decode_pb2_grpc.DecodeStub(channel)
+                stats[name] = await stub.Stats(decode_pb2.StatsRequest(), timeout=5)
+    return stats
+
+
+async def _assert_nothing_left(cluster: LocalCluster) -> None:
+    store = await open_store(cluster.endpoints["store"])
+    try:
+        for _ in range(100):
+            stats = await _decode_stats(cluster)
+            busy = {n: s.running for n, s in stats.items() if s.running or s.queue_depth}
+            keys = await store.keys()
+            if not busy and not keys:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"left behind: busy slots {busy}, blobs {keys}")
+    finally:
+        await store.close()
+
+
+async def test_concurrent_streams_equal_the_in_process_engine(cluster, engine):
+    router = cluster.endpoints["router"]
+    results = await asyncio.gather(*(_stream(router, _request(p, 40)) for p in PROMPTS))
+    for prompt, tokens in zip(PROMPTS, results, strict=True):
+        assert tokens == engine.generate(prompt, 40, policy=ENGINE_POLICY).token_ids
+    await _assert_nothing_left(cluster)
+
+
+async def test_bad_request_is_invalid_argument_with_a_message(cluster):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _stream(cluster.endpoints["router"], generation_pb2.GenerateRequest(
+            prompt="hello", policy=common_pb2.CachePolicy(n_recent=0, n_sink=1, n_topk=1)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "n_recent" in err.value.details()
+
+
+async def test_cancelled_stream_leaves_no_blob_and_no_busy_slot(cluster):
+    async with grpc.aio.insecure_channel(cluster.endpoints["router"]) as channel:
+        call = generation_pb2_grpc.GenerationStub(channel).Generate(
+            _request("cancel " * 40, 1500))
+        count = 0
+        async for response in call:
+            count += len(response.chunk.token_ids)
+            if count >= 5:
+                call.cancel()
+                break
+    await _assert_nothing_left(cluster)
+
+
+async def test_killing_the_decode_worker_mid_stream_keeps_the_output_identical(cluster, engine):
+    """Runs last in its module: it kills one of the two decode workers."""
+    prompt, new_tokens = "failover " * 30, 400
+    expected = engine.generate(prompt, new_tokens, policy=ENGINE_POLICY).token_ids
+    killed: list[str] = []
+
+    async def kill_serving_worker(received: int) -> None:
+        if received != 25 or killed:
+            return
+        stats = await _decode_stats(cluster)
+        serving = [name for name, s in stats.items() if s.running]
+        assert len(serving) == 1, stats
+        cluster.kill(serving[0])
+        killed.append(serving[0])
+
+    started = time.monotonic()
+    tokens = await _stream(cluster.endpoints["router"], _request(prompt, new_tokens),
+                           kill_serving_worker)
+    assert killed, "the stream ended before a worker could be killed"
+    assert tokens == expected, f"diverged after failover ({time.monotonic() - started:.1f} s)"
+    await _assert_nothing_left(cluster)
