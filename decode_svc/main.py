@@ -39,7 +39,6 @@ async def _serve(args: argparse.Namespace) -> None:
     from kvstore import open_store
     from kvstore.codec import BlobSpec
     from snapstream.engine import EMBEDDED_MODEL, Engine
-    from snapstream.fingerprint import model_fingerprint
     from snapstream.serving.server import ServerSpec, serve, wait_until_idle
     from snapstream.v1 import decode_pb2_grpc
 
@@ -47,7 +46,7 @@ async def _serve(args: argparse.Namespace) -> None:
     engine = Engine.from_pretrained(model_dir, dtype=args.dtype, device=args.device)
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
                            Path(model_dir))
-    spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
+    spec = BlobSpec.for_engine(engine)
     store = await open_store(args.store)
     loop = DecodeLoop(engine, backend, slots=args.slots, max_queue=args.max_queue)
     servicer = DecodeServicer(loop, store, spec)

@@ -33,13 +33,12 @@ async def _serve(args: argparse.Namespace) -> None:
     from kvstore.codec import BlobSpec
     from prefill_svc.service import PrefillServicer
     from snapstream.engine import Engine
-    from snapstream.fingerprint import model_fingerprint
     from snapstream.policy import CachePolicy
     from snapstream.serving.server import ServerSpec, serve, wait_until_idle
     from snapstream.v1 import prefill_pb2_grpc
 
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
-    spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
+    spec = BlobSpec.for_engine(engine)
     store = await open_store(args.store)
     servicer = PrefillServicer(engine, store, spec, args.blob_ttl_s, args.max_queue)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ from snapstream.attention import PrefillRecorder
 from snapstream.compress import build_sequence_cache
 from snapstream.config import EMBEDDED_MODEL
 from snapstream.decode import Decoder
+from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, SequenceCache
 from snapstream.loader import load_model
 from snapstream.model import Transformer
@@ -61,6 +63,11 @@ class Engine:
                 raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
             dtype = DTYPES[dtype]
         return cls(load_model(path, dtype=dtype, device=device), load_tokenizer(path), compile)
+
+    @cached_property
+    def fingerprint(self) -> bytes:
+        """Identity of the model's architecture and weights (checked in every KV blob)."""
+        return model_fingerprint(self.model)
 
     @property
     def context_len(self) -> int:

@@ -62,7 +62,7 @@ async def serving_stack(model_dir: Path, store_url: str,
                         backend: BackendConfig = TORCH, slots: int = 4
                         ) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir)
-    spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
+    spec = BlobSpec.for_engine(engine)
     store = await open_store(store_url)
     loop = DecodeLoop(engine, make_backend(backend, model_dir), slots=slots,
                       max_queue=16)
@@ -204,7 +204,7 @@ async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_ur
                                 capacity=engine.context_len)
         from kvstore.codec import encode_blob
 
-        spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), engine.dtype)
+        spec = BlobSpec.for_engine(engine)
         await stack.store.put("resume-key", encode_blob(result.cache, spec), ttl_s=60)
         resumed = []
         async for message in stack.decode.Decode(decode_pb2.DecodeRequest(
