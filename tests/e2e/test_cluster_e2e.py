@@ -118,6 +118,30 @@ async def test_cancelled_stream_leaves_no_blob_and_no_busy_slot(cluster):
     await _assert_nothing_left(cluster)
 
 
+def test_every_service_exports_prometheus_metrics(cluster):
+    import urllib.request
+
+    services = {name: url for name, url in cluster.metrics.items() if name != "store"}
+    assert {"router", "prefill", "decode-0", "decode-1"} <= set(services)
+    for name, url in services.items():
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert "snapstream_" in text, name
+    router_text = urllib.request.urlopen(services["router"], timeout=5).read().decode()
+    assert "snapstream_time_to_first_token_seconds_bucket" in router_text
+
+
+async def test_router_serves_reflection(cluster):
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    async with grpc.aio.insecure_channel(cluster.endpoints["router"]) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        async for response in stub.ServerReflectionInfo(iter([request])):
+            names = {s.name for s in response.list_services_response.service}
+            break
+    assert {"snapstream.v1.Generation", "grpc.health.v1.Health"} <= names
+
+
 async def test_killing_the_decode_worker_mid_stream_keeps_the_output_identical(cluster, engine):
     """Runs last in its module: it kills one of the two decode workers."""
     prompt, new_tokens = "failover " * 30, 400

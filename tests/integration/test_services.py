@@ -257,3 +257,11 @@ async def test_a_layout_that_does_not_fit_the_simulated_target_fails_cleanly(mod
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "HBM" in err.value.details()
         await wait_idle(stack)
+
+
+def test_worker_addresses_expand_dns_names():
+    from router.workers import _resolve
+
+    assert _resolve("localhost:50099") == ["127.0.0.1:50099"]
+    assert _resolve("127.0.0.1:1234") == ["127.0.0.1:1234"]
+    assert _resolve("no-such-host.invalid:1") == []
