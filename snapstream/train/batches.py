@@ -28,7 +28,8 @@ def make_batch(config: TrainConfig, step: int) -> Batch:
     rng = random.Random(f"train/{config.seed}/{step}")
     length = rng.randint(phase.min_len, phase.max_len)
     mixture = TrainingMixture(seed=config.seed * 1_000_003 + step, weights=config.task_weights,
-                              context_len_range=(length - 16, length))
+                              context_len_range=(length - 16, length),
+                              max_distractors=phase.max_distractors, max_hops=phase.max_hops)
     pairs = [encode_sample(s.prompt, s.target) for s in
              (mixture[i] for i in range(phase.batch_size))]
     width = max(len(p) + len(a) for p, a in pairs) - 1

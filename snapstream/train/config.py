@@ -13,18 +13,22 @@ PAD_ID = 258
 
 @dataclass(frozen=True)
 class Phase:
-    """A curriculum phase: from ``start_fraction`` of training on, prompts of min_len..max_len."""
+    """A curriculum phase: from ``start_fraction`` of training on, prompts of min_len..max_len
+    with up to ``max_distractors`` distractors and ``max_hops`` variable-tracking hops. Short,
+    easy samples first: retrieval is learnt at short range long before it is at 2k."""
 
     start_fraction: float
     min_len: int
     max_len: int
     batch_size: int
+    max_distractors: int = 3
+    max_hops: int = 3
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    steps: int = 1600
+    steps: int = 1800
     lr: float = 3e-3
     min_lr_fraction: float = 0.1
     warmup_steps: int = 100
@@ -32,8 +36,9 @@ class TrainConfig:
     grad_clip: float = 1.0
     lm_weight: float = 0.2  # loss weight of the prompt bytes relative to the answer bytes
     phases: tuple[Phase, ...] = (
-        Phase(0.0, 640, 960, 10),
-        Phase(0.5, 960, 1280, 6),
+        Phase(0.0, 288, 448, 20, max_distractors=1, max_hops=1),
+        Phase(0.25, 384, 768, 12, max_distractors=2, max_hops=2),
+        Phase(0.55, 768, 1280, 6),
         Phase(0.8, 1280, 2040, 4),
     )
     hidden_size: int = 256
