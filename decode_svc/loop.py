@@ -122,6 +122,7 @@ class DecodeLoop:
                 continue
             pool.decoder.cache.insert(seq.row, cache)
             seq.started_at = time.monotonic()
+            metrics.QUEUE_TIME.labels("decode").observe(seq.started_at - seq.submitted_at)
             self.running += 1
         self.waiting = still_waiting
         metrics.WAITING.labels("decode").set(len(self.waiting))

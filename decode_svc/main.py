@@ -56,6 +56,7 @@ async def _serve(args: argparse.Namespace) -> None:
         await asyncio.to_thread(_warm, engine)
 
     async def drain(timeout_s: float) -> None:
+        servicer.start_draining()
         await wait_until_idle(lambda: _busy(loop), timeout_s)
         loop.stop()
         await store.close()

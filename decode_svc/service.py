@@ -17,7 +17,7 @@ from snapstream.kvcache import SequenceCache
 from snapstream.sampling import SamplingParams
 from snapstream.serving import metrics
 from snapstream.serving.convert import FINISH_TO_PB, duration, sampling_from_pb
-from snapstream.serving.errors import register_status
+from snapstream.serving.errors import Unavailable, register_status
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
 register_status(BlobError, grpc.StatusCode.FAILED_PRECONDITION)
@@ -28,15 +28,22 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
     def __init__(self, loop: DecodeLoop, store: BlobStore, spec: BlobSpec) -> None:
         self.loop, self.store, self.spec = loop, store, spec
         self.background: set[asyncio.Task] = set()
+        self.draining = False  # set on SIGTERM: no new streams; cut-off blobs are kept
+
+    def start_draining(self) -> None:
+        self.draining = True
 
     async def Stats(self, request, context) -> decode_pb2.StatsResponse:
         stats = self.loop.stats()
+        free = 0 if self.draining else stats.free_slots
         return decode_pb2.StatsResponse(total_slots=stats.total_slots,
-                                        free_slots=stats.free_slots, running=stats.running,
+                                        free_slots=free, running=stats.running,
                                         queue_depth=stats.queue_depth)
 
     async def Decode(self, request: decode_pb2.DecodeRequest, context):
         received = time.monotonic()
+        if self.draining:
+            raise Unavailable("this decode worker is shutting down; use another one")
         _validate(request)
         try:
             start = time.perf_counter()
@@ -44,10 +51,10 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             metrics.BLOB_TRANSFER.labels("get").observe(time.perf_counter() - start)
             metrics.BLOB_BYTES.labels("get").observe(len(data))
             cache = await asyncio.to_thread(decode_blob, data, self.spec)
+            loaded_at = time.monotonic()
         except BlobError:
             self._delete_later(request.blob_key)  # unusable anywhere: do not leave it behind
             raise
-        loaded = time.monotonic()
         events: asyncio.Queue[DecodeEvent] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         seq = _sequence(request, cache, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
@@ -65,12 +72,15 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             yield decode_pb2.DecodeResponse(complete=decode_pb2.DecodeComplete(
                 finish_reason=FINISH_TO_PB[reason], prompt_tokens=cache.prompt_len,
                 completion_tokens=seq.emitted, queue_time=duration(last.queue_s),
-                load_time=duration(loaded - received), decode_time=duration(last.decode_s),
+                load_time=duration(loaded_at - received), decode_time=duration(last.decode_s),
                 simulated_decode_time=duration(last.simulated_s)))
         finally:
             if reason is None:  # cancelled, deadline, or the stream broke
                 self.loop.cancel(seq.request_id)
-            self._delete_later(request.blob_key)
+            if reason is not None or not self.draining:
+                # a stream cut off by this worker's shutdown keeps its blob: the router resumes
+                # it elsewhere (the TTL removes it if nobody does)
+                self._delete_later(request.blob_key)
 
     def _delete_later(self, key: str) -> None:
         """Deletes even while this stream is being cancelled."""

@@ -55,6 +55,7 @@ class Stack:
     store: BlobStore
     loop: DecodeLoop
     engine: Engine
+    decode_servicer: DecodeServicer
 
 
 @contextlib.asynccontextmanager
@@ -74,7 +75,8 @@ async def serving_stack(model_dir: Path, store_url: str,
     model = load_served_model(model_dir, "snapstream", 16)
     prefill_pb2_grpc.add_PrefillServicer_to_server(
         PrefillServicer(engine, store, spec, blob_ttl_s=60, max_queue=8), server)
-    decode_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(loop, store, spec), server)
+    decode_servicer = DecodeServicer(loop, store, spec)
+    decode_pb2_grpc.add_DecodeServicer_to_server(decode_servicer, server)
     generation_pb2_grpc.add_GenerationServicer_to_server(
         GenerationServicer(model, prefill, decode), server)
     await server.start()
@@ -85,7 +87,7 @@ async def serving_stack(model_dir: Path, store_url: str,
     channel = grpc.aio.insecure_channel(address)
     try:
         yield Stack(generation_pb2_grpc.GenerationStub(channel),
-                    decode_pb2_grpc.DecodeStub(channel), store, loop, engine)
+                    decode_pb2_grpc.DecodeStub(channel), store, loop, engine, decode_servicer)
     finally:
         poller.cancel()
         await channel.close()
@@ -265,3 +267,30 @@ def test_worker_addresses_expand_dns_names():
     assert _resolve("localhost:50099") == ["127.0.0.1:50099"]
     assert _resolve("127.0.0.1:1234") == ["127.0.0.1:1234"]
     assert _resolve("no-such-host.invalid:1") == []
+
+
+async def test_draining_worker_refuses_new_streams_and_keeps_cut_off_blobs(model_dir, redis_url):
+    async with serving_stack(model_dir, redis_url) as stack:
+        call = stack.generation.Generate(generation_pb2.GenerateRequest(
+            prompt="drain " * 20, max_new_tokens=500, policy=POLICY))
+        seen = 0
+        async for response in call:
+            seen += len(response.chunk.token_ids)
+            if seen >= 3:
+                break
+        stack.decode_servicer.start_draining()
+        stats = await stack.decode.Stats(decode_pb2.StatsRequest())
+        assert stats.free_slots == 0 and stats.running == 1
+        call.cancel()  # the stream is cut while the worker drains
+        for _ in range(100):
+            if stack.loop.stats().running == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert stack.loop.stats().running == 0
+        assert len(await stack.store.keys()) == 1  # kept for the worker that resumes it
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in stack.decode.Decode(decode_pb2.DecodeRequest(
+                    request_id="late", blob_key=(await stack.store.keys())[0],
+                    first_token_id=1, max_new_tokens=4)):
+                pass
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE

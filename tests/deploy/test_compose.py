@@ -1,0 +1,137 @@
+"""deploy/docker-compose.yml: valid against the Compose specification, configured only through
+settings the services understand, started in health order, only the router published."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.deploy.compose import (
+    COMPOSE_FILE,
+    environment,
+    load_compose,
+    parse_serve,
+    serve_settings,
+)
+from tests.deploy.topology import TopologyError, plan
+
+COMPOSE = load_compose()
+APP_SERVICES = {name: service for name, service in COMPOSE["services"].items()
+                if service.get("command", [None])[0] == "serve"}
+NATS_URL = "nats://snapstream:snapstream-dev@nats:4222"
+
+
+def compose_schema_errors(document: dict) -> list[str]:
+    # the official compose-spec.json, as vendored by check-jsonschema (`vendor.compose-spec`)
+    schema_file = resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    schema = json.loads(schema_file.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{error.json_path}: {error.message}" for error in validator.iter_errors(document)]
+
+
+@pytest.mark.parametrize("variables", [None, {}, {"STORE_URL": NATS_URL, "ROUTER_PORT": "8443"}],
+                         ids=["as-written", "defaults", "nats"])
+def test_compose_file_follows_the_compose_specification(variables):
+    document = (yaml.safe_load(COMPOSE_FILE.read_text()) if variables is None
+                else load_compose(variables))
+    assert compose_schema_errors(document) == []
+
+
+def test_schema_check_catches_a_mistake():
+    broken = load_compose()
+    broken["services"]["router"]["healthcheck"]["retires"] = 3
+    assert compose_schema_errors(broken)
+
+
+def test_topology_is_redis_nats_router_one_prefill_two_decode():
+    services = COMPOSE["services"]
+    assert set(services) == {"redis", "nats", "router", "prefill", "decode"}
+    assert {name: service["command"][1] for name, service in APP_SERVICES.items()} == {
+        "router": "router", "prefill": "prefill", "decode": "decode"}
+    assert services["decode"]["deploy"]["replicas"] == 2
+    assert services["prefill"].get("deploy", {}).get("replicas", 1) == 1
+    assert "-js" in services["nats"]["command"]
+
+
+@pytest.mark.parametrize("name", sorted(APP_SERVICES))
+def test_every_variable_is_a_setting_the_service_understands(name):
+    service = APP_SERVICES[name]
+    assert service["command"] == ["serve", name], "settings go through the environment only"
+    env = environment(service)
+    settings = serve_settings(service["command"][1])
+    unknown = sorted(set(env) - set(settings))
+    assert not unknown, f"{name}: no `snapstream serve {name}` flag reads {unknown}"
+    args = parse_serve(service["command"], env)  # every value parses as its flag's type
+    assert args.service == name
+
+
+def test_workers_share_one_store_and_the_router_finds_them_by_service_name():
+    prefill, decode, router = (environment(COMPOSE["services"][name])
+                               for name in ("prefill", "decode", "router"))
+    assert prefill["SNAPSTREAM_STORE"] == decode["SNAPSTREAM_STORE"]
+    assert prefill["SNAPSTREAM_STORE"].startswith("redis://:snapstream-dev@redis:6379/")
+    assert router["SNAPSTREAM_PREFILL_ADDRS"] == f"prefill:{prefill['SNAPSTREAM_PORT']}"
+    assert router["SNAPSTREAM_DECODE_ADDRS"] == f"decode:{decode['SNAPSTREAM_PORT']}"
+    nats = load_compose({"STORE_URL": NATS_URL})["services"]
+    assert environment(nats["decode"])["SNAPSTREAM_STORE"] == NATS_URL
+
+
+def test_only_the_router_publishes_a_port():
+    published = {name for name, service in COMPOSE["services"].items() if service.get("ports")}
+    assert published == {"router"}
+    router = COMPOSE["services"]["router"]
+    assert router["ports"] == [f"50051:{environment(router)['SNAPSTREAM_PORT']}"]
+
+
+def test_services_start_once_their_dependencies_are_healthy():
+    services = COMPOSE["services"]
+    assert set(services["router"]["depends_on"]) == {"prefill", "decode"}
+    for name, service in services.items():
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
+            assert "healthcheck" in services[dependency], dependency
+
+
+@pytest.mark.parametrize("name", sorted(APP_SERVICES))
+def test_healthcheck_asks_the_grpc_health_service_on_the_services_port(name):
+    service = APP_SERVICES[name]
+    port = environment(service)["SNAPSTREAM_PORT"]
+    grpc_service = {"router": "Generation", "prefill": "Prefill", "decode": "Decode"}[name]
+    assert service["healthcheck"]["test"] == [
+        "CMD", "snapstream", "health", "--addr", f"127.0.0.1:{port}",
+        "--service", f"snapstream.v1.{grpc_service}"]
+
+
+@pytest.mark.parametrize("name", sorted(APP_SERVICES))
+def test_stop_grace_period_covers_the_drain(name):
+    service = APP_SERVICES[name]
+    grace_s = int(service["stop_grace_period"].removesuffix("s"))
+    assert grace_s > float(environment(service)["SNAPSTREAM_DRAIN_TIMEOUT_S"])
+
+
+def test_local_topology_maps_every_replica_to_its_own_ports(tmp_path):
+    topology = plan(load_compose(), tmp_path, {})
+    decode = topology.of("decode")
+    assert len({i.ports[50053] for i in decode}) == 2
+    router = topology.of("router")[0].env
+    assert router["SNAPSTREAM_DECODE_ADDRS"] == ",".join(i.address(50053) for i in decode)
+    prefill = topology.of("prefill")[0].env
+    redis = topology.of("redis")[0]
+    assert prefill["SNAPSTREAM_STORE"] == f"redis://:snapstream-dev@{redis.address(6379)}/0"
+
+
+@pytest.mark.parametrize(("service", "variable", "value", "complaint"), [
+    ("decode", "SNAPSTREAM_SLOT", "8", "understands none of"),
+    ("decode", "SNAPSTREAM_SLOTS", "eight", "SNAPSTREAM_SLOTS='eight' is not valid"),
+    ("router", "SNAPSTREAM_DECODE_ADDRS", "decode:50054", "decode listens on"),
+])
+def test_local_topology_refuses_what_a_container_would_not_run(tmp_path, service, variable,
+                                                               value, complaint):
+    compose = load_compose()
+    compose["services"][service]["environment"][variable] = value
+    with pytest.raises((TopologyError, ValueError), match=complaint):
+        plan(compose, tmp_path, {})

