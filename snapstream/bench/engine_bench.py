@@ -48,6 +48,7 @@ class DecodePoint:
     full_s: float | None
     snapstream_s: float | None
     transformers_s: float | None
+    snapstream_ref_s: float  # snapstream at the shortest context, stepped in the same rounds
 
 
 def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
@@ -136,7 +137,8 @@ def decode_points(model, hf_model, cfg: EngineBenchConfig) -> list[DecodePoint]:
     snap_layout = cfg.policy.layout(1, 1)
     for batch, context in tqdm(grid, desc="decode step vs context", unit="point"):
         full_layout = CachePolicy(kind="full").layout(context, cfg.warmup + cfg.steps)
-        steppers = {"snapstream": ours_stepper(model, snap_layout, batch, context)}
+        steppers = {"snapstream": ours_stepper(model, snap_layout, batch, context),
+                    "snapstream_ref": ours_stepper(model, snap_layout, batch, cfg.contexts[0])}
         if fits(batch, full_layout.budget, 1.0, cfg):
             steppers["full"] = ours_stepper(model, full_layout, batch, context)
         if hf_model is not None and fits(batch, context, 2.2 + (2.0 * (
@@ -144,7 +146,7 @@ def decode_points(model, hf_model, cfg: EngineBenchConfig) -> list[DecodePoint]:
             steppers["transformers"] = hf_stepper(hf_model, model.config, batch, context)
         medians = interleaved_medians(steppers, cfg.steps, cfg.warmup)
         points.append(DecodePoint(batch, context, medians.get("full"), medians["snapstream"],
-                                  medians.get("transformers")))
+                                  medians.get("transformers"), medians["snapstream_ref"]))
         del steppers
     return points
 

@@ -1,0 +1,104 @@
+"""`bench serve`, blob part: put and get latency and bandwidth of one blob on each KV store
+server, started on a free loopback port as the local cluster starts it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from kvstore import new_blob_key, open_store
+from snapstream.cluster import STORE_SERVERS
+from snapstream.cluster.health import is_accepting
+from snapstream.cluster.process import Child, free_ports
+
+MIB = 2**20
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 15.0
+TTL_S = 600.0
+
+
+@dataclass(frozen=True)
+class BlobBenchConfig:
+    stores: tuple[str, ...] = ("redis", "nats")
+    sizes: tuple[int, ...] = (MIB, 64 * MIB, 1024 * MIB)  # bytes
+    repeats: int = 3
+
+    def __post_init__(self) -> None:
+        unknown = set(self.stores) - set(STORE_SERVERS)
+        if unknown:
+            raise ValueError(f"stores: unknown {sorted(unknown)} (use {', '.join(STORE_SERVERS)})")
+        if min(self.sizes, default=0) < 1 or self.repeats < 1:
+            raise ValueError("sizes must be >= 1 byte and repeats >= 1")
+
+
+@dataclass(frozen=True)
+class BlobPoint:
+    """Median seconds over the repeats."""
+
+    store: str
+    size: int  # bytes
+    put_s: float
+    get_s: float
+
+
+def run_blob_bench(cfg: BlobBenchConfig) -> list[BlobPoint]:
+    points = []
+    with tempfile.TemporaryDirectory(prefix="snapstream-blob-bench-") as tmp:
+        for kind in cfg.stores:
+            with store_server(kind, Path(tmp) / kind) as url:
+                points += asyncio.run(_measure_store(kind, url, cfg))
+    return points
+
+
+@contextlib.contextmanager
+def store_server(kind: str, work_dir: Path) -> Iterator[str]:
+    """A ``kind`` store server (``STORE_SERVERS``) on a free port; yields its URL."""
+    server = STORE_SERVERS[kind]
+    work_dir.mkdir(parents=True)
+    with free_ports(HOST) as take_port:
+        port = take_port()
+    child = Child((server.binary, *server.arguments(HOST, port, work_dir)),
+                  work_dir / "server.log", dict(os.environ))
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not is_accepting(HOST, port):
+            if child.has_exited() or time.monotonic() > deadline:
+                raise RuntimeError(f"{server.binary} did not start; {child.log_path} ends with:"
+                                   f"\n{child.log_tail()}")
+            time.sleep(0.05)
+        yield server.url(HOST, port)
+    finally:
+        child.kill()
+
+
+async def _measure_store(kind: str, url: str, cfg: BlobBenchConfig) -> list[BlobPoint]:
+    points = []
+    async with await open_store(url) as store:
+        for size in cfg.sizes:
+            data = np.random.default_rng(size).bytes(size)
+            puts, gets = [], []
+            for _ in tqdm(range(cfg.repeats), desc=f"{kind} {size / MIB:g} MiB", leave=False):
+                key = new_blob_key()
+                start = time.perf_counter()
+                await store.put(key, data, ttl_s=TTL_S)
+                puts.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                got = await store.get(key)
+                gets.append(time.perf_counter() - start)
+                if len(got) != size:
+                    raise RuntimeError(f"{kind}: got {len(got)} bytes back, put {size}")
+                del got
+                await store.delete(key)
+            points.append(BlobPoint(kind, size, statistics.median(puts),
+                                    statistics.median(gets)))
+    return points

@@ -1,0 +1,91 @@
+"""Serving through the router vs the in-process engine, and KV blob transfer (writes
+docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+PARTS = ("serve", "blob")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", type=Path, default=None,
+                        help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--parts", type=_names, default=PARTS, help="serve,blob")
+    parser.add_argument("--concurrency", type=_ints, default=(1, 8, 32))
+    parser.add_argument("--requests", type=_ints, default=(16, 32, 64),
+                        help="requests sent at each concurrency level")
+    parser.add_argument("--prompt-len", type=int, default=1500, help="prompt bytes")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--slots", type=int, default=32,
+                        help="slots of the decode worker and of the in-process loop")
+    parser.add_argument("--store", default="redis", help="KV store of the cluster")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--slo-ttft-ms", type=float, default=2000.0)
+    parser.add_argument("--slo-itl-p90-ms", type=float, default=250.0)
+    parser.add_argument("--blob-stores", type=_names, default=("redis", "nats"))
+    parser.add_argument("--blob-sizes-mib", type=_ints, default=(1, 64, 1024))
+    parser.add_argument("--blob-repeats", type=int, default=3)
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--json-out", type=Path, default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    unknown = set(args.parts) - set(PARTS)
+    if unknown or not args.parts:
+        raise ValueError(f"--parts: choose from {', '.join(PARTS)}, got {','.join(args.parts)}")
+    from snapstream.bench.report import write_section
+    from snapstream.bench.serve_report import plot, render
+
+    results = {}
+    if "serve" in args.parts:
+        from snapstream.bench.serve_bench import run_serve_bench
+
+        results["serve"] = run_serve_bench(serve_config(args), _model_dir(args.model))
+    if "blob" in args.parts:
+        from snapstream.bench.blob_bench import BlobBenchConfig, run_blob_bench
+
+        points = run_blob_bench(BlobBenchConfig(
+            stores=args.blob_stores, sizes=tuple(s * 2**20 for s in args.blob_sizes_mib),
+            repeats=args.blob_repeats))
+        results["blob"] = [asdict(point) for point in points]
+    image = args.doc.parent / "img" / "serve_latency.png"
+    body = render(results, image.relative_to(args.doc.parent) if "serve" in results else None)
+    print(body)
+    write_section(args.doc, "serve", body)
+    if "serve" in results:
+        plot(results["serve"], image)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def serve_config(args: argparse.Namespace):
+    from snapstream.bench.serve_workload import ServeBenchConfig, Slo
+
+    return ServeBenchConfig(
+        concurrency=args.concurrency, requests=args.requests, prompt_len=args.prompt_len,
+        max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.store,
+        warmup=args.warmup,
+        slo=Slo(ttft_s=args.slo_ttft_ms / 1e3, itl_p90_s=args.slo_itl_p90_ms / 1e3))
+
+
+def _model_dir(model: Path | None) -> Path:
+    from snapstream.config import EMBEDDED_MODEL
+
+    path = model or EMBEDDED_MODEL
+    if not (path / "config.json").is_file():
+        raise ValueError(f"no checkpoint at {path} (config.json missing): train the embedded "
+                         "model (snapstream train) or pass --model DIR")
+    return path

@@ -1,0 +1,74 @@
+"""The serving path without gRPC and without the KV store: the baseline of `bench serve`.
+
+Prefills run one at a time on their own thread (as in the prefill worker), decoding runs in a
+:class:`~decode_svc.loop.DecodeLoop` with the same slots (as in a decode worker), and the first
+token is replayed through the loop as the decode worker does. TTFT is stamped when the first
+token is back on the caller's event loop; later tokens when the loop's sink receives them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from decode_svc.backends import BackendConfig, make_backend
+from decode_svc.loop import DecodeLoop
+from decode_svc.sequence import DecodeEvent, Sequence
+from snapstream.bench.serve_workload import RequestTrace, ServeBenchConfig
+from snapstream.engine import Engine
+from snapstream.kvcache import SequenceCache
+from snapstream.sampling import SamplingParams, sample_batch
+
+
+class InProcessServer:
+    """Greedy generation under ``cfg.policy``, stopping at ``cfg.max_new_tokens`` or an EOS
+    token, like the router's requests. ``close()`` stops both threads."""
+
+    def __init__(self, engine: Engine, model_dir: Path, cfg: ServeBenchConfig) -> None:
+        self.engine, self.policy, self.max_new_tokens = engine, cfg.policy, cfg.max_new_tokens
+        self.sampling = SamplingParams(stop_token_ids=tuple(engine.tokenizer.eos_token_ids))
+        self.prefill_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill")
+        backend = make_backend(BackendConfig(), model_dir)
+        self.loop = DecodeLoop(engine, backend, slots=cfg.slots, max_queue=cfg.max_queue)
+        self.loop.start()
+
+    async def generate(self, ids: list[int]) -> RequestTrace:
+        aio = asyncio.get_running_loop()
+        sent = time.perf_counter()
+        first, cache = await aio.run_in_executor(self.prefill_thread, self._prefill, ids)
+        arrivals, token_ids = [time.perf_counter()], [first]
+        if first in self.sampling.stop_token_ids or self.max_new_tokens == 1:
+            return RequestTrace(sent, tuple(arrivals), tuple(token_ids))
+        events: asyncio.Queue[tuple[float, DecodeEvent]] = asyncio.Queue()
+
+        def sink(event: DecodeEvent) -> None:  # on the loop thread
+            aio.call_soon_threadsafe(events.put_nowait, (time.perf_counter(), event))
+
+        self.loop.submit(self._sequence(first, cache, sink), cache)
+        while True:
+            stamp, event = await events.get()
+            if event.error is not None:
+                raise event.error
+            arrivals.append(stamp)
+            token_ids.append(event.token_id)
+            if event.finish_reason is not None:
+                return RequestTrace(sent, tuple(arrivals), tuple(token_ids))
+
+    def close(self) -> None:
+        self.loop.stop()
+        self.prefill_thread.shutdown(wait=True)
+
+    def _prefill(self, ids: list[int]) -> tuple[int, SequenceCache]:
+        result = self.engine.prefill(ids, self.policy, self.max_new_tokens,
+                                     capacity=self.engine.context_len)
+        return sample_batch(result.logits[None], [self.sampling], [len(ids)])[0], result.cache
+
+    def _sequence(self, first: int, cache: SequenceCache, sink) -> Sequence:
+        return Sequence(request_id=uuid.uuid4().hex, prompt_len=cache.prompt_len,
+                        next_position=cache.next_position, replay=deque([first]),
+                        max_new_tokens=self.max_new_tokens, emitted=1, sampling=self.sampling,
+                        stop_ids=frozenset(self.sampling.stop_token_ids), sink=sink)

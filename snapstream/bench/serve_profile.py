@@ -1,0 +1,87 @@
+"""Where a run's time goes: CPU seconds of every process (from /proc), and mean decode step and
+blob transfer times, read as differences of the Prometheus histograms (``_sum``/``_count``)
+that the services and the in-process decode loop keep anyway."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+BENCH_PROCESS = "bench"  # this process: the client, and the whole in-process system
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One histogram series of one cluster member (``member`` None: this process)."""
+
+    member: str | None
+    metric: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+WATCHED: dict[str, Watched] = {
+    "in_process_step": Watched(None, "snapstream_decode_step_seconds"),
+    "worker_step": Watched("decode-0", "snapstream_decode_step_seconds"),
+    "blob_put": Watched("prefill", "snapstream_blob_transfer_seconds", (("op", "put"),)),
+    "blob_get": Watched("decode-0", "snapstream_blob_transfer_seconds", (("op", "get"),)),
+}
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    totals: dict[str, tuple[float, float]]  # watched name -> (sum of seconds, count)
+    cpu_s: dict[str, float]  # process name -> CPU seconds used so far
+
+
+def take_snapshot(metrics_urls: dict[str, str], pids: dict[str, int]) -> Snapshot:
+    pages = {member: _scrape(url) for member, url in metrics_urls.items()
+             if any(w.member == member for w in WATCHED.values())}
+    totals = {}
+    for name, watched in WATCHED.items():
+        if watched.member is None:
+            totals[name] = tuple(
+                REGISTRY.get_sample_value(f"{watched.metric}_{part}", dict(watched.labels))
+                or 0.0 for part in ("sum", "count"))
+        else:
+            totals[name] = pages[watched.member].get((watched.metric, watched.labels), (0.0, 0.0))
+    cpu = {name: _process_cpu_s(pid) for name, pid in pids.items()}
+    cpu[BENCH_PROCESS] = time.process_time()
+    return Snapshot(totals, cpu)
+
+
+def difference(before: Snapshot, after: Snapshot) -> dict[str, dict[str, float | None]]:
+    """{"mean_s": mean seconds per observation (None: none observed), "cpu_s": CPU seconds
+    each process used} between two snapshots."""
+    means = {}
+    for name in WATCHED:
+        count = after.totals[name][1] - before.totals[name][1]
+        total = after.totals[name][0] - before.totals[name][0]
+        means[name] = total / count if count else None
+    return {"mean_s": means,
+            "cpu_s": {name: after.cpu_s[name] - before.cpu_s[name] for name in after.cpu_s}}
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def _scrape(url: str) -> dict[SeriesKey, tuple[float, float]]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found: dict[SeriesKey, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for index, part in enumerate(("_sum", "_count")):
+                if sample.name.endswith(part):
+                    key = (sample.name.removesuffix(part), tuple(sorted(sample.labels.items())))
+                    found.setdefault(key, [0.0, 0.0])[index] = sample.value
+    return {key: (value[0], value[1]) for key, value in found.items()}

@@ -1,0 +1,135 @@
+"""The serving benchmark's workload and statistics, shared by the router and the in-process runs:
+prompts, a closed-loop driver at a fixed concurrency, and per-level latency figures."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from snapstream.data import TaskConfig, generate
+from snapstream.policy import CachePolicy
+from snapstream.tokenizer import Tokenizer
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A request is good when its time to first token and the p90 of its own inter-token gaps
+    are both within these limits."""
+
+    ttft_s: float = 2.0
+    itl_p90_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not self.ttft_s > 0 or not self.itl_p90_s > 0:
+            raise ValueError(f"slo: ttft_s and itl_p90_s must be > 0, got {self.ttft_s} and "
+                             f"{self.itl_p90_s}")
+
+
+@dataclass(frozen=True)
+class ServeBenchConfig:
+    """``requests[i]`` requests are sent at ``concurrency[i]`` (closed loop: each of the
+    ``concurrency`` clients sends its next request when its previous one has finished)."""
+
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    requests: tuple[int, ...] = (16, 32, 64)
+    prompt_len: int = 1500  # bytes of the passkey prompt (one token per byte for the byte model)
+    max_new_tokens: int = 64
+    policy: CachePolicy = field(default_factory=CachePolicy)
+    slots: int = 32  # of the one decode worker, and of the in-process decode loop
+    store: str = "redis"
+    warmup: int = 2  # requests per system before measuring, not recorded
+    slo: Slo = field(default_factory=Slo)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.concurrency) != len(self.requests):
+            raise ValueError(f"requests must give one count per concurrency level "
+                             f"{self.concurrency}, got {self.requests}")
+        if min(self.concurrency, default=0) < 1 or min(self.requests, default=0) < 1:
+            raise ValueError("concurrency and requests must be >= 1")
+        for name in ("max_new_tokens", "slots"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+
+    @property
+    def max_queue(self) -> int:
+        """Queue bound of every worker: no request is ever turned away."""
+        return max(64, 2 * max(self.concurrency))
+
+
+@dataclass(frozen=True)
+class RequestTrace:
+    """One request as its caller saw it: when it was sent, and when each token arrived."""
+
+    sent: float
+    arrivals: tuple[float, ...]
+    token_ids: tuple[int, ...]
+
+    @property
+    def ttft_s(self) -> float:
+        return self.arrivals[0] - self.sent
+
+    @property
+    def gaps_s(self) -> np.ndarray:
+        return np.diff(np.asarray(self.arrivals))
+
+    def meets(self, slo: Slo) -> bool:
+        gaps = self.gaps_s
+        return self.ttft_s <= slo.ttft_s and (
+            gaps.size == 0 or float(np.percentile(gaps, 90)) <= slo.itl_p90_s)
+
+
+Generate = Callable[[list[int]], Awaitable[RequestTrace]]
+
+
+def make_prompts(cfg: ServeBenchConfig, tokenizer: Tokenizer, count: int) -> list[list[int]]:
+    """Passkey retrieval prompts of ``cfg.prompt_len`` bytes, needles at varied depths."""
+    return [tokenizer.encode(generate("passkey", random.Random(cfg.seed * 100_003 + i),
+                                      TaskConfig(context_len=cfg.prompt_len,
+                                                 depth=(i % 11) / 10)).prompt)
+            for i in range(count)]
+
+
+async def run_level(generate_fn: Generate, prompts: list[list[int]], concurrency: int,
+                    desc: str) -> tuple[list[RequestTrace], float]:
+    """Sends every prompt with ``concurrency`` requests in flight; -> traces in prompt order
+    and the wall time from the first send to the last token."""
+    traces: list[RequestTrace | None] = [None] * len(prompts)
+    pending = iter(enumerate(prompts))
+    with tqdm(total=len(prompts), desc=desc, unit="req", leave=False) as progress:
+
+        async def client() -> None:
+            for index, ids in pending:  # the iterator is shared: each prompt is sent once
+                traces[index] = await generate_fn(ids)
+                progress.update()
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        wall_s = time.perf_counter() - start
+    return traces, wall_s
+
+
+def summarize(traces: list[RequestTrace], wall_s: float, slo: Slo) -> dict[str, float]:
+    """Percentiles of TTFT (over requests) and ITL (over every gap of every stream), token
+    throughput and goodput (requests meeting the SLO per second)."""
+    ttft = np.array([t.ttft_s for t in traces])
+    gaps = np.concatenate([t.gaps_s for t in traces])
+    tokens = sum(len(t.token_ids) for t in traces)
+    good = sum(t.meets(slo) for t in traces)
+    stats = {"requests": len(traces), "tokens": tokens, "wall_s": wall_s,
+             "throughput_tok_s": tokens / wall_s, "goodput_req_s": good / wall_s,
+             "slo_met": good / len(traces)}
+    for p in PERCENTILES:
+        stats[f"ttft_p{p}_s"] = float(np.percentile(ttft, p))
+        stats[f"itl_p{p}_s"] = float(np.percentile(gaps, p)) if gaps.size else float("nan")
+    return stats
