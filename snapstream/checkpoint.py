@@ -23,7 +23,8 @@ def hf_config_dict(model: Transformer) -> dict:
         "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope.theta,
         "rope_parameters": rope, "tie_word_embeddings": config.tie_word_embeddings,
         "attention_bias": config.qkv_bias, "mlp_bias": config.mlp_bias,
-        "bos_token_id": config.bos_token_id, "eos_token_id": list(config.eos_token_ids),
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": list(config.eos_token_ids) if config.eos_token_ids else None,
         "torch_dtype": "float32",
     }
 
