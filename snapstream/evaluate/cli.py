@@ -79,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     engine = SharedPrefillEngine.from_pretrained(args.model, dtype=args.dtype,
                                                  device=args.device)
+    overhead = len(engine.tokenizer.encode(""))  # e.g. BOS
+    if max(cfg.context_lens) + overhead > engine.context_len:
+        raise ValueError(f"context_lens: {max(cfg.context_lens)} + {overhead} special token(s) "
+                         f"exceeds the model's context of {engine.context_len}; use at most "
+                         f"{engine.context_len - overhead}")
     rows = evaluate(engine, cfg, cfg.samples(), progress=not args.no_progress)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
