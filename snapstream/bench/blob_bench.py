@@ -17,6 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from kvstore import new_blob_key, open_store
+from snapstream.bench.serve_profile import machine_cpu_s, process_cpu_s
 from snapstream.cluster import STORE_SERVERS
 from snapstream.cluster.health import is_accepting
 from snapstream.cluster.process import Child, free_ports
@@ -49,20 +50,21 @@ class BlobPoint:
     size: int  # bytes
     put_s: float
     get_s: float
+    other_cores: float  # cores kept busy meanwhile by processes other than client and server
 
 
 def run_blob_bench(cfg: BlobBenchConfig) -> list[BlobPoint]:
     points = []
     with tempfile.TemporaryDirectory(prefix="snapstream-blob-bench-") as tmp:
         for kind in cfg.stores:
-            with store_server(kind, Path(tmp) / kind) as url:
-                points += asyncio.run(_measure_store(kind, url, cfg))
+            with store_server(kind, Path(tmp) / kind) as (url, pid):
+                points += asyncio.run(_measure_store(kind, url, pid, cfg))
     return points
 
 
 @contextlib.contextmanager
-def store_server(kind: str, work_dir: Path) -> Iterator[str]:
-    """A ``kind`` store server (``STORE_SERVERS``) on a free port; yields its URL."""
+def store_server(kind: str, work_dir: Path) -> Iterator[tuple[str, int]]:
+    """A ``kind`` store server (``STORE_SERVERS``) on a free port; yields its URL and pid."""
     server = STORE_SERVERS[kind]
     work_dir.mkdir(parents=True)
     with free_ports(HOST) as take_port:
@@ -76,17 +78,22 @@ def store_server(kind: str, work_dir: Path) -> Iterator[str]:
                 raise RuntimeError(f"{server.binary} did not start; {child.log_path} ends with:"
                                    f"\n{child.log_tail()}")
             time.sleep(0.05)
-        yield server.url(HOST, port)
+        yield server.url(HOST, port), child.pid
     finally:
         child.kill()
 
 
-async def _measure_store(kind: str, url: str, cfg: BlobBenchConfig) -> list[BlobPoint]:
+async def _measure_store(kind: str, url: str, server_pid: int,
+                         cfg: BlobBenchConfig) -> list[BlobPoint]:
+    def others_cpu_s() -> float:
+        return machine_cpu_s() - process_cpu_s(server_pid) - time.process_time()
+
     points = []
     async with await open_store(url) as store:
         for size in cfg.sizes:
             data = np.random.default_rng(size).bytes(size)
             puts, gets = [], []
+            others_start, start_all = others_cpu_s(), time.perf_counter()
             for _ in tqdm(range(cfg.repeats), desc=f"{kind} {size / MIB:g} MiB", leave=False):
                 key = new_blob_key()
                 start = time.perf_counter()
@@ -99,6 +106,7 @@ async def _measure_store(kind: str, url: str, cfg: BlobBenchConfig) -> list[Blob
                     raise RuntimeError(f"{kind}: got {len(got)} bytes back, put {size}")
                 del got
                 await store.delete(key)
+            other_cores = (others_cpu_s() - others_start) / (time.perf_counter() - start_all)
             points.append(BlobPoint(kind, size, statistics.median(puts),
-                                    statistics.median(gets)))
+                                    statistics.median(gets), other_cores))
     return points

@@ -11,10 +11,11 @@ import torch
 
 from kvstore.codec import BlobSpec
 from snapstream.bench.serve_inprocess import InProcessServer
-from snapstream.bench.serve_profile import difference, take_snapshot
+from snapstream.bench.serve_profile import Usage, usage_now
 from snapstream.bench.serve_router import RouterClient, serving_cluster
 from snapstream.bench.serve_workload import (
     Generate,
+    RequestTrace,
     ServeBenchConfig,
     make_prompts,
     run_level,
@@ -30,8 +31,7 @@ CALL_TIMEOUT_S = 600.0
 
 def run_serve_bench(cfg: ServeBenchConfig, model_dir: Path) -> dict:
     """-> {"config", "model", "levels": [{"concurrency", "in-process", "router",
-    "identical_outputs"}]}, each system's figures with the "profile" of its run; at each level
-    the in-process run goes first, then the router's."""
+    "identical_outputs"}]}, each system's figures with the "profile" of its runs."""
     engine = Engine.from_pretrained(model_dir)
     prompts = make_prompts(cfg, engine.tokenizer, cfg.warmup + max(cfg.requests))
     server = InProcessServer(engine, model_dir, cfg)
@@ -54,22 +54,33 @@ async def _measure(cfg: ServeBenchConfig, server: InProcessServer, cluster: Loca
         if warm:
             for name, generate in systems.items():
                 await run_level(generate, warm, len(warm), f"warm-up {name}")
-        levels = []
-        for concurrency, count in zip(cfg.concurrency, cfg.requests, strict=True):
-            level: dict = {"concurrency": concurrency}
-            outputs = {}
-            for name, generate in systems.items():
-                before = await asyncio.to_thread(take_snapshot, cluster.metrics, cluster.pids)
-                traces, wall_s = await run_level(generate, measured[:count], concurrency,
-                                                 f"{name} c={concurrency}")
-                after = await asyncio.to_thread(take_snapshot, cluster.metrics, cluster.pids)
-                level[name] = {**summarize(traces, wall_s, cfg.slo),
-                               "profile": difference(before, after)}
-                outputs[name] = [trace.token_ids for trace in traces]
-            level["identical_outputs"] = sum(
-                a == b for a, b in zip(*outputs.values(), strict=True))
-            levels.append(level)
-    return levels
+        return [await _level(cfg, systems, cluster, measured[:count], concurrency)
+                for concurrency, count in zip(cfg.concurrency, cfg.requests, strict=True)]
+
+
+async def _level(cfg: ServeBenchConfig, systems: dict[str, Generate], cluster: LocalCluster,
+                 prompts: list[list[int]], concurrency: int) -> dict:
+    """Every system sends ``prompts`` once per round; the order alternates between rounds
+    (A B, B A, ...) so that slow drifts in the machine's load fall on both alike."""
+    traces: dict[str, list[RequestTrace]] = {name: [] for name in systems}
+    wall_s = dict.fromkeys(systems, 0.0)
+    usage: dict[str, Usage] = {}
+    for round_index in range(cfg.rounds):
+        for name in list(systems)[:: 1 if round_index % 2 == 0 else -1]:
+            before = await asyncio.to_thread(usage_now, cluster.metrics, cluster.pids)
+            run, run_s = await run_level(systems[name], prompts, concurrency,
+                                         f"{name} c={concurrency} round {round_index + 1}")
+            used = await asyncio.to_thread(usage_now, cluster.metrics, cluster.pids) - before
+            traces[name] += run
+            wall_s[name] += run_s
+            usage[name] = usage[name] + used if name in usage else used
+    level: dict = {"concurrency": concurrency}
+    for name in systems:
+        level[name] = {**summarize(traces[name], wall_s[name], cfg.slo),
+                       "profile": usage[name].summary()}
+    level["identical_outputs"] = sum(
+        a.token_ids == b.token_ids for a, b in zip(*traces.values(), strict=True))
+    return level
 
 
 def _describe(engine: Engine, model_dir: Path, cfg: ServeBenchConfig,

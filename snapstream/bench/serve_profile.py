@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 BENCH_PROCESS = "bench"  # this process: the client, and the whole in-process system
+OTHER_PROCESSES = "other"  # every process on the machine that is neither this one nor a member
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,34 @@ SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class Usage:
+    """Histogram totals and CPU seconds: cumulative when read (``usage_now``); subtract two
+    readings for one run, add runs together."""
+
     totals: dict[str, tuple[float, float]]  # watched name -> (sum of seconds, count)
-    cpu_s: dict[str, float]  # process name -> CPU seconds used so far
+    cpu_s: dict[str, float]  # process name -> CPU seconds
+
+    def __sub__(self, other: Usage) -> Usage:
+        return self._combine(other, -1.0)
+
+    def __add__(self, other: Usage) -> Usage:
+        return self._combine(other, 1.0)
+
+    def summary(self) -> dict[str, dict[str, float | None]]:
+        """{"mean_s": mean seconds per observation (None: none observed), "cpu_s": ...}."""
+        means = {name: total / count if count else None
+                 for name, (total, count) in self.totals.items()}
+        return {"mean_s": means, "cpu_s": dict(self.cpu_s)}
+
+    def _combine(self, other: Usage, sign: float) -> Usage:
+        totals = {name: (total + sign * other.totals[name][0],
+                         count + sign * other.totals[name][1])
+                  for name, (total, count) in self.totals.items()}
+        return Usage(totals, {name: cpu + sign * other.cpu_s[name]
+                              for name, cpu in self.cpu_s.items()})
 
 
-def take_snapshot(metrics_urls: dict[str, str], pids: dict[str, int]) -> Snapshot:
+def usage_now(metrics_urls: dict[str, str], pids: dict[str, int]) -> Usage:
     pages = {member: _scrape(url) for member, url in metrics_urls.items()
              if any(w.member == member for w in WATCHED.values())}
     totals = {}
@@ -50,28 +73,25 @@ def take_snapshot(metrics_urls: dict[str, str], pids: dict[str, int]) -> Snapsho
                 or 0.0 for part in ("sum", "count"))
         else:
             totals[name] = pages[watched.member].get((watched.metric, watched.labels), (0.0, 0.0))
-    cpu = {name: _process_cpu_s(pid) for name, pid in pids.items()}
+    cpu = {name: process_cpu_s(pid) for name, pid in pids.items()}
     cpu[BENCH_PROCESS] = time.process_time()
-    return Snapshot(totals, cpu)
+    cpu[OTHER_PROCESSES] = machine_cpu_s() - sum(cpu.values())
+    return Usage(totals, cpu)
 
 
-def difference(before: Snapshot, after: Snapshot) -> dict[str, dict[str, float | None]]:
-    """{"mean_s": mean seconds per observation (None: none observed), "cpu_s": CPU seconds
-    each process used} between two snapshots."""
-    means = {}
-    for name in WATCHED:
-        count = after.totals[name][1] - before.totals[name][1]
-        total = after.totals[name][0] - before.totals[name][0]
-        means[name] = total / count if count else None
-    return {"mean_s": means,
-            "cpu_s": {name: after.cpu_s[name] - before.cpu_s[name] for name in after.cpu_s}}
-
-
-def _process_cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (all cores, every state but idle/iowait)."""
+    with open("/proc/stat") as stat:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+            int, stat.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _scrape(url: str) -> dict[SeriesKey, tuple[float, float]]:

@@ -36,7 +36,8 @@ class Slo:
 @dataclass(frozen=True)
 class ServeBenchConfig:
     """``requests[i]`` requests are sent at ``concurrency[i]`` (closed loop: each of the
-    ``concurrency`` clients sends its next request when its previous one has finished)."""
+    ``concurrency`` clients sends its next request when its previous one has finished), by each
+    system in each of ``rounds`` rounds."""
 
     concurrency: tuple[int, ...] = (1, 8, 32)
     requests: tuple[int, ...] = (16, 32, 64)
@@ -45,6 +46,7 @@ class ServeBenchConfig:
     policy: CachePolicy = field(default_factory=CachePolicy)
     slots: int = 32  # of the one decode worker, and of the in-process decode loop
     store: str = "redis"
+    rounds: int = 2
     warmup: int = 2  # requests per system before measuring, not recorded
     slo: Slo = field(default_factory=Slo)
     seed: int = 0
@@ -55,7 +57,7 @@ class ServeBenchConfig:
                              f"{self.concurrency}, got {self.requests}")
         if min(self.concurrency, default=0) < 1 or min(self.requests, default=0) < 1:
             raise ValueError("concurrency and requests must be >= 1")
-        for name in ("max_new_tokens", "slots"):
+        for name in ("max_new_tokens", "slots", "rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
