@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -15,18 +14,13 @@ from snapstream.snapkv import snapkv_scores
 def slot_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor
 ) -> torch.Tensor:
-    """One query per row over every slot of its cache.
+    """One query per row over every slot of its cache, as one fused kernel.
 
-    q (B, Hq, 1, D); k, v (B, Hkv, S, D); valid (B, Hkv, S) bool -> (B, Hq, 1, D).
-    Softmax in float32; GQA by grouping queries, never by repeating keys.
+    q (B, Hq, 1, D); k, v (B, Hkv, S, D); valid (B, 1, 1, S) bool -> (B, Hq, 1, D).
+    Which slots hold a token is the same for every layer and KV head (the layout fills them
+    alike), so one mask per step serves all of them; GQA without repeating keys.
     """
-    batch, num_q_heads, _, head_dim = q.shape
-    num_kv_heads = k.shape[1]
-    qg = q.view(batch, num_kv_heads, num_q_heads // num_kv_heads, head_dim)  # (B, Hkv, G, D)
-    scores = (qg @ k.transpose(-1, -2)).float() / math.sqrt(head_dim)  # (B, Hkv, G, S)
-    scores = scores.masked_fill(~valid[:, :, None, :], float("-inf"))
-    probs = scores.softmax(dim=-1).to(v.dtype)
-    return (probs @ v).view(batch, num_q_heads, 1, head_dim)  # (B, Hq, 1, D)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=valid, enable_gqa=True)
 
 
 @dataclass
