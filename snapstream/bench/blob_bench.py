@@ -26,6 +26,7 @@ MIB = 2**20
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 15.0
 TTL_S = 600.0
+MIN_LOAD_WINDOW_S = 1.0  # CPU times tick at 10 ms: shorter windows say nothing about load
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class BlobPoint:
     size: int  # bytes
     put_s: float
     get_s: float
-    other_cores: float  # cores kept busy meanwhile by processes other than client and server
+    other_cores: float | None  # cores other processes kept busy meanwhile (None: too short)
 
 
 def run_blob_bench(cfg: BlobBenchConfig) -> list[BlobPoint]:
@@ -106,7 +107,9 @@ async def _measure_store(kind: str, url: str, server_pid: int,
                     raise RuntimeError(f"{kind}: got {len(got)} bytes back, put {size}")
                 del got
                 await store.delete(key)
-            other_cores = (others_cpu_s() - others_start) / (time.perf_counter() - start_all)
+            elapsed_s = time.perf_counter() - start_all
+            other_cores = ((others_cpu_s() - others_start) / elapsed_s
+                           if elapsed_s >= MIN_LOAD_WINDOW_S else None)
             points.append(BlobPoint(kind, size, statistics.median(puts),
                                     statistics.median(gets), other_cores))
     return points

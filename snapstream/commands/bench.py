@@ -7,6 +7,7 @@ import importlib
 
 BENCHMARKS: dict[str, str] = {
     "engine": "snapstream.bench.engine_cli",
+    "serve": "snapstream.bench.serve_cli",
 }
 
 

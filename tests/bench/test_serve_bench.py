@@ -1,0 +1,47 @@
+"""`snapstream bench serve` at toy scale: a real cluster, the in-process engine, a Redis blob."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from snapstream.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_serve_measures_both_systems_and_writes_its_section(byte_model_dir, tmp_path):
+    doc, out = tmp_path / "docs" / "benchmarks.md", tmp_path / "serve.json"
+    doc.parent.mkdir()
+    doc.write_text("# Benchmarks\n\n<!-- bench:engine -->\nkept\n<!-- /bench:engine -->\n")
+    code = main(["bench", "serve", "--model", str(byte_model_dir), "--concurrency", "1,2",
+                 "--requests", "2,2", "--prompt-len", "300", "--max-new-tokens", "8",
+                 "--slots", "2", "--rounds", "2", "--warmup", "1", "--blob-stores", "redis",
+                 "--blob-sizes-mib", "1", "--blob-repeats", "1", "--doc", str(doc),
+                 "--json-out", str(out)])
+
+    assert code == 0
+    results = json.loads(out.read_text())
+    levels = results["serve"]["levels"]
+    assert [level["concurrency"] for level in levels] == [1, 2]
+    for level in levels:
+        for system in ("in-process", "router"):
+            stats = level[system]
+            assert stats["requests"] == 4  # 2 prompts in each of 2 rounds
+            assert 4 <= stats["tokens"] <= 32
+            assert 0 < stats["ttft_p50_s"] <= stats["ttft_p90_s"] <= stats["ttft_p99_s"]
+            assert stats["throughput_tok_s"] > 0
+        assert level["identical_outputs"] == 4  # greedy: both systems generate the same tokens
+        profile = level["router"]["profile"]
+        assert profile["mean_s"]["blob_put"] > 0 and profile["mean_s"]["blob_get"] > 0
+        assert set(profile["cpu_s"]) == {"store", "prefill", "decode-0", "router", "bench", "other"}
+    [blob] = results["blob"]
+    assert (blob["store"], blob["size"]) == ("redis", 2**20)
+    assert blob["put_s"] > 0 and blob["get_s"] > 0 and math.isfinite(blob["get_s"])
+    text = doc.read_text()
+    assert "<!-- bench:engine -->\nkept" in text
+    assert "<!-- bench:serve -->" in text and "<!-- /bench:serve -->" in text
+    assert "| redis | 1 MiB |" in text and "throughput router / in-process" in text
+    assert (doc.parent / "img" / "serve_latency.png").stat().st_size > 0
