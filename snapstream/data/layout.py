@@ -45,10 +45,11 @@ RENDERERS: dict[Placement, Callable[[str, str], tuple[str, int]]] = {
 
 def build_sample(
     *, task: str, rng: random.Random, cfg: TaskConfig, inserts: Sequence[Insert],
-    question: str, answer: str,
+    question: str, answer: str, followups: Sequence[tuple[str, str]] = (),
 ) -> Sample:
     """Lay out ``inserts`` in filler drawn from ``rng`` and wrap them with ``question``.
-    The first target insert whose text contains ``answer`` holds it (once)."""
+    The first target insert whose text contains ``answer`` holds it (once). ``followups`` ask
+    about the other inserts; they follow the answer in training, never in the prompt."""
     render = RENDERERS[cfg.placement]
     fixed_len = len(render(question, "")[0]) + sum(len(insert.text) + 1 for insert in inserts)
     filler_len = cfg.context_len - fixed_len
@@ -69,6 +70,7 @@ def build_sample(
         task=task, prompt=prompt, answer=answer, question=question,
         context_len=cfg.context_len, depth=cfg.depth, placement=cfg.placement, split=cfg.split,
         needles=needles, answer_offset=target.offset + target.text.index(answer),
+        followups=tuple(followups),
     )
 
 

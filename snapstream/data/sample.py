@@ -94,7 +94,8 @@ class Needle:
 @dataclass(frozen=True)
 class Sample:
     """One prompt with its answer. ``prompt[answer_offset:answer_offset + len(answer)] ==
-    answer``; ``needles`` are in prompt order; ``question`` appears verbatim in the prompt."""
+    answer``; ``needles`` are in prompt order; ``question`` appears verbatim in the prompt.
+    ``followups``: (question, answer) pairs about the other facts of the context (training)."""
 
     task: str
     prompt: str
@@ -106,11 +107,21 @@ class Sample:
     split: Split
     needles: tuple[Needle, ...]
     answer_offset: int
+    followups: tuple[tuple[str, str], ...] = ()
 
     @property
     def target(self) -> str:
         """What the model is trained to generate after the prompt."""
         return self.answer + TERMINATOR
+
+    def training_segments(self) -> tuple[tuple[str, bool], ...]:
+        """The training text as ``(text, is_answer)`` pieces: the prompt, the answer, then each
+        follow-up question about another fact of the same context, cued and answered like the
+        first. Follow-ups multiply the answers a training sequence carries at almost no cost."""
+        segments = [(self.prompt, False), (self.target, True)]
+        for question, answer in self.followups:
+            segments += [(f"{question}{ANSWER_CUE}", False), (answer + TERMINATOR, True)]
+        return tuple(segments)
 
 
 def exact_match(generated: str, answer: str) -> bool:

@@ -9,7 +9,8 @@
   The chain's first statement sits at ``depth`` and its copies at random depths after it.
 
 The needle holding the answer is placed at ``cfg.depth``. Target needles are those the answer
-needs: the one holding it, and for vartrack every statement of the asked chain.
+needs: the one holding it, and for vartrack every statement of the asked chain. Follow-ups ask
+the same question about every distractor (passkey has none).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def multikey(rng: random.Random, cfg: TaskConfig) -> Sample:
     return build_sample(
         task="multikey", rng=rng, cfg=cfg, inserts=inserts,
         question=question.format(key=key), answer=numbers[0],
+        followups=[(question.format(key=other), number)
+                   for other, number in zip(distractor_keys, numbers[1:], strict=True)],
     )
 
 
@@ -65,6 +68,8 @@ def kv(rng: random.Random, cfg: TaskConfig) -> Sample:
     return build_sample(
         task="kv", rng=rng, cfg=cfg, inserts=[Insert(block, cfg.depth, is_target=True)],
         question=question.format(key=keys[asked]), answer=table[asked],
+        followups=[(question.format(key=key), value)
+                   for i, (key, value) in enumerate(zip(keys, table, strict=True)) if i != asked],
     )
 
 
@@ -83,6 +88,8 @@ def vartrack(rng: random.Random, cfg: TaskConfig) -> Sample:
     return build_sample(
         task="vartrack", rng=rng, cfg=cfg, inserts=inserts,
         question=question.format(name=names[chain_len - 1]), answer=numbers[0],
+        followups=[(question.format(name=names[(c + 1) * chain_len - 1]), number)
+                   for c, number in enumerate(numbers[1:], start=1)],
     )
 
 

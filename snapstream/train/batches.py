@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from snapstream.data import TrainingMixture
+from snapstream.data import Sample, TrainingMixture
 from snapstream.train.config import PAD_ID, TOKENIZER, TrainConfig
 
 
@@ -18,9 +18,20 @@ class Batch:
     is_answer: torch.Tensor  # (B, T) bool: target is an answer byte (or its terminator)
 
 
-def encode_sample(prompt: str, target: str) -> tuple[list[int], list[int]]:
-    prompt_ids = TOKENIZER.encode(prompt)
-    return prompt_ids, list(target.encode())
+def encode_sample(sample: Sample, max_tokens: int) -> tuple[list[int], list[bool]]:
+    """The sample's training tokens (BOS first) and, per token, whether it is an answer byte;
+    follow-ups that would take the row past ``max_tokens`` are left out."""
+    ids = TOKENIZER.encode("")  # [BOS]
+    is_answer = [False] * len(ids)
+    segments = sample.training_segments()
+    for i in range(0, len(segments), 2):  # (cue or prompt, answer) pairs
+        encoded = [list(text.encode()) for text, _ in segments[i:i + 2]]
+        if i and len(ids) + sum(map(len, encoded)) > max_tokens:
+            break
+        for tokens, (_, answer) in zip(encoded, segments[i:i + 2], strict=True):
+            ids += tokens
+            is_answer += [answer] * len(tokens)
+    return ids, is_answer
 
 
 def make_batch(config: TrainConfig, step: int) -> Batch:
@@ -30,15 +41,14 @@ def make_batch(config: TrainConfig, step: int) -> Batch:
     mixture = TrainingMixture(seed=config.seed * 1_000_003 + step, weights=config.task_weights,
                               context_len_range=(length - 16, length),
                               max_distractors=phase.max_distractors, max_hops=phase.max_hops)
-    pairs = [encode_sample(s.prompt, s.target) for s in
-             (mixture[i] for i in range(phase.batch_size))]
-    width = max(len(p) + len(a) for p, a in pairs) - 1
-    input_ids = torch.full((len(pairs), width), PAD_ID)
-    targets = torch.full((len(pairs), width), PAD_ID)
-    is_answer = torch.zeros((len(pairs), width), dtype=torch.bool)
-    for row, (prompt_ids, answer_ids) in enumerate(pairs):
-        seq = prompt_ids + answer_ids
-        input_ids[row, : len(seq) - 1] = torch.tensor(seq[:-1])
-        targets[row, : len(seq) - 1] = torch.tensor(seq[1:])
-        is_answer[row, len(prompt_ids) - 1 : len(seq) - 1] = True
+    rows = [encode_sample(mixture[i], config.context_len + 1) for i in range(phase.batch_size)]
+    width = max(len(ids) for ids, _ in rows) - 1
+    input_ids = torch.full((len(rows), width), PAD_ID)
+    targets = torch.full((len(rows), width), PAD_ID)
+    is_answer = torch.zeros((len(rows), width), dtype=torch.bool)
+    for row, (ids, answer) in enumerate(rows):
+        n = len(ids) - 1
+        input_ids[row, :n] = torch.tensor(ids[:-1])
+        targets[row, :n] = torch.tensor(ids[1:])
+        is_answer[row, :n] = torch.tensor(answer[1:])
     return Batch(input_ids, targets, is_answer)

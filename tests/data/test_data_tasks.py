@@ -155,3 +155,32 @@ def test_needles_too_big_for_the_context_name_context_len():
 def test_unknown_task_is_named():
     with pytest.raises(ValueError, match="task"):
         generate("haystack", random.Random(0), TaskConfig(context_len=512))
+
+
+@pytest.mark.parametrize("task", ["multikey", "kv", "vartrack"])
+def test_followups_ask_about_every_distractor_and_the_context_answers_them(task):
+    for seed in range(10):
+        sample = make(task, seed, num_distractors=seed % 4)
+        assert len(sample.followups) == seed % 4
+        answers = [answer for _, answer in sample.followups]
+        assert sample.answer not in answers and len(set(answers)) == len(answers)
+        for question, answer in sample.followups:
+            assert question != sample.question
+            assert sample.prompt.count(answer) == 1
+            assert question not in sample.prompt
+
+
+def test_passkey_has_no_followups():
+    assert make("passkey").followups == ()
+
+
+def test_training_segments_alternate_cues_and_answers():
+    sample = make("kv", 5, num_distractors=2)
+    segments = sample.training_segments()
+    assert segments[0] == (sample.prompt, False)
+    assert segments[1] == (sample.answer + "\n", True)
+    for (cue, cue_is_answer), (answer, is_answer), (question, expected) in zip(
+        segments[2::2], segments[3::2], sample.followups, strict=True
+    ):
+        assert cue == question + ANSWER_CUE and not cue_is_answer
+        assert answer == expected + "\n" and is_answer

@@ -43,3 +43,18 @@ def test_same_seed_same_weights_and_resume_is_exact(tmp_path):
     log = [json.loads(line) for line in (tmp_path / "a" / "train_log.jsonl").read_text().split(
         "\n") if line]
     assert [entry["step"] for entry in log] == [1, 2, 3, 4]
+
+
+def test_answer_mask_covers_exactly_the_answers_and_followups_fit_the_row():
+    from snapstream.data import TrainingMixture
+    from snapstream.train.batches import encode_sample
+
+    sample = next(s for s in TrainingMixture(seed=1).stream() if len(s.followups) >= 2)
+    ids, is_answer = encode_sample(sample, max_tokens=10_000)
+    answers = bytes(t for t, a in zip(ids, is_answer, strict=True) if a).decode()
+    assert answers == "".join(a + "\n" for a in (sample.answer, *(a for _, a in sample.followups)))
+    no_room = len(encode_sample(sample, max_tokens=10_000)[0]) - 1
+    short, short_answer = encode_sample(sample, max_tokens=no_room)
+    assert len(short) <= no_room and short_answer.count(True) < is_answer.count(True)
+    assert bytes(short[1:]).decode().startswith(sample.prompt + sample.answer + "\n")
+
