@@ -5,7 +5,8 @@ Every back end keeps these invariants:
 - ``put`` writes the payload chunks first and the manifest last, so ``get`` returns the whole
   blob or raises ``BlobNotFound``, never part of one;
 - a blob stops being readable once ``ttl_s`` has passed since its ``put`` began;
-- ``get`` returns exactly the bytes that were put (sizes and the manifest's CRC-32 are checked);
+- ``get`` returns exactly the bytes that were put (sizes and the manifest's CRC-32 are checked),
+  in a fresh ``bytearray`` the caller owns;
 - ``get`` does not consume: the caller deletes a blob once done with it (decode keeps it until
   the sequence ends, so that a failover can read it again); ``delete`` is idempotent.
 
@@ -24,7 +25,7 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
@@ -115,6 +116,7 @@ class BlobStore(ABC):
     """Async blob store. Open one with ``kvstore.open_store(url)``; close it when done."""
 
     scheme: ClassVar[str]
+    chunks_per_read: ClassVar[int]  # chunks fetched per round trip (bounds reader memory)
     unavailable_errors: ClassVar[tuple[type[BaseException], ...]]
 
     def __init__(self, url: str, chunk_size: int) -> None:
@@ -129,34 +131,63 @@ class BlobStore(ABC):
     async def put(self, key: str, data: bytes | bytearray | memoryview, ttl_s: float) -> None:
         """Store data under key for ttl_s seconds, replacing any blob there.
 
-        data is not copied before it is sent: do not modify it until put returns.
+        data is not copied before it is sent: do not modify it until put returns. Its checksum
+        is computed in a thread while the chunks are on their way (zlib releases the GIL).
         """
         check_key(key)
         if not ttl_s > 0:
             raise ValueError(f"ttl_s must be > 0 seconds, got {ttl_s}")
         view = memoryview(data).cast("B")
         expires_at = time.time() + ttl_s
-        crc = await asyncio.to_thread(zlib.crc32, view)
-        manifest = Manifest(size=len(view), chunk_size=self.chunk_size, crc32=crc,
+        checksum = asyncio.ensure_future(asyncio.to_thread(zlib.crc32, view))
+        manifest = Manifest(size=len(view), chunk_size=self.chunk_size, crc32=0,
                             put_id=secrets.token_hex(8), expires_at=expires_at)
         chunks = [view[start:start + self.chunk_size]
                   for start in range(0, len(view), self.chunk_size)]
-        with self._translate_errors():
-            await self._write_chunks(key, manifest, chunks)
-            await self._write_manifest(key, manifest)
+        try:
+            with self._translate_errors():
+                await self._write_chunks(key, manifest, chunks)
+                await self._write_manifest(key, replace(manifest, crc32=await checksum))
+        finally:
+            await asyncio.wait([checksum])  # never leave the thread reading data after return
 
-    async def get(self, key: str) -> bytes:
-        """The blob under key, bit-exact; BlobNotFound if absent, expired or deleted."""
+    async def get(self, key: str) -> bytearray:
+        """The blob under key, bit-exact; BlobNotFound if absent, expired or deleted.
+
+        Chunks are read ``chunks_per_read`` per round trip, double-buffered: while one group is
+        copied into the result and checksummed in a thread, the next group is being fetched.
+        """
         check_key(key)
         with self._translate_errors():
             manifest = await self._read_manifest(key)
-            chunks = await self._read_chunks(key, manifest)
-        sizes = [len(chunk) for chunk in chunks]
-        if sizes != manifest.chunk_sizes():
-            raise StoreCorrupted(f"blob {key!r}: chunk sizes {sizes} do not match its manifest "
-                                f"({manifest.size} bytes in chunks of {manifest.chunk_size})")
-        data = chunks[0] if len(chunks) == 1 else await asyncio.to_thread(b"".join, chunks)
-        if await asyncio.to_thread(zlib.crc32, data) != manifest.crc32:
+            return await self._assemble(key, manifest)
+
+    async def _assemble(self, key: str, manifest: Manifest) -> bytearray:
+        data = bytearray(manifest.size)
+        sizes = manifest.chunk_sizes()
+        groups = [range(start, min(start + self.chunks_per_read, len(sizes)))
+                  for start in range(0, len(sizes), self.chunks_per_read)]
+        crc, offset = 0, 0
+        fetch = asyncio.ensure_future(self._read_chunks(key, manifest, groups[0])) \
+            if groups else None
+        try:
+            for i, group in enumerate(groups):
+                chunks = await fetch
+                fetch = (asyncio.ensure_future(self._read_chunks(key, manifest, groups[i + 1]))
+                         if i + 1 < len(groups) else None)
+                got = [len(chunk) for chunk in chunks]
+                if got != [sizes[index] for index in group]:
+                    raise StoreCorrupted(
+                        f"blob {key!r}: chunks {group.start}..{group.stop - 1} have sizes {got}, "
+                        f"its manifest says {manifest.size} bytes in chunks of "
+                        f"{manifest.chunk_size}")
+                crc = await asyncio.to_thread(_absorb, data, offset, chunks, crc)
+                offset += sum(got)
+        finally:
+            if fetch is not None:
+                fetch.cancel()
+                await asyncio.wait([fetch])
+        if crc != manifest.crc32:
             raise StoreCorrupted(f"blob {key!r}: payload checksum does not match its manifest")
         return data
 
@@ -203,8 +234,9 @@ class BlobStore(ABC):
         """The manifest of a readable blob, else BlobNotFound."""
 
     @abstractmethod
-    async def _read_chunks(self, key: str, manifest: Manifest) -> list[bytes]:
-        """The chunks in order; BlobNotFound when one is gone (expired or deleted meanwhile)."""
+    async def _read_chunks(self, key: str, manifest: Manifest, indices: range) -> list[bytes]:
+        """Chunks ``indices``, in one round trip where the back end can; BlobNotFound when one
+        is gone (expired or deleted meanwhile)."""
 
     @abstractmethod
     async def _delete(self, key: str) -> None: ...
@@ -220,6 +252,15 @@ class BlobStore(ABC):
         except self.unavailable_errors as exc:
             raise StoreUnavailable(f"KV store {self.url} unavailable: "
                                    f"{type(exc).__name__}: {exc}") from exc
+
+
+def _absorb(data: bytearray, offset: int, chunks: Sequence[bytes], crc: int) -> int:
+    """Copy chunks into data from offset on; returns the CRC-32 carried on over them."""
+    for chunk in chunks:
+        crc = zlib.crc32(chunk, crc)
+        data[offset:offset + len(chunk)] = chunk
+        offset += len(chunk)
+    return crc
 
 
 STORES: dict[str, type[BlobStore]] = {}

@@ -75,6 +75,7 @@ async def _log_error(exc: Exception) -> None:
 @register_store
 class NatsBlobStore(BlobStore):
     scheme = "nats"
+    chunks_per_read = CHUNKS_IN_FLIGHT
     unavailable_errors = (
         nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
         nats.errors.ConnectionReconnectingError, nats.errors.NoRespondersError,
@@ -159,14 +160,11 @@ class NatsBlobStore(BlobStore):
             raise BlobNotFound(key, "expired")
         return manifest
 
-    async def _read_chunks(self, key: str, manifest: Manifest) -> list[bytes]:
-        chunks: list[bytes] = []
-        for start in range(0, manifest.num_chunks, CHUNKS_IN_FLIGHT):
-            messages = await asyncio.gather(*(
-                self._direct_get(key, self._chunk_subject(key, manifest.put_id, index))
-                for index in range(start, min(start + CHUNKS_IN_FLIGHT, manifest.num_chunks))))
-            chunks.extend(message.data or b"" for message in messages)
-        return chunks
+    async def _read_chunks(self, key: str, manifest: Manifest, indices: range) -> list[bytes]:
+        messages = await asyncio.gather(*(
+            self._direct_get(key, self._chunk_subject(key, manifest.put_id, index))
+            for index in indices))
+        return [message.data or b"" for message in messages]
 
     async def _keys(self) -> list[str]:
         head = self._manifest_subject("")

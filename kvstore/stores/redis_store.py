@@ -61,6 +61,7 @@ def _milliseconds_left(manifest: Manifest) -> int:
 @register_store
 class RedisBlobStore(BlobStore):
     scheme = "redis"
+    chunks_per_read = CHUNKS_PER_ROUND_TRIP
     unavailable_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
     def __init__(self, config: RedisStoreConfig, client: redis.asyncio.Redis) -> None:
@@ -112,19 +113,16 @@ class RedisBlobStore(BlobStore):
             raise BlobNotFound(key)
         return Manifest.from_bytes(key, raw)
 
-    async def _read_chunks(self, key: str, manifest: Manifest) -> list[bytes]:
+    async def _read_chunks(self, key: str, manifest: Manifest, indices: range) -> list[bytes]:
         names = self._chunk_keys(key, manifest)
-        chunks: list[bytes] = []
-        for start in range(0, len(names), CHUNKS_PER_ROUND_TRIP):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for name in names[start:start + CHUNKS_PER_ROUND_TRIP]:
-                    pipe.get(name)
-                replies = await pipe.execute()
-            if None in replies:
-                index = start + replies.index(None)
-                raise BlobNotFound(key, f"chunk {index} expired or deleted while reading")
-            chunks.extend(replies)
-        return chunks
+        async with self._client.pipeline(transaction=False) as pipe:
+            for index in indices:
+                pipe.get(names[index])
+            replies = await pipe.execute()
+        if None in replies:
+            index = indices[replies.index(None)]
+            raise BlobNotFound(key, f"chunk {index} expired or deleted while reading")
+        return replies
 
     async def _keys(self) -> list[str]:
         head = self._manifest_key("")

@@ -124,7 +124,7 @@ async def test_reader_sees_nothing_or_the_whole_blob(url: str, backend: str,
 
         async def read() -> str:
             try:
-                return names.get(await reader.get(key), "MIXED")
+                return names.get(bytes(await reader.get(key)), "MIXED")
             except BlobNotFound:
                 return "none"
 
@@ -153,7 +153,7 @@ async def test_tampered_chunk_is_detected(store: BlobStore, raw: Raw) -> None:
     with pytest.raises(StoreCorrupted, match="checksum"):
         await store.get(key)
     await raw.set(chunk, b"short")
-    with pytest.raises(StoreCorrupted, match="chunk sizes"):
+    with pytest.raises(StoreCorrupted, match="have sizes"):
         await store.get(key)
 
 
