@@ -51,7 +51,7 @@ class Sequence:
 
     def finish_reason(self, token: int) -> str | None:
         if token in self.stop_ids:
-            return "stop"
+            return "stop_token"
         if self.emitted >= self.max_new_tokens:
             return "length"
         return None

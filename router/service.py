@@ -160,7 +160,7 @@ def _finish_after_prefill(req: ResolvedRequest, first: int, text: TextStream) ->
     if text.stopped:
         return "stop_string"
     if first in req.sampling.stop_token_ids:
-        return "stop"
+        return "stop_token"
     return "length" if req.max_new_tokens == 1 else None
 
 

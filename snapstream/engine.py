@@ -41,7 +41,7 @@ class PrefillResult:
 class Generation:
     token_ids: list[int]
     text: str
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop_token" | "length" (the names of the proto and the SDK)
     prompt_tokens: int
 
 
@@ -144,7 +144,7 @@ class Engine:
             position += 1
             token = sample_batch(logits, [sampling], [position])[0]
             out.append(token)
-        reason = "stop" if token in stop else "length"
-        text_ids = out[:-1] if reason == "stop" else out
+        reason = "stop_token" if token in stop else "length"
+        text_ids = out[:-1] if reason == "stop_token" else out
         return Generation(token_ids=out, text=self.tokenizer.decode(text_ids),
                           finish_reason=reason, prompt_tokens=len(ids))

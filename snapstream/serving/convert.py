@@ -16,7 +16,7 @@ KIND_FROM_PB = {v: k for k, v in KIND_TO_PB.items()}
 POOLING_TO_PB = {"avg": common_pb2.POOLING_AVG, "max": common_pb2.POOLING_MAX}
 POOLING_FROM_PB = {v: k for k, v in POOLING_TO_PB.items()}
 FINISH_TO_PB = {"length": common_pb2.FINISH_REASON_LENGTH,
-                "stop": common_pb2.FINISH_REASON_STOP_TOKEN,
+                "stop_token": common_pb2.FINISH_REASON_STOP_TOKEN,
                 "stop_string": common_pb2.FINISH_REASON_STOP_STRING,
                 "context_length": common_pb2.FINISH_REASON_CONTEXT_LENGTH}
 FINISH_FROM_PB = {v: k for k, v in FINISH_TO_PB.items()}

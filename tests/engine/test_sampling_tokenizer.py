@@ -61,7 +61,7 @@ def test_generate_stops_on_stop_token_and_reports_reason(llama_dir):
     stop_at = free.token_ids[4]
     stopped = engine.generate("hello", max_new_tokens=12, policy=CachePolicy(kind="full"),
                               sampling=SamplingParams(stop_token_ids=(stop_at,), ignore_eos=True))
-    assert stopped.finish_reason == "stop"
+    assert stopped.finish_reason == "stop_token"
     assert stopped.token_ids == free.token_ids[: free.token_ids.index(stop_at) + 1]
     assert free.finish_reason == "length" and len(free.token_ids) == 12
 

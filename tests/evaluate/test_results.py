@@ -11,7 +11,7 @@ def row(policy: str, label: str | None, placement: str, correct: bool, task: str
                policy=policy, budget_label=label, budget=budget,
                budget_fraction=None if budget is None else budget / 512, correct=correct,
                answer="AB12", generated='AB12, "x"' if not correct else "AB12",
-               prompt_tokens=500, finish_reason="stop", latency_s=0.5)
+               prompt_tokens=500, finish_reason="stop_token", latency_s=0.5)
 
 
 ROWS = [
