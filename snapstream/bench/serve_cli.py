@@ -31,6 +31,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", type=int, default=32,
                         help="slots of the decode worker and of the in-process loop")
     parser.add_argument("--store", default="redis", help="KV store of the cluster")
+    parser.add_argument("--torch-threads", type=int, default=0,
+                        help="torch threads of each cluster worker (0: torch's default)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="runs of each level per system, alternating which goes first")
     parser.add_argument("--warmup", type=int, default=2)
@@ -79,6 +81,7 @@ def serve_config(args: argparse.Namespace):
     return ServeBenchConfig(
         concurrency=args.concurrency, requests=args.requests, prompt_len=args.prompt_len,
         max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.store,
+        torch_threads=args.torch_threads,
         rounds=args.rounds, warmup=args.warmup,
         slo=Slo(ttft_s=args.slo_ttft_ms / 1e3, itl_p90_s=args.slo_itl_p90_ms / 1e3))
 

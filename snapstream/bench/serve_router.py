@@ -20,7 +20,7 @@ def serving_cluster(cfg: ServeBenchConfig, model_dir: Path) -> Iterator[LocalClu
     workers queue up to ``cfg.max_queue`` requests (``SNAPSTREAM_MAX_QUEUE``), so the prefill
     worker never turns a request away (its default queue is 16)."""
     spec = ClusterSpec(store=cfg.store, model=model_dir, router_port=0, decode_workers=1,
-                       slots=cfg.slots, drain_timeout_s=5.0)
+                       slots=cfg.slots, torch_threads=cfg.torch_threads, drain_timeout_s=5.0)
     with _environment(SNAPSTREAM_MAX_QUEUE=str(cfg.max_queue)):  # read as the members start
         cluster = LocalCluster(spec).start()
     try:

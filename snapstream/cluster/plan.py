@@ -28,6 +28,7 @@ class Member:
     port: int
     service: str | None = None
     metrics_port: int | None = None
+    env: tuple[tuple[str, str], ...] = ()  # set on top of the cluster's environment
 
 
 def plan_cluster(spec: ClusterSpec, store_dir: Path,
@@ -65,4 +66,8 @@ def _service(spec: ClusterSpec, name: str, kind: str, port: int, metrics_port: i
     argv = (sys.executable, "-m", "snapstream.cli", "serve", kind, "--host", spec.host,
             "--port", str(port), "--metrics-port", str(metrics_port),
             "--drain-timeout-s", str(spec.drain_timeout_s), *flags)
-    return Member(name, argv, f"{spec.host}:{port}", port, SERVICE_NAMES[kind], metrics_port)
+    # torch sizes its thread pool from OMP_NUM_THREADS, as in the Kubernetes deployments
+    runs_model = kind in ("prefill", "decode") and spec.torch_threads
+    env = (("OMP_NUM_THREADS", str(spec.torch_threads)),) if runs_model else ()
+    return Member(name, argv, f"{spec.host}:{port}", port, SERVICE_NAMES[kind], metrics_port,
+                  env)

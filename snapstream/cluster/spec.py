@@ -27,6 +27,7 @@ class ClusterSpec:
     decode_workers: int = 2
     slots: int = 8
     backend: str = "torch"
+    torch_threads: int = 0  # OMP_NUM_THREADS of each prefill/decode worker; 0: inherit
     log_dir: Path | None = None
     start_timeout_s: float = 180.0
     drain_timeout_s: float = 10.0
@@ -39,6 +40,8 @@ class ClusterSpec:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         object.__setattr__(self, "decode_ports", tuple(self.decode_ports))
+        if self.torch_threads < 0:
+            raise ValueError(f"torch_threads must be >= 0, got {self.torch_threads}")
         if self.decode_workers < 1 or self.slots < 1:
             raise ValueError("decode_workers and slots must be >= 1, "
                              f"got {self.decode_workers} and {self.slots}")

@@ -52,7 +52,8 @@ class LocalCluster:
             for stage in self._stages:
                 for member in stage:
                     self._children[member.name] = Child(
-                        member.argv, self.log_dir / f"{member.name}.log", env)
+                        member.argv, self.log_dir / f"{member.name}.log",
+                        {**env, **dict(member.env)})
                 for member in stage:
                     self._wait_ready(member, deadline)
         except BaseException:

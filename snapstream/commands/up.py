@@ -34,6 +34,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode-workers", type=int, default=2)
     parser.add_argument("--slots", type=int, default=8, help="decode slots per worker")
     parser.add_argument("--backend", default="torch", help="decode back end: torch or sn40l-sim")
+    parser.add_argument("--torch-threads", type=int, default=ClusterSpec.torch_threads,
+                        help="torch threads of each prefill/decode worker (0: torch's default)")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="where each service logs (default: a new temporary directory)")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
@@ -50,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--exit-after-demo needs --demo")
     spec = ClusterSpec(store=args.store, model=args.model, host=args.host, router_port=args.port,
                        decode_workers=args.decode_workers, slots=args.slots,
-                       backend=args.backend, log_dir=args.log_dir,
+                       backend=args.backend, torch_threads=args.torch_threads,
+                       log_dir=args.log_dir,
                        start_timeout_s=args.start_timeout_s)
     cluster = LocalCluster(spec)
     with _signals_raise_interrupted():

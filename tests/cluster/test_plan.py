@@ -57,7 +57,15 @@ def test_without_a_model_the_services_serve_the_embedded_one() -> None:
     assert all("--model" not in m.argv for stage in _plan(ClusterSpec()) for m in stage)
 
 
+def test_model_workers_get_the_torch_thread_share_and_the_router_none() -> None:
+    (store,), workers, (router,) = _plan(ClusterSpec(torch_threads=1))
+    assert all(dict(m.env) == {"OMP_NUM_THREADS": "1"} for m in workers)
+    assert store.env == router.env == ()
+    assert all(m.env == () for stage in _plan(ClusterSpec()) for m in stage)
+
+
 @pytest.mark.parametrize(("fields", "message"), [
+    ({"torch_threads": -1}, "torch_threads must be >= 0"),
     ({"store": "etcd"}, "store must be one of redis, nats"),
     ({"decode_workers": 0}, "decode_workers and slots must be >= 1"),
     ({"decode_ports": (1, 2, 3)}, "decode_ports must be empty or hold decode_workers"),
