@@ -19,6 +19,8 @@ from typing import Any, Self
 
 import redis.asyncio
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 from kvstore.stores.base import (
     BlobNotFound,
@@ -31,6 +33,7 @@ from kvstore.stores.base import (
 
 DEFAULT_CHUNK_SIZE = 8 << 20
 MAX_CHUNK_SIZE = 512 << 20  # Redis bulk strings stop at 512 MiB
+RECONNECT_RETRIES = 2
 CHUNKS_PER_ROUND_TRIP = 4  # pipelined SETs/GETs in flight: bounds client memory to 4 chunks
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -72,8 +75,12 @@ class RedisBlobStore(BlobStore):
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
         config = RedisStoreConfig(url=url, **options)
+        # a pooled connection dies with a server restart; every command here is idempotent, so
+        # a command that finds its connection closed is sent again on a fresh one
+        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), RECONNECT_RETRIES)
         client = redis.asyncio.from_url(url, socket_connect_timeout=config.connect_timeout_s,
-                                        socket_timeout=config.request_timeout_s)
+                                        socket_timeout=config.request_timeout_s, retry=retry,
+                                        retry_on_error=[redis.exceptions.ConnectionError])
         store = cls(config, client)
         try:
             with store._translate_errors():

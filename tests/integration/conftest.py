@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import nats
 import pytest
@@ -40,6 +41,14 @@ class Server:
 
     url: str
     process: subprocess.Popen
+    argv: list[str]
+    log_path: Path
+
+    def restart(self) -> None:
+        """Stop the server and start it again on the same port."""
+        self.stop()
+        self.process = _launch(self.argv, self.log_path)
+        _wait_accepting(self.process, urlsplit(self.url).port, self.log_path)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -74,21 +83,30 @@ def start_server(kind: str, workdir: Path) -> Server:
         pytest.fail(f"{name} is not on PATH; the integration tests need a real server "
                     f"(scripts/setup.sh installs it)", pytrace=False)
     port, log_path = _free_port(), workdir / "server.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([binary, *arguments(port, workdir)], stdout=log,
-                                   stderr=subprocess.STDOUT)
+    argv = [binary, *arguments(port, workdir)]
+    process = _launch(argv, log_path)
+    _wait_accepting(process, port, log_path)
+    return Server(url.format(port=port), process, argv, log_path)
+
+
+def _launch(argv: list[str], log_path: Path) -> subprocess.Popen:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wait_accepting(process: subprocess.Popen, port: int, log_path: Path) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"{name} exited with {process.returncode}:\n{log_path.read_text()}",
-                        pytrace=False)
+            pytest.fail(f"{process.args[0]} exited with {process.returncode}:\n"
+                        f"{log_path.read_text()}", pytrace=False)
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return Server(url.format(port=port), process)
+            return
         except OSError:
             time.sleep(0.05)
     process.kill()
-    pytest.fail(f"{name} did not accept connections on port {port} within "
+    pytest.fail(f"{process.args[0]} did not accept connections on port {port} within "
                 f"{SERVER_START_TIMEOUT_S} s:\n{log_path.read_text()}", pytrace=False)
 
 

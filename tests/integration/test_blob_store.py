@@ -210,6 +210,17 @@ async def test_lost_server_is_unavailable_naming_url(own_server: Server, backend
                 await operation()
 
 
+@pytest.mark.parametrize("backend", ["redis"])
+async def test_a_restarted_redis_serves_the_next_call(own_server: Server) -> None:
+    """The client's pooled connections die with the server; the next call reconnects."""
+    async with await open_store(own_server.url) as store:
+        await store.put(new_blob_key(), b"x", ttl_s=60)
+        own_server.restart()
+        key = new_blob_key()
+        await store.put(key, b"after", ttl_s=60)
+        assert await store.get(key) == b"after"
+
+
 async def test_nats_ttl_is_bounded_by_stream_max_age(nats_url: str,
                                                      new_namespace: NewNamespace) -> None:
     options = new_namespace("nats", max_ttl_s=5.0)
