@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -124,19 +125,32 @@ class Engine:
     def generate(
         self, prompt: str | list[int], max_new_tokens: int = 64,
         policy: CachePolicy | None = None, sampling: SamplingParams | None = None,
+        forced_ids: Sequence[int] = (),
     ) -> Generation:
+        """Prefill ``prompt`` and sample up to ``max_new_tokens``. ``forced_ids`` are decoded
+        after the prompt, through the cache, before sampling starts, as if the model had
+        generated them (they count as neither prompt nor output: the policy compresses the
+        prompt alone, and they flow through the ring like generated tokens)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         policy, sampling = policy or CachePolicy(), sampling or SamplingParams()
         if not sampling.is_greedy and sampling.seed is None:
             sampling = replace(sampling, seed=secrets.randbits(63))
         ids = self.encode(prompt)
-        result = self.prefill(ids, policy, max_new_tokens)
+        bad = [i for i in forced_ids if not 0 <= i < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"forced_ids {bad[:5]} are outside the vocabulary [0, "
+                             f"{self.config.vocab_size})")
+        result = self.prefill(ids, policy, max_new_tokens + len(forced_ids))
         decoder = self.new_decoder(result.cache.layout, batch_size=1)
         decoder.cache.insert(0, result.cache)
         stop = self.stop_ids(sampling)
-        position = len(ids)
-        token = sample_batch(result.logits[None], [sampling], [position])[0]
+        position, logits = len(ids), result.logits[None]  # (1, V)
+        for forced in forced_ids:
+            logits = decoder.step(torch.tensor([forced], device=self.device),
+                                  torch.tensor([position], device=self.device))
+            position += 1
+        token = sample_batch(logits, [sampling], [position])[0]
         out = [token]
         while token not in stop and len(out) < max_new_tokens:
             logits = decoder.step(torch.tensor([token], device=self.device),

@@ -47,6 +47,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--num-distractors", type=int, default=d.num_distractors)
     add("--num-hops", type=int, default=d.num_hops)
     add("--max-new-tokens", type=int, default=d.max_new_tokens)
+    add("--gap-tokens", type=int, default=d.gap_tokens,
+        help="filler decoded between the question and the answer cue as if generated "
+        "(placements=after only)")
     add("--n-sink", type=int, default=rule.n_sink)
     add("--window", type=int, default=rule.window)
     add("--recent-fraction", type=float, default=rule.recent_fraction,
@@ -67,7 +70,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         placements=args.placements, policies=args.policies, budgets=args.budgets,
         n_per_cell=args.n_per_cell, seed=args.seed, split=args.split,
         num_distractors=args.num_distractors, num_hops=args.num_hops,
-        max_new_tokens=args.max_new_tokens, split_rule=rule, limit=args.limit)
+        max_new_tokens=args.max_new_tokens, gap_tokens=args.gap_tokens, split_rule=rule,
+        limit=args.limit)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     engine = SharedPrefillEngine.from_pretrained(args.model, dtype=args.dtype,
                                                  device=args.device)
-    overhead = len(engine.tokenizer.encode(""))  # e.g. BOS
+    overhead = len(engine.tokenizer.encode("")) + cfg.gap_tokens  # e.g. BOS, and the gap
     if max(cfg.context_lens) + overhead > engine.context_len:
-        raise ValueError(f"context_lens: {max(cfg.context_lens)} + {overhead} special token(s) "
-                         f"exceeds the model's context of {engine.context_len}; use at most "
-                         f"{engine.context_len - overhead}")
+        raise ValueError(f"context_lens: {max(cfg.context_lens)} + {overhead} token(s) of BOS "
+                         f"and gap exceeds the model's context of {engine.context_len}; use at "
+                         f"most {engine.context_len - overhead}")
     rows = evaluate(engine, cfg, cfg.samples(), progress=not args.no_progress)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

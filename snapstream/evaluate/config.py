@@ -65,6 +65,9 @@ class EvalConfig:
     num_distractors: int = 3
     num_hops: int = 2
     max_new_tokens: int = 12
+    # tokens between the question and the answer cue, decoded through the cache as if generated
+    # (held-out filler): a long generation that pushes the question out of the recent ring
+    gap_tokens: int = 0
     split_rule: SplitRule = field(default_factory=SplitRule)
     limit: int | None = None
 
@@ -92,6 +95,11 @@ class EvalConfig:
         if self.max_new_tokens < MAX_ANSWER_LEN + 1:
             raise ValueError(f"max_new_tokens must be >= {MAX_ANSWER_LEN + 1} (the longest "
                              f"answer plus its terminator), got {self.max_new_tokens}")
+        if self.gap_tokens < 0:
+            raise ValueError(f"gap_tokens must be >= 0, got {self.gap_tokens}")
+        if self.gap_tokens and Placement.BEFORE in self.placements:
+            raise ValueError("gap_tokens needs placements=after: with the question before the "
+                             "context, the context already separates it from the answer")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         TaskConfig(context_len=MIN_CONTEXT_LEN, num_distractors=self.num_distractors,
@@ -127,7 +135,8 @@ class EvalConfig:
             "policies": list(self.policies), "budgets": [b.label for b in self.budgets],
             "n_per_cell": self.n_per_cell, "seed": self.seed, "split": str(self.split),
             "num_distractors": self.num_distractors, "num_hops": self.num_hops,
-            "max_new_tokens": self.max_new_tokens, "n_sink": self.split_rule.n_sink,
+            "max_new_tokens": self.max_new_tokens, "gap_tokens": self.gap_tokens,
+            "n_sink": self.split_rule.n_sink,
             "window": self.split_rule.window, "recent_fraction": self.split_rule.recent_fraction,
             "kernel": self.split_rule.kernel, "pooling": self.split_rule.pooling,
             "limit": self.limit,

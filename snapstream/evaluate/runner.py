@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 from tqdm import tqdm
 
-from snapstream.data import TERMINATOR, Sample, exact_match
+from snapstream.data import ANSWER_CUE, TERMINATOR, Sample, exact_match, filler_corpus
 from snapstream.evaluate.config import EvalConfig, Run
 from snapstream.evaluate.results import Row
 from snapstream.evaluate.shared_prefill import SharedPrefillEngine
@@ -30,19 +31,34 @@ def evaluate(engine: SharedPrefillEngine, cfg: EvalConfig, samples: list[Sample]
     rows = []
     with tqdm(total=total, desc="eval", unit="run", disable=not progress) as bar:
         for index, sample in enumerate(samples):
-            ids = engine.encode(sample.prompt)
+            ids, forced = model_inputs(engine, cfg, index, sample)
             for run in cfg.runs(sample.context_len):
-                rows.append(_run_one(engine, cfg, sampling, ids, index, sample, run))
+                rows.append(_run_one(engine, cfg, sampling, (ids, forced), index, sample, run))
                 bar.update()
     return rows
 
 
+def model_inputs(engine: SharedPrefillEngine, cfg: EvalConfig, index: int,
+                 sample: Sample) -> tuple[list[int], list[int]]:
+    """The prompt's token ids and the ids decoded after it before the answer: none, or with
+    ``cfg.gap_tokens``, the prompt stops after the question, and held-out filler of that many
+    bytes (from the split, drawn for this sample) and the answer cue follow it as if generated."""
+    if not cfg.gap_tokens:
+        return engine.encode(sample.prompt), []
+    gap = filler_corpus(cfg.split).window(random.Random(f"gap/{cfg.seed}/{index}"),
+                                             cfg.gap_tokens).text
+    no_bos = len(engine.encode(""))
+    return (engine.encode(sample.prompt.removesuffix(ANSWER_CUE)),
+            engine.encode(f" {gap}{ANSWER_CUE}")[no_bos:])
+
+
 def _run_one(engine: SharedPrefillEngine, cfg: EvalConfig, sampling: SamplingParams,
-             ids: list[int], index: int, sample: Sample, run: Run) -> Row:
+             inputs: tuple[list[int], list[int]], index: int, sample: Sample, run: Run) -> Row:
+    ids, forced = inputs
     forward_s = engine.forward(ids, run.policy).seconds
     start = time.perf_counter()
     generation = engine.generate(ids, max_new_tokens=cfg.max_new_tokens, policy=run.policy,
-                                 sampling=sampling)
+                                 sampling=sampling, forced_ids=forced)
     latency_s = forward_s + time.perf_counter() - start
     fraction = None if run.budget_tokens is None else run.budget_tokens / sample.context_len
     return Row(

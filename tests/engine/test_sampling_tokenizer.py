@@ -66,6 +66,21 @@ def test_generate_stops_on_stop_token_and_reports_reason(llama_dir):
     assert free.finish_reason == "length" and len(free.token_ids) == 12
 
 
+@pytest.mark.parametrize("policy", [CachePolicy(kind="full"),
+                                    CachePolicy(n_sink=2, n_topk=8, n_recent=6, window=4)])
+def test_forced_ids_continue_the_sequence_as_if_generated(llama_dir, policy):
+    engine = Engine.from_pretrained(llama_dir)
+    prompt = engine.encode("the forced tokens follow this prompt")
+    free = engine.generate(prompt, max_new_tokens=10, policy=policy,
+                           sampling=SamplingParams(ignore_eos=True))
+    forced, rest = list(free.token_ids[:4]), free.token_ids[4:]
+    resumed = engine.generate(prompt, max_new_tokens=6, policy=policy, forced_ids=forced,
+                              sampling=SamplingParams(ignore_eos=True))
+    assert resumed.token_ids == rest and resumed.prompt_tokens == len(prompt)
+    with pytest.raises(ValueError, match="forced_ids"):
+        engine.generate(prompt, max_new_tokens=2, forced_ids=[10**6])
+
+
 def test_generate_rejects_bad_requests(llama_dir):
     engine = Engine.from_pretrained(llama_dir)
     with pytest.raises(ValueError, match="empty"):

@@ -97,6 +97,34 @@ def test_bad_flag_exits_2_with_one_line(capsys, tmp_path, flag, value, names):
     assert not any(tmp_path.iterdir())
 
 
+def test_gap_tokens_follow_the_question_as_if_generated(checkpoint):
+    from snapstream.data import ANSWER_CUE
+    from snapstream.evaluate.config import EvalConfig
+    from snapstream.evaluate.runner import model_inputs
+    from snapstream.evaluate.shared_prefill import SharedPrefillEngine
+
+    engine = SharedPrefillEngine.from_pretrained(checkpoint)
+    cfg = EvalConfig(tasks=("passkey",), context_lens=(256,), depths=(0.5,),
+                     placements=("after",), gap_tokens=100)
+    sample = cfg.samples()[0]
+    ids, forced = model_inputs(engine, cfg, 0, sample)
+    assert engine.tokenizer.decode(ids).endswith(sample.question)
+    gap = engine.tokenizer.decode(forced)
+    assert gap.endswith(ANSWER_CUE) and 100 - 16 <= len(gap) - len(ANSWER_CUE) - 1 <= 100
+    assert model_inputs(engine, cfg, 0, sample) == (ids, forced)  # drawn from the seed
+    plain = model_inputs(engine, EvalConfig(placements=("after",)), 0, sample)
+    assert plain == (engine.encode(sample.prompt), [])
+
+
+def test_eval_with_a_gap_writes_its_results(checkpoint, tmp_path):
+    flags = [*TINY, "--placements", "after", "--gap-tokens", "40"]
+    assert main(["eval", "--model", str(checkpoint), *flags, "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["config"]["gap_tokens"] == 40
+    with (tmp_path / "results.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == 2 * 3  # 2 depths x (full + 2 budgets)
+
+
 def test_missing_model_exits_2(capsys, tmp_path):
     argv = ["eval", "--model", str(tmp_path / "nope"), *TINY, "--out", str(tmp_path / "out")]
     assert main(argv) == 2

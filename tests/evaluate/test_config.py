@@ -20,11 +20,17 @@ def budgets(*labels: str) -> tuple[Budget, ...]:
     ("depths", (0.5, 1.5)), ("depths", ()),
     ("budgets", ()), ("budgets", budgets("1/4", "1/4")),
     ("n_per_cell", 0), ("max_new_tokens", 4), ("limit", 0),
-    ("split", "test"), ("num_distractors", 99), ("num_hops", 0),
+    ("split", "test"), ("num_distractors", 99), ("num_hops", 0), ("gap_tokens", -1),
 ])
 def test_bad_value_names_field(field, value):
     with pytest.raises(ValueError, match=field):
         EvalConfig(**{field: value})
+
+
+def test_gap_needs_the_question_after_the_context():
+    with pytest.raises(ValueError, match="gap_tokens needs placements=after"):
+        EvalConfig(gap_tokens=64)
+    assert EvalConfig(gap_tokens=64, placements=("after",)).to_json()["gap_tokens"] == 64
 
 
 def test_budget_too_small_for_a_context():
