@@ -1,24 +1,52 @@
-"""The shipped checkpoint loads through the same loader as any other and serves by default."""
+"""The shipped checkpoint: loads through the same loader as any checkpoint, serves by default,
+and answers held-out passkey prompts with the full cache and with snapstream at 1/4 budget."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from snapstream.config import EMBEDDED_MODEL
+from snapstream.data import Placement, Split, TaskConfig, exact_match, generate
 from snapstream.engine import Engine
+from snapstream.evaluate.budget import Budget, SplitRule
+from snapstream.evaluate.runner import stop_sampling
 from snapstream.policy import CachePolicy
 
+CONTEXT_LEN = 1024
 
-def test_embedded_checkpoint_is_small_gqa_and_in_hf_layout():
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.from_pretrained()  # no path: the embedded model is the default
+
+
+def test_embedded_checkpoint_is_small_gqa_and_in_hf_layout(engine):
     files = {p.name for p in EMBEDDED_MODEL.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= files
     assert sum(p.stat().st_size for p in EMBEDDED_MODEL.iterdir()) <= 20 * 2**20
-    engine = Engine.from_pretrained()  # no path: the embedded model is the default
     assert engine.config.num_kv_heads < engine.config.num_heads
     assert engine.context_len >= 2048
     assert engine.tokenizer.decode(engine.tokenizer.encode("Answer: 42")) == "Answer: 42"
 
 
-def test_embedded_model_generates_the_same_with_full_and_uncompressed_snapstream():
-    engine = Engine.from_pretrained()
+@pytest.mark.parametrize("policy", [
+    CachePolicy(kind="full"),
+    SplitRule().policy("snapstream", Budget.parse("1/4").tokens_for(CONTEXT_LEN)),
+], ids=["full", "snapstream-1/4"])
+def test_answers_held_out_passkey_prompts(engine, policy):
+    """Held-out filler and phrasings (never trained on), needle at several depths."""
+    for seed, depth in enumerate((0.2, 0.5, 0.8)):
+        sample = generate("passkey", random.Random(f"embedded-model-test/{seed}"),
+                          TaskConfig(context_len=CONTEXT_LEN, depth=depth,
+                                     placement=Placement.AFTER, split=Split.HELDOUT))
+        out = engine.generate(sample.prompt, max_new_tokens=12, policy=policy,
+                              sampling=stop_sampling(engine))
+        assert exact_match(out.text, sample.answer), (depth, sample.answer, out.text)
+
+
+def test_snapstream_without_eviction_generates_what_the_full_cache_does(engine):
     prompt = "The pass key is 48213. Remember it.\nWhat is the passkey?\nAnswer: "
     full = engine.generate(prompt, 8, policy=CachePolicy(kind="full"))
     roomy = engine.generate(prompt, 8, policy=CachePolicy(n_sink=4, n_topk=60, n_recent=64))

@@ -38,7 +38,9 @@ def make_batch(config: TrainConfig, step: int) -> Batch:
     phase = config.phase_at(step)
     rng = random.Random(f"train/{config.seed}/{step}")
     length = rng.randint(phase.min_len, phase.max_len)
-    mixture = TrainingMixture(seed=config.seed * 1_000_003 + step, weights=config.task_weights,
+    weights = {task: weight for task, weight in config.task_weights.items()
+               if not phase.tasks or task in phase.tasks}
+    mixture = TrainingMixture(seed=config.seed * 1_000_003 + step, weights=weights,
                               context_len_range=(length - 16, length),
                               max_distractors=phase.max_distractors, max_hops=phase.max_hops)
     rows = [encode_sample(mixture[i], config.context_len + 1) for i in range(phase.batch_size)]

@@ -58,3 +58,18 @@ def test_answer_mask_covers_exactly_the_answers_and_followups_fit_the_row():
     assert len(short) <= no_room and short_answer.count(True) < is_answer.count(True)
     assert bytes(short[1:]).decode().startswith(sample.prompt + sample.answer + "\n")
 
+
+
+def test_a_phase_draws_only_its_tasks_and_names_unknown_ones():
+    import pytest
+
+    from snapstream.data.phrasing import PHRASES
+    from snapstream.data.sample import Split
+
+    config = TrainConfig(**{**TINY, "phases": (Phase(0.0, 300, 320, 3, tasks=("kv",)),)})
+    intros = PHRASES["kv"][Split.TRAIN].intros
+    for row in make_batch(config, 0).input_ids.tolist():
+        text = bytes(t for t in row if t < 256).decode()
+        assert any(intro in text for intro in intros), text
+    with pytest.raises(ValueError, match="sudoku"):
+        TrainConfig(**{**TINY, "phases": (Phase(0.0, 300, 320, 3, tasks=("sudoku",)),)})
