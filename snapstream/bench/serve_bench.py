@@ -32,6 +32,8 @@ CALL_TIMEOUT_S = 600.0
 def run_serve_bench(cfg: ServeBenchConfig, model_dir: Path) -> dict:
     """-> {"config", "model", "levels": [{"concurrency", "in-process", "router",
     "identical_outputs"}]}, each system's figures with the "profile" of its runs."""
+    if cfg.torch_threads:  # the in-process engine gets what each cluster worker gets
+        torch.set_num_threads(cfg.torch_threads)
     engine = Engine.from_pretrained(model_dir)
     prompts = make_prompts(cfg, engine.tokenizer, cfg.warmup + max(cfg.requests))
     server = InProcessServer(engine, model_dir, cfg)

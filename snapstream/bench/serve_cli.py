@@ -32,7 +32,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="slots of the decode worker and of the in-process loop")
     parser.add_argument("--store", default="redis", help="KV store of the cluster")
     parser.add_argument("--torch-threads", type=int, default=0,
-                        help="torch threads of each cluster worker (0: torch's default)")
+                        help="torch threads of the in-process engine and of each cluster "
+                        "worker (0: torch's default, one per core)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="runs of each level per system, alternating which goes first")
     parser.add_argument("--warmup", type=int, default=2)

@@ -46,7 +46,7 @@ class ServeBenchConfig:
     policy: CachePolicy = field(default_factory=CachePolicy)
     slots: int = 32  # of the one decode worker, and of the in-process decode loop
     store: str = "redis"
-    torch_threads: int = 0  # of each cluster worker (0: torch's default); see ClusterSpec
+    torch_threads: int = 0  # of the in-process engine and of each cluster worker; 0: default
     rounds: int = 2
     warmup: int = 2  # requests per system before measuring, not recorded
     slo: Slo = field(default_factory=Slo)
