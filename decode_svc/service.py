@@ -38,7 +38,8 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
         free = 0 if self.draining else stats.free_slots
         return decode_pb2.StatsResponse(total_slots=stats.total_slots,
                                         free_slots=free, running=stats.running,
-                                        queue_depth=stats.queue_depth)
+                                        queue_depth=stats.queue_depth,
+                                        model_fingerprint=self.spec.fingerprint.hex())
 
     async def Decode(self, request: decode_pb2.DecodeRequest, context):
         received = time.monotonic()

@@ -44,7 +44,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
 
     async def Info(self, request, context) -> generation_pb2.InfoResponse:
         return generation_pb2.InfoResponse(
-            model_name=self.model.name, context_length=self.model.context_len,
+            model_name=self.model.name, model_fingerprint=self.decode.model_fingerprint(),
+            context_length=self.model.context_len,
             vocab_size=self.model.config.vocab_size,
             eos_token_ids=list(self.model.tokenizer.eos_token_ids),
             default_policy=policy_to_pb(self.model.default_policy))

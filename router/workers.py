@@ -29,6 +29,7 @@ class Worker:
     outstanding: int = 0
     free_slots: int = 0
     failed_until: float = 0.0
+    model_fingerprint: str = ""  # hex, from the decode worker's Stats ("" until polled)
 
     @property
     def is_available(self) -> bool:
@@ -71,6 +72,12 @@ class WorkerPool:
             channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             self.workers[address] = Worker(address, channel, self.stub_cls(channel))
 
+    def model_fingerprint(self) -> str:
+        """The fingerprint every polled worker reports; "" before the first poll, or when the
+        workers serve different models (a misconfiguration: their blobs would be refused)."""
+        reported = {w.model_fingerprint for w in self.workers.values() if w.model_fingerprint}
+        return reported.pop() if len(reported) == 1 else ""
+
     def pick(self, exclude: set[str] = frozenset()) -> Worker:
         candidates = [w for w in self.workers.values()
                       if w.address not in exclude and w.is_available]
@@ -103,6 +110,7 @@ async def poll_decode_stats(pool: WorkerPool, interval_s: float, resolve_every_s
             try:
                 stats = await worker.stub.Stats(decode_pb2.StatsRequest(), timeout=interval_s)
                 worker.free_slots = stats.free_slots - stats.queue_depth
+                worker.model_fingerprint = stats.model_fingerprint
             except grpc.aio.AioRpcError:
                 worker.free_slots = 0
         await asyncio.sleep(interval_s)

@@ -63,13 +63,15 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("total_slots", "free_slots", "running", "queue_depth")
+    __slots__ = ("total_slots", "free_slots", "running", "queue_depth", "model_fingerprint")
     TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     total_slots: int
     free_slots: int
     running: int
     queue_depth: int
-    def __init__(self, total_slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., running: _Optional[int] = ..., queue_depth: _Optional[int] = ...) -> None: ...
+    model_fingerprint: str
+    def __init__(self, total_slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., running: _Optional[int] = ..., queue_depth: _Optional[int] = ..., model_fingerprint: _Optional[str] = ...) -> None: ...

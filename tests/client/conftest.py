@@ -4,6 +4,7 @@ by the client's end-to-end tests and started only when one of them runs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +13,14 @@ from tests.cluster.helpers import write_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")
-def router_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    model = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model"))
+def cluster_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def router_address(cluster_model: Path, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[str]:
+    model = cluster_model
     spec = ClusterSpec(store="redis", model=model, router_port=0, decode_workers=1, slots=2,
                        log_dir=tmp_path_factory.mktemp("cluster-logs"), drain_timeout_s=5.0)
     with LocalCluster(spec) as cluster:

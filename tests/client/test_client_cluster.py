@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from snapstream.client import (
@@ -10,6 +13,7 @@ from snapstream.client import (
     InvalidArgument,
     SnapstreamClient,
 )
+from snapstream.engine import Engine
 
 pytestmark = pytest.mark.slow
 PROMPT = "The passkey is 4721. Remember it.\nWhat is the passkey?\nAnswer: "
@@ -28,11 +32,15 @@ def test_stream_chunks_add_up_to_generate(router_address: str) -> None:
     assert completion.finish_reason in ("length", "stop_token")
 
 
-def test_info_describes_the_served_model(router_address: str) -> None:
+def test_info_describes_the_served_model(router_address: str, cluster_model: Path) -> None:
     with SnapstreamClient(router_address, timeout_s=30) as client:
         info = client.info()
+        while not info.model_fingerprint:  # known once the router has polled a decode worker
+            time.sleep(0.1)
+            info = client.info()
     assert info.vocab_size == 264 and info.context_length == 4096
     assert info.default_policy.kind == "snapstream"
+    assert info.model_fingerprint == Engine.from_pretrained(cluster_model).fingerprint.hex()
 
 
 def test_empty_prompt_is_invalid_argument_with_a_message(router_address: str) -> None:
