@@ -184,9 +184,11 @@ class BlobStore(ABC):
                 crc = await asyncio.to_thread(_absorb, data, offset, chunks, crc)
                 offset += sum(got)
         finally:
-            if fetch is not None:
+            if fetch is not None:  # a failure left the next group in flight: stop it
                 fetch.cancel()
                 await asyncio.wait([fetch])
+                if not fetch.cancelled():
+                    fetch.exception()  # retrieved: its error is not the one being raised
         if crc != manifest.crc32:
             raise StoreCorrupted(f"blob {key!r}: payload checksum does not match its manifest")
         return data
