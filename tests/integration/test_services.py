@@ -134,15 +134,21 @@ async def test_concurrent_greedy_streams_equal_the_engine(model_dir, url):
         await wait_idle(stack)  # every blob deleted, every slot free
 
 
+async def _long_stream_under_way(stack, prompt: str):
+    """A 500-token stream, returned once its first 3 tokens have arrived."""
+    call = stack.generation.Generate(generation_pb2.GenerateRequest(
+        prompt=prompt, max_new_tokens=500, policy=POLICY))
+    seen = 0
+    async for response in call:
+        seen += len(response.chunk.token_ids)
+        if seen >= 3:
+            return call
+    raise AssertionError(f"the stream ended after {seen} tokens")
+
+
 async def test_cancelled_stream_frees_its_slot_and_blob(model_dir, url):
     async with serving_stack(model_dir, url) as stack:
-        call = stack.generation.Generate(generation_pb2.GenerateRequest(
-            prompt="cancel me " * 20, max_new_tokens=500, policy=POLICY))
-        seen = 0
-        async for response in call:
-            seen += len(response.chunk.token_ids)
-            if seen >= 3:
-                break
+        call = await _long_stream_under_way(stack, "cancel me " * 20)
         assert stack.loop.stats().running == 1
         call.cancel()
         await wait_idle(stack)
@@ -271,13 +277,7 @@ def test_worker_addresses_expand_dns_names():
 
 async def test_draining_worker_refuses_new_streams_and_keeps_cut_off_blobs(model_dir, redis_url):
     async with serving_stack(model_dir, redis_url) as stack:
-        call = stack.generation.Generate(generation_pb2.GenerateRequest(
-            prompt="drain " * 20, max_new_tokens=500, policy=POLICY))
-        seen = 0
-        async for response in call:
-            seen += len(response.chunk.token_ids)
-            if seen >= 3:
-                break
+        call = await _long_stream_under_way(stack, "drain " * 20)
         stack.decode_servicer.start_draining()
         stats = await stack.decode.Stats(decode_pb2.StatsRequest())
         assert stats.free_slots == 0 and stats.running == 1
