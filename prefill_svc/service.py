@@ -39,7 +39,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         if self.outstanding >= self.max_queue + 1:
             raise QueueFull(f"prefill queue is full ({self.max_queue} waiting); retry later")
         ids = list(request.prompt_token_ids)
-        policy = policy_from_pb(request.policy, CachePolicy())
+        policy = policy_from_pb(request.policy, self.engine.default_policy)
         sampling = sampling_from_pb(request.sampling, SamplingParams())
         if request.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")

@@ -32,19 +32,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_served_model(path, default_policy: str, default_max_new_tokens: int):
+    from dataclasses import replace
     from pathlib import Path
 
     from router.request import ServedModel
     from snapstream.config import EMBEDDED_MODEL, ModelConfig
-    from snapstream.policy import CachePolicy
+    from snapstream.policy import load_default_policy
     from snapstream.tokenizer import load_tokenizer
 
     path = Path(path) if path else EMBEDDED_MODEL
     config = ModelConfig.from_file(path / "config.json")
-    policy = CachePolicy(kind=default_policy)
+    policy = replace(load_default_policy(path), kind=default_policy)
     if policy.is_fixed_size and policy.budget > config.max_position_embeddings:
-        policy = CachePolicy(kind=default_policy, n_topk=config.max_position_embeddings // 4,
-                             n_recent=config.max_position_embeddings // 8)
+        policy = replace(policy, n_topk=config.max_position_embeddings // 4,
+                         n_recent=config.max_position_embeddings // 8)
     if default_max_new_tokens < 1:
         raise ValueError("--default-max-new-tokens must be >= 1")
     return ServedModel(name=path.name, path=path, config=config, tokenizer=load_tokenizer(path),

@@ -8,6 +8,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from snapstream.model import Transformer
+from snapstream.policy import POLICY_FILE
 from snapstream.tokenizer import ByteTokenizer
 
 
@@ -29,8 +30,9 @@ def hf_config_dict(model: Transformer) -> dict:
     }
 
 
-def save_checkpoint(model: Transformer, directory: Path,
-                    tokenizer: ByteTokenizer | None = None) -> None:
+def save_checkpoint(model: Transformer, directory: Path, tokenizer: ByteTokenizer | None = None,
+                    policy_defaults: dict | None = None) -> None:
+    """``policy_defaults``: CachePolicy fields to serve this model with (``POLICY_FILE``)."""
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
              if not (model.config.tie_word_embeddings and k == "lm_head.weight")}
@@ -39,3 +41,5 @@ def save_checkpoint(model: Transformer, directory: Path,
     if tokenizer is not None:
         (directory / "tokenizer_config.json").write_text(
             json.dumps(tokenizer.to_config(), indent=2) + "\n")
+    if policy_defaults:
+        (directory / POLICY_FILE).write_text(json.dumps(policy_defaults, indent=2) + "\n")

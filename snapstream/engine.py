@@ -23,7 +23,7 @@ from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, SequenceCache
 from snapstream.loader import load_model
 from snapstream.model import Transformer
-from snapstream.policy import CacheLayout, CachePolicy
+from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.sampling import SamplingParams, sample_batch
 from snapstream.tokenizer import Tokenizer, load_tokenizer
 
@@ -47,8 +47,10 @@ class Generation:
 
 
 class Engine:
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, compile: bool = False) -> None:
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, compile: bool = False,
+                 default_policy: CachePolicy | None = None) -> None:
         self.model, self.tokenizer, self.compile = model, tokenizer, compile
+        self.default_policy = default_policy or CachePolicy()  # for requests that name none
         self.config = model.config
         self.device = model.lm_head.weight.device
         self.dtype = model.lm_head.weight.dtype
@@ -63,7 +65,8 @@ class Engine:
             if dtype not in DTYPES:
                 raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
             dtype = DTYPES[dtype]
-        return cls(load_model(path, dtype=dtype, device=device), load_tokenizer(path), compile)
+        return cls(load_model(path, dtype=dtype, device=device), load_tokenizer(path), compile,
+                   load_default_policy(path))
 
     @cached_property
     def fingerprint(self) -> bytes:
@@ -133,7 +136,7 @@ class Engine:
         prompt alone, and they flow through the ring like generated tokens)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        policy, sampling = policy or CachePolicy(), sampling or SamplingParams()
+        policy, sampling = policy or self.default_policy, sampling or SamplingParams()
         if not sampling.is_greedy and sampling.seed is None:
             sampling = replace(sampling, seed=secrets.randbits(63))
         ids = self.encode(prompt)

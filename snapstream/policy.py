@@ -20,7 +20,9 @@ the same (n_sink, n_topk, n_recent) holds the same number of tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Protocol
 
 POOLINGS = ("avg", "max")
@@ -122,6 +124,28 @@ class CachePolicy:
             raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) "
                              f"exceeds the capacity of {capacity} tokens")
         return self.spec.layout(self, prompt_len, max_new_tokens, capacity)
+
+
+POLICY_FILE = "snapstream_policy.json"
+
+
+def load_default_policy(path: str | Path) -> CachePolicy:
+    """The cache policy a checkpoint is served with unless a request says otherwise:
+    :class:`CachePolicy`'s defaults, overridden by the fields of the checkpoint's optional
+    ``snapstream_policy.json`` (the embedded byte-level model sets ``kernel`` to 15: its needles
+    span more tokens than SnapKV's usual pooling kernel of 5 covers)."""
+    file = Path(path) / POLICY_FILE
+    if not file.exists():
+        return CachePolicy()
+    given = json.loads(file.read_text())
+    known = {field.name for field in fields(CachePolicy)}
+    if not isinstance(given, dict) or set(given) - known:
+        raise ValueError(f"{file}: expected an object with fields among {sorted(known)}, "
+                         f"got {given!r}")
+    try:
+        return CachePolicy(**given)
+    except ValueError as exc:
+        raise ValueError(f"{file}: {exc}") from None
 
 
 class PolicyKind(Protocol):

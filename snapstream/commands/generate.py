@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from snapstream.policy import POLICY_KINDS, POOLINGS, CachePolicy
 from snapstream.sampling import SamplingParams
@@ -17,21 +18,22 @@ def parse_ids(text: str) -> list[int]:
             f"--prompt-ids must be comma-separated integers, got {text!r}") from None
 
 
+POLICY_FLAGS = ("policy", "n_sink", "n_topk", "n_recent", "window", "kernel", "pooling")
+
+
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
-    defaults = CachePolicy()
-    parser.add_argument("--policy", choices=sorted(POLICY_KINDS), default=defaults.kind)
-    parser.add_argument("--n-sink", type=int, default=defaults.n_sink)
-    parser.add_argument("--n-topk", type=int, default=defaults.n_topk)
-    parser.add_argument("--n-recent", type=int, default=defaults.n_recent)
-    parser.add_argument("--window", type=int, default=defaults.window)
-    parser.add_argument("--kernel", type=int, default=defaults.kernel)
-    parser.add_argument("--pooling", choices=POOLINGS, default=defaults.pooling)
+    """One flag per CachePolicy field; an unset flag keeps the model's default policy."""
+    parser.add_argument("--policy", choices=sorted(POLICY_KINDS), default=None)
+    for name in ("n_sink", "n_topk", "n_recent", "window", "kernel"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
+    parser.add_argument("--pooling", choices=POOLINGS, default=None)
 
 
-def policy_from_args(args: argparse.Namespace) -> CachePolicy:
-    return CachePolicy(kind=args.policy, n_sink=args.n_sink, n_topk=args.n_topk,
-                       n_recent=args.n_recent, window=args.window, kernel=args.kernel,
-                       pooling=args.pooling)
+def policy_from_args(args: argparse.Namespace, defaults: CachePolicy) -> CachePolicy:
+    given = {name: getattr(args, name) for name in POLICY_FLAGS if getattr(args, name) is not None}
+    if "policy" in given:
+        given["kind"] = given.pop("policy")
+    return replace(defaults, **given)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -55,10 +57,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from snapstream.engine import Engine
 
-    policy = policy_from_args(args)
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                               seed=args.seed, stop_token_ids=tuple(args.stop_token_ids))
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    policy = policy_from_args(args, engine.default_policy)
     prompt = args.prompt if args.prompt is not None else args.prompt_ids
     result = engine.generate(prompt, max_new_tokens=args.max_new_tokens, policy=policy,
                              sampling=sampling)

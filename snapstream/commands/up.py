@@ -18,7 +18,6 @@ from snapstream.cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCl
 
 WATCH_INTERVAL_S = 1.0
 DEMO_TIMEOUT_S = 300.0
-DEMO_KERNEL = 15
 
 
 class Interrupted(Exception):
@@ -128,9 +127,8 @@ def _demo(router_address: str, context_len: int) -> None:
     print(f"demo: a passkey in {len(sample.prompt)} bytes of filler; the prompt ends with:")
     print(sample.prompt[-200:], end="", flush=True)
     with SnapstreamClient(router_address, timeout_s=DEMO_TIMEOUT_S) as client:
-        # SnapKV pooling wide enough to span a byte-level needle (docs/accuracy.md)
         stream = client.generate_stream(sample.prompt, max_new_tokens=MAX_ANSWER_LEN + 1,
-                                        temperature=0.0, stop=TERMINATOR, kernel=DEMO_KERNEL)
+                                        temperature=0.0, stop=TERMINATOR)
         for chunk in stream:
             print(chunk.text, end="", flush=True)
         completion = stream.result()

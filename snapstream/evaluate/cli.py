@@ -15,7 +15,7 @@ from pathlib import Path
 
 from snapstream.evaluate.budget import Budget, SplitRule
 from snapstream.evaluate.config import EvalConfig
-from snapstream.policy import POOLINGS
+from snapstream.policy import POOLINGS, CachePolicy
 
 
 def _list_of(convert: Callable, what: str) -> Callable[[str], tuple]:
@@ -54,17 +54,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--window", type=int, default=rule.window)
     add("--recent-fraction", type=float, default=rule.recent_fraction,
         help="share of the budget for the recent ring (at least --window tokens)")
-    add("--kernel", type=int, default=rule.kernel)
-    add("--pooling", choices=POOLINGS, default=rule.pooling)
+    add("--kernel", type=int, default=None, help="SnapKV pooling kernel (default: the model's)")
+    add("--pooling", choices=POOLINGS, default=None, help="(default: the model's)")
     add("--limit", type=int, default=None, help="evaluate only N samples spread over the grid")
     add("--out", type=Path, default=Path("eval_results"), help="output directory")
     add("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def config_from_args(args: argparse.Namespace) -> EvalConfig:
+def config_from_args(args: argparse.Namespace, model_policy: CachePolicy) -> EvalConfig:
+    """``model_policy``: the model's default policy, whose SnapKV pooling unset flags keep."""
     rule = SplitRule(n_sink=args.n_sink, window=args.window,
-                     recent_fraction=args.recent_fraction, kernel=args.kernel,
-                     pooling=args.pooling)
+                     recent_fraction=args.recent_fraction,
+                     kernel=model_policy.kernel if args.kernel is None else args.kernel,
+                     pooling=model_policy.pooling if args.pooling is None else args.pooling)
     return EvalConfig(
         tasks=args.tasks, context_lens=args.context_lens, depths=args.depths,
         placements=args.placements, policies=args.policies, budgets=args.budgets,
@@ -80,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
     from snapstream.evaluate.runner import evaluate
     from snapstream.evaluate.shared_prefill import SharedPrefillEngine
 
-    cfg = config_from_args(args)
     engine = SharedPrefillEngine.from_pretrained(args.model, dtype=args.dtype,
                                                  device=args.device)
+    cfg = config_from_args(args, engine.default_policy)
     overhead = len(engine.tokenizer.encode("")) + cfg.gap_tokens  # e.g. BOS, and the gap
     if max(cfg.context_lens) + overhead > engine.context_len:
         raise ValueError(f"context_lens: {max(cfg.context_lens)} + {overhead} token(s) of BOS "

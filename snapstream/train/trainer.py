@@ -81,7 +81,7 @@ class Trainer:
                     param.normal_(0.0, std)
 
     def save(self) -> None:
-        save_checkpoint(self.model, self.out_dir, TOKENIZER)
+        save_checkpoint(self.model, self.out_dir, TOKENIZER, self.config.serving_policy)
         torch.save({"step": self.step, "optimizer": self.optimizer.state_dict(),
                     "config": self.config.to_dict()}, self.out_dir / STATE_FILE)
 

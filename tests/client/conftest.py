@@ -3,18 +3,25 @@ by the client's end-to-end tests and started only when one of them runs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from snapstream.cluster import ClusterSpec, LocalCluster
+from snapstream.policy import POLICY_FILE
 from tests.cluster.helpers import write_tiny_checkpoint
+
+MODEL_POLICY = {"kernel": 9, "window": 16}
 
 
 @pytest.fixture(scope="session")
 def cluster_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model"))
+    """The tiny model, with its own default policy: the router must serve it."""
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model"))
+    (path / POLICY_FILE).write_text(json.dumps(MODEL_POLICY))
+    return path
 
 
 @pytest.fixture(scope="session")

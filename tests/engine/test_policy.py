@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapstream.policy import CacheLayout, CachePolicy
+from snapstream.policy import POLICY_FILE, CacheLayout, CachePolicy, load_default_policy
 
 
 @pytest.mark.parametrize(("fields", "name"), [
@@ -48,3 +48,22 @@ def test_capacity_sizes_growing_policies_only():
     with pytest.raises(ValueError, match="capacity"):
         CachePolicy(kind="full").layout(2000, 100, 2048)
     assert CachePolicy().layout(2000, 5000, 2048).budget == CachePolicy().budget  # fixed: no cap
+
+
+def test_a_checkpoint_without_a_policy_file_gets_the_defaults(tmp_path):
+    assert load_default_policy(tmp_path) == CachePolicy()
+
+
+def test_a_checkpoint_policy_file_overrides_the_defaults(tmp_path):
+    (tmp_path / POLICY_FILE).write_text('{"kernel": 15, "n_topk": 100}')
+    assert load_default_policy(tmp_path) == CachePolicy(kernel=15, n_topk=100)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('{"kernal": 15}', "fields among"), ('[15]', "fields among"), ('{"kernel": 4}', "kernel"),
+])
+def test_a_bad_checkpoint_policy_file_is_named(tmp_path, text, match):
+    (tmp_path / POLICY_FILE).write_text(text)
+    with pytest.raises(ValueError, match=match) as info:
+        load_default_policy(tmp_path)
+    assert POLICY_FILE in str(info.value)
