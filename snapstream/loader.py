@@ -58,4 +58,3 @@ def load_model(
         model.lm_head.weight = model.model.embed_tokens.weight
     model.rotary = type(model.rotary)(config)  # real (non-meta) inv_freq buffer
     return model.to(device=device, dtype=dtype).eval()
-
