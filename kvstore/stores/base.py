@@ -185,10 +185,7 @@ class BlobStore(ABC):
                 offset += sum(got)
         finally:
             if fetch is not None:  # a failure left the next group in flight: stop it
-                fetch.cancel()
-                await asyncio.wait([fetch])
-                if not fetch.cancelled():
-                    fetch.exception()  # retrieved: its error is not the one being raised
+                await stop_tasks([fetch])
         if crc != manifest.crc32:
             raise StoreCorrupted(f"blob {key!r}: payload checksum does not match its manifest")
         return data
@@ -254,6 +251,18 @@ class BlobStore(ABC):
         except self.unavailable_errors as exc:
             raise StoreUnavailable(f"KV store {self.url} unavailable: "
                                    f"{type(exc).__name__}: {exc}") from exc
+
+
+async def stop_tasks(tasks: Sequence[asyncio.Future]) -> None:
+    """Cancel the tasks still running and wait until all are done. Their errors count as
+    retrieved: the caller is raising another failure, or none."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
 
 
 def _absorb(data: bytearray, offset: int, chunks: Sequence[bytes], crc: int) -> int:

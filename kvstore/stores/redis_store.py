@@ -11,6 +11,7 @@ together at put start + ttl_s; Redis expires them on its own clock.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -29,12 +30,16 @@ from kvstore.stores.base import (
     StoreCorrupted,
     StoreUnavailable,
     register_store,
+    stop_tasks,
 )
 
 DEFAULT_CHUNK_SIZE = 8 << 20
 MAX_CHUNK_SIZE = 512 << 20  # Redis bulk strings stop at 512 MiB
 RECONNECT_RETRIES = 2
-CHUNKS_PER_ROUND_TRIP = 4  # pipelined SETs/GETs in flight: bounds client memory to 4 chunks
+CHUNKS_PER_ROUND_TRIP = 4  # pipelined SETs/GETs per round trip
+# a put keeps two pipelines (two connections) in flight, so the server is never idle waiting
+# for the client's next round; bounds a put's buffers in flight to 8 chunks
+PIPELINES_IN_FLIGHT = 2
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -103,12 +108,21 @@ class RedisBlobStore(BlobStore):
     async def _write_chunks(self, key: str, manifest: Manifest,
                             chunks: Sequence[memoryview]) -> None:
         names = self._chunk_keys(key, manifest)
-        for start in range(0, len(chunks), CHUNKS_PER_ROUND_TRIP):
-            async with self._client.pipeline(transaction=False) as pipe:
+        in_flight = asyncio.Semaphore(PIPELINES_IN_FLIGHT)
+
+        async def send(start: int) -> None:
+            async with in_flight, self._client.pipeline(transaction=False) as pipe:
                 for name, chunk in zip(names[start:start + CHUNKS_PER_ROUND_TRIP],
                                        chunks[start:start + CHUNKS_PER_ROUND_TRIP], strict=True):
                     pipe.set(name, chunk, px=_milliseconds_left(manifest))
                 await pipe.execute()
+
+        sends = [asyncio.ensure_future(send(start))
+                 for start in range(0, len(chunks), CHUNKS_PER_ROUND_TRIP)]
+        try:
+            await asyncio.gather(*sends)  # raises the first failure as it is
+        finally:  # ... and stops the other pipelines
+            await stop_tasks(sends)
 
     async def _write_manifest(self, key: str, manifest: Manifest) -> None:
         await self._client.set(self._manifest_key(key), manifest.to_bytes(),

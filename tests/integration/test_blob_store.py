@@ -199,11 +199,13 @@ async def test_unreachable_server_is_unavailable_naming_url(scheme: str, unused_
 
 
 async def test_lost_server_is_unavailable_naming_url(own_server: Server, backend: str) -> None:
-    async with await open_store(own_server.url, request_timeout_s=0.5) as store:
+    async with await open_store(own_server.url, request_timeout_s=0.5,
+                                chunk_size=4096) as store:
         key = new_blob_key()
         await store.put(key, b"x", ttl_s=60)
         own_server.stop()
         operations = [lambda: store.get(key), lambda: store.put(key, b"y", ttl_s=60),
+                      lambda: store.put(key, payload(40 * 4096), ttl_s=60),  # many round trips
                       lambda: store.delete(key)]
         for operation in operations:
             with pytest.raises(StoreUnavailable, match=re.escape(own_server.url)):
