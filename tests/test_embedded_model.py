@@ -1,8 +1,9 @@
 """The shipped checkpoint: loads through the same loader as any checkpoint, serves by default,
 and answers passkey prompts with the full cache and with snapstream at 1/4 budget.
 
-The prompts are new samples (filler windows, numbers, depths) in the training phrasings: the
-shipped model does not yet answer the held-out phrasings (docs/accuracy.md)."""
+The prompts are new samples (filler windows, numbers, depths) in the training wordings: on the
+held-out wordings the shipped model answers about 2 prompts in 3 (docs/accuracy.md), too few for
+a test that must not flake."""
 
 from __future__ import annotations
 
@@ -34,12 +35,16 @@ def test_embedded_checkpoint_is_small_gqa_and_in_hf_layout(engine):
     assert engine.tokenizer.decode(engine.tokenizer.encode("Answer: 42")) == "Answer: 42"
 
 
-@pytest.mark.parametrize("policy", [
-    CachePolicy(kind="full"),
-    # a byte-level needle spans ~7 tokens: pooling must cover it (docs/accuracy.md, "Kernel")
-    SplitRule(kernel=15).policy("snapstream", Budget.parse("1/4").tokens_for(CONTEXT_LEN)),
-], ids=["full", "snapstream-1/4"])
-def test_answers_passkey_prompts(engine, policy):
+def test_serves_with_a_pooling_kernel_that_covers_a_byte_level_needle(engine):
+    # a needle of digits spans ~15 tokens of bytes (docs/accuracy.md, "pooling kernel")
+    assert engine.default_policy == CachePolicy(kernel=15)
+
+
+@pytest.mark.parametrize("kind", ["full", "snapstream"])
+def test_answers_passkey_prompts(engine, kind):
+    # snapstream at 1/4 of the context, with the model's SnapKV settings
+    rule = SplitRule(kernel=engine.default_policy.kernel, pooling=engine.default_policy.pooling)
+    policy = rule.policy(kind, Budget.parse("1/4").tokens_for(CONTEXT_LEN))
     for seed, depth in enumerate((0.2, 0.5, 0.8)):
         sample = generate("passkey", random.Random(f"embedded-model-test/{seed}"),
                           TaskConfig(context_len=CONTEXT_LEN, depth=depth,
