@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -73,3 +74,31 @@ def test_a_phase_draws_only_its_tasks_and_names_unknown_ones():
         assert any(intro in text for intro in intros), text
     with pytest.raises(ValueError, match="sudoku"):
         TrainConfig(**{**TINY, "phases": (Phase(0.0, 300, 320, 3, tasks=("sudoku",)),)})
+
+
+class _Oracle(torch.nn.Module):
+    """Predicts every target byte except each answer's first: a copy without a lookup."""
+
+    def __init__(self, targets: torch.Tensor, wrong: torch.Tensor) -> None:
+        super().__init__()
+        self.targets, self.wrong = targets, wrong
+
+    def forward(self, input_ids, positions, attend) -> torch.Tensor:
+        return torch.zeros(*input_ids.shape, 1)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        predicted = torch.where(self.wrong, (self.targets + 1) % 264, self.targets)
+        return torch.nn.functional.one_hot(predicted, 264).float() * 10
+
+
+def test_first_byte_accuracy_scores_the_lookup_apart_from_the_copy():
+    from torch.nn.functional import pad
+
+    from snapstream.train.trainer import loss_on
+
+    batch = make_batch(TrainConfig(**TINY), 0)
+    first = batch.is_answer & ~pad(batch.is_answer[:, :-1], (1, 0))
+    _, stats = loss_on(_Oracle(batch.targets, first), batch, lm_weight=1.0)
+    assert stats.first_byte_accuracy == 0.0
+    expected = 1 - first.sum().item() / batch.is_answer.sum().item()
+    assert stats.answer_accuracy == pytest.approx(expected)
