@@ -18,13 +18,14 @@ def parse_ids(text: str) -> list[int]:
             f"--prompt-ids must be comma-separated integers, got {text!r}") from None
 
 
-POLICY_FLAGS = ("policy", "n_sink", "n_topk", "n_recent", "window", "kernel", "pooling")
+SIZE_FLAGS = ("n_sink", "n_topk", "n_recent", "window", "kernel")
+POLICY_FLAGS = ("policy", *SIZE_FLAGS, "pooling")
 
 
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per CachePolicy field; an unset flag keeps the model's default policy."""
     parser.add_argument("--policy", choices=sorted(POLICY_KINDS), default=None)
-    for name in ("n_sink", "n_topk", "n_recent", "window", "kernel"):
+    for name in SIZE_FLAGS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     parser.add_argument("--pooling", choices=POOLINGS, default=None)
 
