@@ -4,7 +4,7 @@ cluster) and through the in-process engine; latency, throughput, goodput and whe
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -35,6 +35,7 @@ def run_serve_bench(cfg: ServeBenchConfig, model_dir: Path) -> dict:
     if cfg.torch_threads:  # the in-process engine gets what each cluster worker gets
         torch.set_num_threads(cfg.torch_threads)
     engine = Engine.from_pretrained(model_dir)
+    cfg = replace(cfg, policy=cfg.policy or engine.default_policy)
     prompts = make_prompts(cfg, engine.tokenizer, cfg.warmup + max(cfg.requests))
     server = InProcessServer(engine, model_dir, cfg)
     try:

@@ -43,7 +43,7 @@ class ServeBenchConfig:
     requests: tuple[int, ...] = (16, 32, 64)
     prompt_len: int = 1500  # bytes of the passkey prompt (one token per byte for the byte model)
     max_new_tokens: int = 64
-    policy: CachePolicy = field(default_factory=CachePolicy)
+    policy: CachePolicy | None = None  # None: the model's default policy, as served
     slots: int = 32  # of the one decode worker, and of the in-process decode loop
     store: str = "redis"
     torch_threads: int = 0  # of the in-process engine and of each cluster worker; 0: default

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import pytest
 
 from snapstream.cli import main
+from snapstream.policy import load_default_policy
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +26,8 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(byte_model_dir
 
     assert code == 0
     results = json.loads(out.read_text())
+    # no policy asked for: both systems run the model's default, as the router serves it
+    assert results["serve"]["config"]["policy"] == asdict(load_default_policy(byte_model_dir))
     levels = results["serve"]["levels"]
     assert [level["concurrency"] for level in levels] == [1, 2]
     for level in levels:
