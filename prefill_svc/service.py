@@ -47,7 +47,8 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         metrics.WAITING.labels("prefill").set(self.outstanding)
         try:
             out = await asyncio.get_running_loop().run_in_executor(
-                self.executor, self._run_model, ids, policy, sampling, request.max_new_tokens)
+                self.executor, self._run_model, ids, policy, sampling, request.max_new_tokens,
+                time.perf_counter())
             key, start = new_blob_key(), time.perf_counter()
             await self.store.put(key, out.blob, ttl_s=self.blob_ttl_s)
             store_s = time.perf_counter() - start
@@ -62,13 +63,16 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             compress_time=duration(out.compress_s), store_time=duration(store_s))
 
     def _run_model(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
-                   max_new_tokens: int) -> PrefillOutput:
+                   max_new_tokens: int, submitted: float) -> PrefillOutput:
         """On the model thread: prefill, SnapKV, blob encoding and the first token."""
+        started = time.perf_counter()
+        metrics.QUEUE_TIME.labels("prefill").observe(started - submitted)
         result = self.engine.prefill(ids, policy, max_new_tokens, capacity=self.engine.context_len)
         start = time.perf_counter()
         blob = encode_blob(result.cache, self.spec)
         encode_s = time.perf_counter() - start
         first = sample_batch(result.logits[None], [sampling], [len(ids)])[0]
+        metrics.PREFILL_MODEL_TIME.observe(time.perf_counter() - started)
         return PrefillOutput(blob, first, result.prefill_s - result.select_s,
                              result.select_s + encode_s)
 

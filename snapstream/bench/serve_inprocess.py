@@ -22,6 +22,7 @@ from snapstream.bench.serve_workload import RequestTrace, ServeBenchConfig
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
 from snapstream.sampling import SamplingParams, sample_batch
+from snapstream.serving import metrics
 
 
 class InProcessServer:
@@ -39,7 +40,7 @@ class InProcessServer:
     async def generate(self, ids: list[int]) -> RequestTrace:
         aio = asyncio.get_running_loop()
         sent = time.perf_counter()
-        first, cache = await aio.run_in_executor(self.prefill_thread, self._prefill, ids)
+        first, cache = await aio.run_in_executor(self.prefill_thread, self._prefill, ids, sent)
         arrivals, token_ids = [time.perf_counter()], [first]
         if first in self.sampling.stop_token_ids or self.max_new_tokens == 1:
             return RequestTrace(sent, tuple(arrivals), tuple(token_ids))
@@ -62,10 +63,16 @@ class InProcessServer:
         self.loop.stop()
         self.prefill_thread.shutdown(wait=True)
 
-    def _prefill(self, ids: list[int]) -> tuple[int, SequenceCache]:
+    def _prefill(self, ids: list[int], submitted: float) -> tuple[int, SequenceCache]:
+        """As the prefill service's model thread does, less the blob encoding; observed in the
+        same histograms, in this process."""
+        started = time.perf_counter()
+        metrics.QUEUE_TIME.labels("prefill").observe(started - submitted)
         result = self.engine.prefill(ids, self.policy, self.max_new_tokens,
                                      capacity=self.engine.context_len)
-        return sample_batch(result.logits[None], [self.sampling], [len(ids)])[0], result.cache
+        first = sample_batch(result.logits[None], [self.sampling], [len(ids)])[0]
+        metrics.PREFILL_MODEL_TIME.observe(time.perf_counter() - started)
+        return first, result.cache
 
     def _sequence(self, first: int, cache: SequenceCache, sink) -> Sequence:
         return Sequence(request_id=uuid.uuid4().hex, prompt_len=cache.prompt_len,

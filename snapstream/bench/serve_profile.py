@@ -28,6 +28,12 @@ class Watched:
 WATCHED: dict[str, Watched] = {
     "in_process_step": Watched(None, "snapstream_decode_step_seconds"),
     "worker_step": Watched("decode-0", "snapstream_decode_step_seconds"),
+    "in_process_prefill_queue": Watched(None, "snapstream_queue_time_seconds",
+                                        (("service", "prefill"),)),
+    "worker_prefill_queue": Watched("prefill", "snapstream_queue_time_seconds",
+                                    (("service", "prefill"),)),
+    "in_process_prefill": Watched(None, "snapstream_prefill_model_seconds"),
+    "worker_prefill": Watched("prefill", "snapstream_prefill_model_seconds"),
     "blob_put": Watched("prefill", "snapstream_blob_transfer_seconds", (("op", "put"),)),
     "blob_get": Watched("decode-0", "snapstream_blob_transfer_seconds", (("op", "get"),)),
 }

@@ -97,11 +97,12 @@ def _target_table(levels: list[dict]) -> str:
 def _profile_table(levels: list[dict]) -> str:
     rows = []
     for level in levels:
-        for system, step in zip(SYSTEMS, ("in_process_step", "worker_step"), strict=True):
+        for system, where in zip(SYSTEMS, ("in_process", "worker"), strict=True):
             stats = level[system]
             means, cpu = stats["profile"]["mean_s"], stats["profile"]["cpu_s"]
             per_token = [cpu.get(name, 0.0) / stats["tokens"] * 1e3 for name in PROCESSES]
-            rows.append([level["concurrency"], system, fmt_ms(means[step]),
+            rows.append([level["concurrency"], system, fmt_ms(means[f"{where}_prefill_queue"]),
+                         fmt_ms(means[f"{where}_prefill"]), fmt_ms(means[f"{where}_step"]),
                          fmt_ms(means["blob_put"] if system == "router" else None),
                          fmt_ms(means["blob_get"] if system == "router" else None),
                          *(f"{ms:.2f}" for ms in per_token), f"{sum(per_token):.2f}",
@@ -113,7 +114,8 @@ def _profile_table(levels: list[dict]) -> str:
             "worker; cores busy = CPU time of all these / wall time; other = cores that the "
             "machine's other processes kept busy meanwhile, which should be ~0):\n\n"
             + markdown_table(
-                ["c", "system", "decode step ms", "blob put ms", "blob get ms",
+                ["c", "system", "prefill queue ms", "prefill model ms", "decode step ms",
+                 "blob put ms", "blob get ms",
                  *(f"CPU ms/token {name}" for name in PROCESS_LABELS), "CPU ms/token all",
                  "cores busy", "other"], rows))
 

@@ -24,6 +24,9 @@ SLOT_OCCUPANCY = Gauge("snapstream_slot_occupancy_ratio", "Busy decode slots / a
 BLOB_BYTES = Histogram("snapstream_blob_bytes", "KV blob size", ["op"], buckets=SIZE_BUCKETS)
 BLOB_TRANSFER = Histogram("snapstream_blob_transfer_seconds", "KV blob put/get time", ["op"],
                           buckets=LATENCY_BUCKETS)
+PREFILL_MODEL_TIME = Histogram("snapstream_prefill_model_seconds",
+                               "A prompt's turn on the model thread (forward, SnapKV, blob "
+                               "encoding, first token)", buckets=LATENCY_BUCKETS)
 STEP_TIME = Histogram("snapstream_decode_step_seconds", "One static decode step (wall)",
                       buckets=LATENCY_BUCKETS)
 SIM_STEP_TIME = Histogram("snapstream_sim_decode_step_seconds",

@@ -40,6 +40,10 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(byte_model_dir
         assert level["identical_outputs"] == 4  # greedy: both systems generate the same tokens
         profile = level["router"]["profile"]
         assert profile["mean_s"]["blob_put"] > 0 and profile["mean_s"]["blob_get"] > 0
+        for where in ("in-process", "router"):  # both systems time their prefills alike
+            means = level[where]["profile"]["mean_s"]
+            prefix = "in_process" if where == "in-process" else "worker"
+            assert means[f"{prefix}_prefill"] > 0 and means[f"{prefix}_prefill_queue"] >= 0
         assert set(profile["cpu_s"]) == {"store", "prefill", "decode-0", "router", "bench", "other"}
     [blob] = results["blob"]
     assert (blob["store"], blob["size"]) == ("redis", 2**20)
