@@ -65,14 +65,13 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
     def _run_model(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
                    max_new_tokens: int, submitted: float) -> PrefillOutput:
         """On the model thread: prefill, SnapKV, blob encoding and the first token."""
-        started = time.perf_counter()
-        metrics.QUEUE_TIME.labels("prefill").observe(started - submitted)
-        result = self.engine.prefill(ids, policy, max_new_tokens, capacity=self.engine.context_len)
-        start = time.perf_counter()
-        blob = encode_blob(result.cache, self.spec)
-        encode_s = time.perf_counter() - start
-        first = sample_batch(result.logits[None], [sampling], [len(ids)])[0]
-        metrics.PREFILL_MODEL_TIME.observe(time.perf_counter() - started)
+        with metrics.prefill_turn(submitted):
+            result = self.engine.prefill(ids, policy, max_new_tokens,
+                                         capacity=self.engine.context_len)
+            start = time.perf_counter()
+            blob = encode_blob(result.cache, self.spec)
+            encode_s = time.perf_counter() - start
+            first = sample_batch(result.logits[None], [sampling], [len(ids)])[0]
         return PrefillOutput(blob, first, result.prefill_s - result.select_s,
                              result.select_s + encode_s)
 

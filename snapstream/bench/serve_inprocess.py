@@ -66,12 +66,10 @@ class InProcessServer:
     def _prefill(self, ids: list[int], submitted: float) -> tuple[int, SequenceCache]:
         """As the prefill service's model thread does, less the blob encoding; observed in the
         same histograms, in this process."""
-        started = time.perf_counter()
-        metrics.QUEUE_TIME.labels("prefill").observe(started - submitted)
-        result = self.engine.prefill(ids, self.policy, self.max_new_tokens,
-                                     capacity=self.engine.context_len)
-        first = sample_batch(result.logits[None], [self.sampling], [len(ids)])[0]
-        metrics.PREFILL_MODEL_TIME.observe(time.perf_counter() - started)
+        with metrics.prefill_turn(submitted):
+            result = self.engine.prefill(ids, self.policy, self.max_new_tokens,
+                                         capacity=self.engine.context_len)
+            first = sample_batch(result.logits[None], [self.sampling], [len(ids)])[0]
         return first, result.cache
 
     def _sequence(self, first: int, cache: SequenceCache, sink) -> Sequence:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -32,3 +36,13 @@ STEP_TIME = Histogram("snapstream_decode_step_seconds", "One static decode step 
 SIM_STEP_TIME = Histogram("snapstream_sim_decode_step_seconds",
                           "One decode step on the simulated target", buckets=LATENCY_BUCKETS)
 FAILOVERS = Counter("snapstream_decode_failovers_total", "Decode streams resumed elsewhere")
+
+
+@contextmanager
+def prefill_turn(submitted: float) -> Iterator[None]:
+    """One prompt's turn on a model thread: records how long it waited since ``submitted``
+    (``time.perf_counter()``) and how long the turn took."""
+    started = time.perf_counter()
+    QUEUE_TIME.labels("prefill").observe(started - submitted)
+    yield
+    PREFILL_MODEL_TIME.observe(time.perf_counter() - started)
