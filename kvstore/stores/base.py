@@ -116,7 +116,8 @@ class BlobStore(ABC):
     """Async blob store. Open one with ``kvstore.open_store(url)``; close it when done."""
 
     scheme: ClassVar[str]
-    chunks_per_read: ClassVar[int]  # chunks fetched per round trip (bounds reader memory)
+    chunks_per_read: ClassVar[int]  # chunks fetched per round trip
+    reads_in_flight: ClassVar[int]  # round trips of a get under way at once
     unavailable_errors: ClassVar[tuple[type[BaseException], ...]]
 
     def __init__(self, url: str, chunk_size: int) -> None:
@@ -154,8 +155,9 @@ class BlobStore(ABC):
     async def get(self, key: str) -> bytearray:
         """The blob under key, bit-exact; BlobNotFound if absent, expired or deleted.
 
-        Chunks are read ``chunks_per_read`` per round trip, double-buffered: while one group is
-        copied into the result and checksummed in a thread, the next group is being fetched.
+        Chunks are read ``chunks_per_read`` per round trip, ``reads_in_flight`` round trips at
+        a time, into one buffer allocated up front; each group's checksum is carried on in a
+        thread while later groups arrive.
         """
         check_key(key)
         with self._translate_errors():
@@ -164,28 +166,32 @@ class BlobStore(ABC):
 
     async def _assemble(self, key: str, manifest: Manifest) -> bytearray:
         data = bytearray(manifest.size)
+        view = memoryview(data)
         sizes = manifest.chunk_sizes()
-        groups = [range(start, min(start + self.chunks_per_read, len(sizes)))
-                  for start in range(0, len(sizes), self.chunks_per_read)]
-        crc, offset = 0, 0
-        fetch = asyncio.ensure_future(self._read_chunks(key, manifest, groups[0])) \
-            if groups else None
+        starts = [i * manifest.chunk_size for i in range(len(sizes))]
+        groups = [range(first, min(first + self.chunks_per_read, len(sizes)))
+                  for first in range(0, len(sizes), self.chunks_per_read)]
+        in_flight = asyncio.Semaphore(self.reads_in_flight)
+
+        async def fetch(group: range) -> list[int]:
+            async with in_flight:
+                return await self._read_chunks_into(
+                    key, manifest, group, [view[starts[i]:starts[i] + sizes[i]] for i in group])
+
+        fetches = [asyncio.ensure_future(fetch(group)) for group in groups]
+        crc = 0
         try:
-            for i, group in enumerate(groups):
-                chunks = await fetch
-                fetch = (asyncio.ensure_future(self._read_chunks(key, manifest, groups[i + 1]))
-                         if i + 1 < len(groups) else None)
-                got = [len(chunk) for chunk in chunks]
-                if got != [sizes[index] for index in group]:
+            for group, pending in zip(groups, fetches, strict=True):
+                got = await pending
+                if got != sizes[group.start:group.stop]:
                     raise StoreCorrupted(
                         f"blob {key!r}: chunks {group.start}..{group.stop - 1} have sizes {got}, "
                         f"its manifest says {manifest.size} bytes in chunks of "
                         f"{manifest.chunk_size}")
-                crc = await asyncio.to_thread(_absorb, data, offset, chunks, crc)
-                offset += sum(got)
-        finally:
-            if fetch is not None:  # a failure left the next group in flight: stop it
-                await stop_tasks([fetch])
+                end = starts[group[-1]] + sizes[group[-1]]
+                crc = await asyncio.to_thread(zlib.crc32, view[starts[group.start]:end], crc)
+        finally:  # a failure leaves later groups in flight: stop them
+            await stop_tasks(fetches)
         if crc != manifest.crc32:
             raise StoreCorrupted(f"blob {key!r}: payload checksum does not match its manifest")
         return data
@@ -233,9 +239,11 @@ class BlobStore(ABC):
         """The manifest of a readable blob, else BlobNotFound."""
 
     @abstractmethod
-    async def _read_chunks(self, key: str, manifest: Manifest, indices: range) -> list[bytes]:
-        """Chunks ``indices``, in one round trip where the back end can; BlobNotFound when one
-        is gone (expired or deleted meanwhile)."""
+    async def _read_chunks_into(self, key: str, manifest: Manifest, indices: range,
+                                views: Sequence[memoryview]) -> list[int]:
+        """Chunk ``indices[i]`` into ``views[i]``, in one round trip where the back end can.
+        -> each chunk's stored size (a longer chunk fills its view; the caller compares
+        sizes). BlobNotFound when one is gone (expired or deleted meanwhile)."""
 
     @abstractmethod
     async def _delete(self, key: str) -> None: ...
@@ -263,15 +271,6 @@ async def stop_tasks(tasks: Sequence[asyncio.Future]) -> None:
     for task in tasks:
         if not task.cancelled():
             task.exception()
-
-
-def _absorb(data: bytearray, offset: int, chunks: Sequence[bytes], crc: int) -> int:
-    """Copy chunks into data from offset on; returns the CRC-32 carried on over them."""
-    for chunk in chunks:
-        crc = zlib.crc32(chunk, crc)
-        data[offset:offset + len(chunk)] = chunk
-        offset += len(chunk)
-    return crc
 
 
 STORES: dict[str, type[BlobStore]] = {}

@@ -76,6 +76,7 @@ async def _log_error(exc: Exception) -> None:
 class NatsBlobStore(BlobStore):
     scheme = "nats"
     chunks_per_read = CHUNKS_IN_FLIGHT
+    reads_in_flight = 1
     unavailable_errors = (
         nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
         nats.errors.ConnectionReconnectingError, nats.errors.NoRespondersError,
@@ -160,11 +161,18 @@ class NatsBlobStore(BlobStore):
             raise BlobNotFound(key, "expired")
         return manifest
 
-    async def _read_chunks(self, key: str, manifest: Manifest, indices: range) -> list[bytes]:
+    async def _read_chunks_into(self, key: str, manifest: Manifest, indices: range,
+                                views: Sequence[memoryview]) -> list[int]:
         messages = await asyncio.gather(*(
             self._direct_get(key, self._chunk_subject(key, manifest.put_id, index))
             for index in indices))
-        return [message.data or b"" for message in messages]
+        sizes = []
+        for message, view in zip(messages, views, strict=True):
+            data = message.data or b""
+            kept = min(len(data), len(view))
+            view[:kept] = memoryview(data)[:kept]
+            sizes.append(len(data))
+        return sizes
 
     async def _keys(self) -> list[str]:
         head = self._manifest_subject("")

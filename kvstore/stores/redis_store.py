@@ -1,5 +1,8 @@
 """Redis back end (``redis://host:6379/0``): chunks as string keys with a TTL, the manifest last.
 
+Chunks travel over the store's own RESP connections (kvstore.stores.resp), straight between
+the caller's buffers and the socket; manifests, deletes and scans go through redis-py.
+
 Layout under ``prefix`` (default ``snapstream``)::
 
     <prefix>:blob:<key>                    manifest (JSON), expires with the blob
@@ -32,14 +35,16 @@ from kvstore.stores.base import (
     register_store,
     stop_tasks,
 )
+from kvstore.stores.resp import RespAddress, RespError, RespPool
 
 DEFAULT_CHUNK_SIZE = 8 << 20
 MAX_CHUNK_SIZE = 512 << 20  # Redis bulk strings stop at 512 MiB
 RECONNECT_RETRIES = 2
 CHUNKS_PER_ROUND_TRIP = 4  # pipelined SETs/GETs per round trip
-# a put keeps two pipelines (two connections) in flight, so the server is never idle waiting
-# for the client's next round; bounds a put's buffers in flight to 8 chunks
+# a put or get keeps two pipelines (two connections) in flight, so the server is never idle
+# waiting for the client's next round
 PIPELINES_IN_FLIGHT = 2
+IDLE_BULK_CONNECTIONS = 4  # kept open between calls, for puts and gets running side by side
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -70,12 +75,20 @@ def _milliseconds_left(manifest: Manifest) -> int:
 class RedisBlobStore(BlobStore):
     scheme = "redis"
     chunks_per_read = CHUNKS_PER_ROUND_TRIP
-    unavailable_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+    reads_in_flight = PIPELINES_IN_FLIGHT
+    unavailable_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                          OSError, RespError)
 
     def __init__(self, config: RedisStoreConfig, client: redis.asyncio.Redis) -> None:
         super().__init__(config.url, config.chunk_size)
         self._prefix = config.prefix
         self._client = client
+        options = client.connection_pool.connection_kwargs
+        address = RespAddress(host=options.get("host", "localhost"),
+                              port=int(options.get("port", 6379)), db=int(options.get("db", 0)),
+                              username=options.get("username"), password=options.get("password"))
+        self._bulk = RespPool(address, config.connect_timeout_s, config.request_timeout_s,
+                              max_idle=IDLE_BULK_CONNECTIONS)
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -96,6 +109,7 @@ class RedisBlobStore(BlobStore):
         return store
 
     async def close(self) -> None:
+        self._bulk.close()
         await self._client.aclose()
 
     def _manifest_key(self, key: str) -> str:
@@ -107,18 +121,18 @@ class RedisBlobStore(BlobStore):
 
     async def _write_chunks(self, key: str, manifest: Manifest,
                             chunks: Sequence[memoryview]) -> None:
-        names = self._chunk_keys(key, manifest)
+        names = [name.encode() for name in self._chunk_keys(key, manifest)]
         in_flight = asyncio.Semaphore(PIPELINES_IN_FLIGHT)
 
-        async def send(start: int) -> None:
-            async with in_flight, self._client.pipeline(transaction=False) as pipe:
-                for name, chunk in zip(names[start:start + CHUNKS_PER_ROUND_TRIP],
-                                       chunks[start:start + CHUNKS_PER_ROUND_TRIP], strict=True):
-                    pipe.set(name, chunk, px=_milliseconds_left(manifest))
-                await pipe.execute()
+        async def send(first: int) -> None:
+            group = list(zip(names[first:first + CHUNKS_PER_ROUND_TRIP],
+                             chunks[first:first + CHUNKS_PER_ROUND_TRIP], strict=True))
+            async with in_flight:
+                await self._bulk.run(
+                    lambda conn: conn.set_many(group, ttl_ms=_milliseconds_left(manifest)))
 
-        sends = [asyncio.ensure_future(send(start))
-                 for start in range(0, len(chunks), CHUNKS_PER_ROUND_TRIP)]
+        sends = [asyncio.ensure_future(send(first))
+                 for first in range(0, len(chunks), CHUNKS_PER_ROUND_TRIP)]
         try:
             await asyncio.gather(*sends)  # raises the first failure as it is
         finally:  # ... and stops the other pipelines
@@ -134,16 +148,15 @@ class RedisBlobStore(BlobStore):
             raise BlobNotFound(key)
         return Manifest.from_bytes(key, raw)
 
-    async def _read_chunks(self, key: str, manifest: Manifest, indices: range) -> list[bytes]:
+    async def _read_chunks_into(self, key: str, manifest: Manifest, indices: range,
+                                views: Sequence[memoryview]) -> list[int]:
         names = self._chunk_keys(key, manifest)
-        async with self._client.pipeline(transaction=False) as pipe:
-            for index in indices:
-                pipe.get(names[index])
-            replies = await pipe.execute()
-        if None in replies:
-            index = indices[replies.index(None)]
+        wanted = [names[index].encode() for index in indices]
+        sizes = await self._bulk.run(lambda conn: conn.get_into(wanted, views))
+        if -1 in sizes:
+            index = indices[sizes.index(-1)]
             raise BlobNotFound(key, f"chunk {index} expired or deleted while reading")
-        return replies
+        return sizes
 
     async def _keys(self) -> list[str]:
         head = self._manifest_key("")

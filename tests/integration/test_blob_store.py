@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis.asyncio
 
 from kvstore import (
     BlobNotFound,
@@ -19,8 +20,11 @@ from kvstore import (
     new_blob_key,
     open_store,
 )
+from tests.integration.conftest import start_server
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.integration.conftest import Raw, Server
 
 MiB = 1 << 20
@@ -220,6 +224,42 @@ async def test_a_restarted_redis_serves_the_next_call(own_server: Server) -> Non
         own_server.restart()
         key = new_blob_key()
         await store.put(key, b"after", ttl_s=60)
+        assert await store.get(key) == b"after"
+
+
+@pytest.mark.parametrize("user", ["", "default"])
+async def test_redis_password_and_database_reach_the_chunk_connections(
+        tmp_path: Path, user: str) -> None:
+    """Chunks move over the store's own connections: they must log in and select the URL's
+    database as redis-py does for the manifest."""
+    server = start_server("redis-password", tmp_path)
+    try:
+        url = server.url.replace(":s3cret@", f"{user}:s3cret@").removesuffix("/0") + "/3"
+        data = payload(5 * 4096 + 17)
+        async with await open_store(url, chunk_size=4096) as store:
+            key = new_blob_key()
+            await store.put(key, data, ttl_s=60)
+            assert await store.get(key) == data
+        db3, db0 = (redis.asyncio.from_url(url.removesuffix("/3") + f"/{db}") for db in (3, 0))
+        async with db3, db0:
+            assert len(await db3.keys("snapstream:chunk:*")) == 6
+            assert await db0.keys("*") == []
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+async def test_redis_refusing_a_chunk_is_unavailable_and_leaves_no_blob(
+        own_server: Server) -> None:
+    async with await open_store(own_server.url, chunk_size=MiB) as store, \
+            redis.asyncio.from_url(own_server.url) as admin:
+        await admin.config_set("maxmemory", "1mb")  # noeviction: writes get -OOM
+        key = new_blob_key()
+        with pytest.raises(StoreUnavailable, match=f"{re.escape(own_server.url)}.*OOM"):
+            await store.put(key, payload(4 * MiB), ttl_s=60)
+        assert await store.keys() == []
+        await admin.config_set("maxmemory", "0")
+        await store.put(key, b"after", ttl_s=60)  # the refused connections were not reused
         assert await store.get(key) == b"after"
 
 
