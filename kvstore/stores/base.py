@@ -24,7 +24,7 @@ import secrets
 import time
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
@@ -271,6 +271,24 @@ async def stop_tasks(tasks: Sequence[asyncio.Future]) -> None:
     for task in tasks:
         if not task.cancelled():
             task.exception()
+
+
+async def in_groups(count: int, group_size: int, in_flight: int,
+                    operation: Callable[[range], Awaitable[None]]) -> None:
+    """``operation(group)`` over ``range(count)`` cut into groups of ``group_size``, at most
+    ``in_flight`` groups at once; the first failure stops the others and is raised as it is."""
+    gate = asyncio.Semaphore(in_flight)
+
+    async def run(group: range) -> None:
+        async with gate:
+            await operation(group)
+
+    tasks = [asyncio.ensure_future(run(range(first, min(first + group_size, count))))
+             for first in range(0, count, group_size)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        await stop_tasks(tasks)
 
 
 STORES: dict[str, type[BlobStore]] = {}

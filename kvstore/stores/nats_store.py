@@ -6,6 +6,10 @@ Layout in stream ``stream`` (default ``SNAPSTREAM_BLOBS``), subjects under ``sub
     <subject_prefix>.m.<key>                  manifest (JSON), published last
     <subject_prefix>.c.<key>.<put_id>.<i>     chunk i, at most the server's max_payload
 
+Chunks are published and read over the store's own connections (kvstore.stores.nats_direct),
+which send each payload from where it lies and receive it straight into place; manifests,
+purges and stream management go through nats-py.
+
 TTL: JetStream before 2.11 has no per-message TTL, so the stream's ``max_age`` (``max_ttl_s``)
 bounds every blob's life and removes its messages; a blob's own ``ttl_s`` (at most
 ``max_ttl_s``) is enforced on read against the manifest's ``expires_at`` (the writer's clock),
@@ -33,13 +37,18 @@ from kvstore.stores.base import (
     BlobStore,
     Manifest,
     StoreUnavailable,
+    in_groups,
     redact_url,
     register_store,
 )
+from kvstore.stores.nats_direct import JetStreamConnection, NatsAddress, NatsError
+from kvstore.stores.sockets import ConnectionPool
 
 log = logging.getLogger(__name__)
 
-CHUNKS_IN_FLIGHT = 8  # concurrent publishes / direct gets: bounds client memory to 8 chunks
+CHUNKS_PER_ROUND_TRIP = 8  # pipelined publishes / direct gets
+ROUND_TRIPS_IN_FLIGHT = 2  # of a put or get, on two connections
+IDLE_DIRECT_CONNECTIONS = 4  # kept open between calls, for puts and gets side by side
 STREAM_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 SUBJECT_PATTERN = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 STREAM_NAME_IN_USE = 10058  # JetStream API error code
@@ -75,14 +84,15 @@ async def _log_error(exc: Exception) -> None:
 @register_store
 class NatsBlobStore(BlobStore):
     scheme = "nats"
-    chunks_per_read = CHUNKS_IN_FLIGHT
-    reads_in_flight = 1
+    chunks_per_read = CHUNKS_PER_ROUND_TRIP
+    reads_in_flight = ROUND_TRIPS_IN_FLIGHT
     unavailable_errors = (
         nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
         nats.errors.ConnectionReconnectingError, nats.errors.NoRespondersError,
         nats.errors.NoServersError, nats.errors.OutboundBufferLimitError,
         nats.errors.StaleConnectionError, nats.errors.TimeoutError,
         nats.js.errors.NoStreamResponseError, nats.js.errors.ServiceUnavailableError, OSError,
+        NatsError,
     )
 
     def __init__(self, config: NatsStoreConfig, client: nats.NATS, chunk_size: int) -> None:
@@ -90,6 +100,7 @@ class NatsBlobStore(BlobStore):
         self._config = config
         self._client = client
         self._js = client.jetstream(timeout=config.request_timeout_s)
+        self._direct = ConnectionPool(self._open_direct, max_idle=IDLE_DIRECT_CONNECTIONS)
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -116,6 +127,7 @@ class NatsBlobStore(BlobStore):
         await super().put(key, data, ttl_s)
 
     async def close(self) -> None:
+        self._direct.close()
         with contextlib.suppress(*self.unavailable_errors):  # the server may be gone
             await self._client.close()
 
@@ -144,10 +156,12 @@ class NatsBlobStore(BlobStore):
 
     async def _write_chunks(self, key: str, manifest: Manifest,
                             chunks: Sequence[memoryview]) -> None:
-        for start in range(0, len(chunks), CHUNKS_IN_FLIGHT):
-            await asyncio.gather(*(
-                self._js.publish(self._chunk_subject(key, manifest.put_id, index), chunks[index])
-                for index in range(start, min(start + CHUNKS_IN_FLIGHT, len(chunks)))))
+        async def send(group: range) -> None:
+            items = [(self._chunk_subject(key, manifest.put_id, index), chunks[index])
+                     for index in group]
+            await self._direct.run(lambda conn: conn.publish_many(items))
+
+        await in_groups(len(chunks), CHUNKS_PER_ROUND_TRIP, ROUND_TRIPS_IN_FLIGHT, send)
 
     async def _write_manifest(self, key: str, manifest: Manifest) -> None:
         await self._js.publish(self._manifest_subject(key), manifest.to_bytes())
@@ -163,16 +177,23 @@ class NatsBlobStore(BlobStore):
 
     async def _read_chunks_into(self, key: str, manifest: Manifest, indices: range,
                                 views: Sequence[memoryview]) -> list[int]:
-        messages = await asyncio.gather(*(
-            self._direct_get(key, self._chunk_subject(key, manifest.put_id, index))
-            for index in indices))
-        sizes = []
-        for message, view in zip(messages, views, strict=True):
-            data = message.data or b""
-            kept = min(len(data), len(view))
-            view[:kept] = memoryview(data)[:kept]
-            sizes.append(len(data))
+        subjects = [self._chunk_subject(key, manifest.put_id, index) for index in indices]
+        sizes = await self._direct.run(lambda conn: conn.get_into(subjects, views))
+        if -1 in sizes:
+            index = indices[sizes.index(-1)]
+            raise BlobNotFound(key, f"chunk {index} expired or deleted while reading")
         return sizes
+
+    async def _open_direct(self) -> JetStreamConnection:
+        """A connection to the server nats-py is connected to, with the URL's credentials."""
+        url = self._client.connected_url
+        if url is None:
+            raise ConnectionRefusedError("nats-py is not connected (reconnecting)")
+        address = NatsAddress(host=url.hostname or "localhost", port=url.port or 4222,
+                              user=url.username, password=url.password)
+        return await JetStreamConnection.open(address, self._config.stream,
+                                              self._config.connect_timeout_s,
+                                              self._config.request_timeout_s)
 
     async def _keys(self) -> list[str]:
         head = self._manifest_subject("")

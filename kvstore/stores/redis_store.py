@@ -14,7 +14,6 @@ together at put start + ttl_s; Redis expires them on its own clock.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -32,10 +31,11 @@ from kvstore.stores.base import (
     Manifest,
     StoreCorrupted,
     StoreUnavailable,
+    in_groups,
     register_store,
-    stop_tasks,
 )
-from kvstore.stores.resp import RespAddress, RespError, RespPool
+from kvstore.stores.resp import RespAddress, RespConnection, RespError
+from kvstore.stores.sockets import ConnectionPool
 
 DEFAULT_CHUNK_SIZE = 8 << 20
 MAX_CHUNK_SIZE = 512 << 20  # Redis bulk strings stop at 512 MiB
@@ -87,8 +87,10 @@ class RedisBlobStore(BlobStore):
         address = RespAddress(host=options.get("host", "localhost"),
                               port=int(options.get("port", 6379)), db=int(options.get("db", 0)),
                               username=options.get("username"), password=options.get("password"))
-        self._bulk = RespPool(address, config.connect_timeout_s, config.request_timeout_s,
-                              max_idle=IDLE_BULK_CONNECTIONS)
+        self._bulk = ConnectionPool(
+            lambda: RespConnection.open(address, config.connect_timeout_s,
+                                        config.request_timeout_s),
+            max_idle=IDLE_BULK_CONNECTIONS)
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -122,21 +124,13 @@ class RedisBlobStore(BlobStore):
     async def _write_chunks(self, key: str, manifest: Manifest,
                             chunks: Sequence[memoryview]) -> None:
         names = [name.encode() for name in self._chunk_keys(key, manifest)]
-        in_flight = asyncio.Semaphore(PIPELINES_IN_FLIGHT)
 
-        async def send(first: int) -> None:
-            group = list(zip(names[first:first + CHUNKS_PER_ROUND_TRIP],
-                             chunks[first:first + CHUNKS_PER_ROUND_TRIP], strict=True))
-            async with in_flight:
-                await self._bulk.run(
-                    lambda conn: conn.set_many(group, ttl_ms=_milliseconds_left(manifest)))
+        async def send(group: range) -> None:
+            items = [(names[index], chunks[index]) for index in group]
+            await self._bulk.run(
+                lambda conn: conn.set_many(items, ttl_ms=_milliseconds_left(manifest)))
 
-        sends = [asyncio.ensure_future(send(first))
-                 for first in range(0, len(chunks), CHUNKS_PER_ROUND_TRIP)]
-        try:
-            await asyncio.gather(*sends)  # raises the first failure as it is
-        finally:  # ... and stops the other pipelines
-            await stop_tasks(sends)
+        await in_groups(len(chunks), CHUNKS_PER_ROUND_TRIP, PIPELINES_IN_FLIGHT, send)
 
     async def _write_manifest(self, key: str, manifest: Manifest) -> None:
         await self._client.set(self._manifest_key(key), manifest.to_bytes(),

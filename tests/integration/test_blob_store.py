@@ -148,7 +148,7 @@ async def test_reader_sees_nothing_or_the_whole_blob(url: str, backend: str,
         await writer.delete(key)
 
 
-async def test_tampered_chunk_is_detected(store: BlobStore, raw: Raw) -> None:
+async def test_tampered_chunk_is_detected(store: BlobStore, raw: Raw, backend: str) -> None:
     key, data = new_blob_key(), payload(2 * store.chunk_size)
     await store.put(key, data, ttl_s=60)
     put_id = json.loads(await raw.get(raw.manifest_name(key)))["put_id"]
@@ -156,9 +156,13 @@ async def test_tampered_chunk_is_detected(store: BlobStore, raw: Raw) -> None:
     await raw.set(chunk, bytes(store.chunk_size))
     with pytest.raises(StoreCorrupted, match="checksum"):
         await store.get(key)
-    await raw.set(chunk, b"short")
-    with pytest.raises(StoreCorrupted, match="have sizes"):
-        await store.get(key)
+    longer = (bytes(store.chunk_size + 100),) if backend == "redis" else ()  # NATS: > max_payload
+    for wrong_size in (b"short", *longer):
+        await raw.set(chunk, wrong_size)
+        with pytest.raises(StoreCorrupted, match="have sizes"):
+            await store.get(key)
+    await raw.set(chunk, data[store.chunk_size:])  # the store's connections are still in step
+    assert await store.get(key) == data
 
 
 async def test_unreadable_manifest_is_corruption(store: BlobStore, raw: Raw) -> None:
@@ -261,6 +265,20 @@ async def test_redis_refusing_a_chunk_is_unavailable_and_leaves_no_blob(
         await admin.config_set("maxmemory", "0")
         await store.put(key, b"after", ttl_s=60)  # the refused connections were not reused
         assert await store.get(key) == b"after"
+
+
+@pytest.mark.parametrize("kind", ["nats-password", "nats-token"])
+async def test_nats_credentials_reach_the_chunk_connections(tmp_path: Path, kind: str) -> None:
+    """Chunks are read over the store's own connections: they must log in as nats-py does."""
+    server = start_server(kind, tmp_path)
+    try:
+        data = payload(20 * 4096 + 17)
+        async with await open_store(server.url, chunk_size=4096) as store:
+            key = new_blob_key()
+            await store.put(key, data, ttl_s=60)
+            assert await store.get(key) == data
+    finally:
+        server.stop()
 
 
 async def test_nats_ttl_is_bounded_by_stream_max_age(nats_url: str,

@@ -1,0 +1,138 @@
+"""Plain-socket connections for the stores' chunk paths, and a pool of them.
+
+The asyncio stream and the client libraries buffer every received byte at least twice before a
+chunk reaches its place in a blob; a :class:`BulkSocket` receives a payload by asking the kernel
+to copy it straight into the destination view, and sends a payload from where it lies. Every
+await on a socket is bounded by ``io_timeout_s`` (TimeoutError); a server that closes the
+connection raises ConnectionResetError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Generic, Protocol, TypeVar
+
+CRLF = b"\r\n"
+MAX_LINE = 64 << 10  # longest protocol line accepted
+SCRATCH_SIZE = 4096
+
+
+class BulkSocket:
+    def __init__(self, sock: socket.socket, io_timeout_s: float) -> None:
+        self._sock, self._timeout = sock, io_timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._scratch = bytearray(SCRATCH_SIZE)
+        self._pending = bytearray()  # received, not yet consumed
+
+    @classmethod
+    async def connect(cls, host: str, port: int, connect_timeout_s: float,
+                      io_timeout_s: float) -> BulkSocket:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(connect_timeout_s):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            family, kind, proto, _, address = infos[0]
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.sock_connect(sock, address)
+            except BaseException:
+                sock.close()
+                raise
+        return cls(sock, io_timeout_s)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    async def send(self, data: bytes | memoryview) -> None:
+        async with asyncio.timeout(self._timeout):
+            await self._loop.sock_sendall(self._sock, data)
+
+    async def read_line(self) -> bytes:
+        """The next line, without its CRLF."""
+        while (end := self._pending.find(CRLF)) < 0:
+            if len(self._pending) > MAX_LINE:
+                raise ConnectionAbortedError("the server sent an over-long protocol line")
+            await self._fill()
+        line = bytes(self._pending[:end])
+        del self._pending[:end + 2]
+        return line
+
+    async def read_into(self, view: memoryview, size: int) -> None:
+        """The next ``size`` bytes: the first ``len(view)`` into ``view``, the rest dropped."""
+        kept = min(size, len(view))
+        buffered = min(len(self._pending), size)
+        view[:min(buffered, kept)] = self._pending[:min(buffered, kept)]
+        del self._pending[:buffered]
+        got = buffered
+        while got < kept:  # the kernel copies straight into place
+            got += await self._receive(view[got:kept])
+        while got < size:
+            got += await self._receive(memoryview(self._scratch)[:size - got])
+
+    async def read_bytes(self, size: int) -> bytes:
+        """The next ``size`` bytes (small ones: headers, trailers)."""
+        while len(self._pending) < size:
+            await self._fill()
+        data = bytes(self._pending[:size])
+        del self._pending[:size]
+        return data
+
+    async def _fill(self) -> None:
+        n = await self._receive(memoryview(self._scratch))
+        self._pending += self._scratch[:n]
+
+    async def _receive(self, into: memoryview) -> int:
+        async with asyncio.timeout(self._timeout):
+            n = await self._loop.sock_recv_into(self._sock, into)
+        if n == 0:
+            raise ConnectionResetError("the server closed the connection")
+        return n
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
+T = TypeVar("T")
+
+
+class ConnectionPool(Generic[C]):
+    """Idle connections kept for reuse. A connection goes back to the pool only after an
+    operation completed on it; one a failure or a cancel interrupted is closed, since its
+    replies are no longer in step with its requests."""
+
+    def __init__(self, connect: Callable[[], Awaitable[C]], max_idle: int) -> None:
+        self._connect, self._max_idle = connect, max_idle
+        self._idle: list[C] = []
+
+    async def run(self, operation: Callable[[C], Awaitable[T]]) -> T:
+        """``operation`` on a pooled connection. A pooled connection the server dropped since
+        (a restart) fails on first use; the operation is then run again, once, on a fresh one:
+        every operation here is idempotent."""
+        reused = bool(self._idle)
+        connection = self._idle.pop() if reused else await self._connect()
+        while True:
+            try:
+                result = await operation(connection)
+            except ConnectionError:
+                connection.close()
+                if not reused:
+                    raise
+                reused, connection = False, await self._connect()
+                continue
+            except BaseException:
+                connection.close()
+                raise
+            if len(self._idle) < self._max_idle:
+                self._idle.append(connection)
+            else:
+                connection.close()
+            return result
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
