@@ -62,15 +62,13 @@ class JetStreamConnection:
     @classmethod
     async def open(cls, address: NatsAddress, stream: str, connect_timeout_s: float,
                    io_timeout_s: float) -> JetStreamConnection:
-        sock = await BulkSocket.connect(address.host, address.port, connect_timeout_s,
-                                        io_timeout_s)
-        connection = cls(sock, stream)
-        try:
+        async def setup(sock: BulkSocket) -> JetStreamConnection:
+            connection = cls(sock, stream)
             await connection._handshake(address)
-        except BaseException:
-            sock.close()
-            raise
-        return connection
+            return connection
+
+        return await BulkSocket.open(address.host, address.port, connect_timeout_s,
+                                     io_timeout_s, setup)
 
     async def _handshake(self, address: NatsAddress) -> None:
         """INFO in, CONNECT + SUB + PING out; the PONG says both were accepted."""

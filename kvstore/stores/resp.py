@@ -42,15 +42,13 @@ class RespConnection:
     @classmethod
     async def open(cls, address: RespAddress, connect_timeout_s: float,
                    io_timeout_s: float) -> RespConnection:
-        sock = await BulkSocket.connect(address.host, address.port, connect_timeout_s,
-                                        io_timeout_s)
-        connection = cls(sock)
-        try:
+        async def setup(sock: BulkSocket) -> RespConnection:
+            connection = cls(sock)
             await connection._handshake(address)
-        except BaseException:
-            sock.close()
-            raise
-        return connection
+            return connection
+
+        return await BulkSocket.open(address.host, address.port, connect_timeout_s,
+                                     io_timeout_s, setup)
 
     async def _handshake(self, address: RespAddress) -> None:
         """Log in and select the database, as redis-py does on its connections."""

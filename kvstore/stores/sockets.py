@@ -14,6 +14,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
+T = TypeVar("T")
 CRLF = b"\r\n"
 MAX_LINE = 64 << 10  # longest protocol line accepted
 SCRATCH_SIZE = 4096
@@ -27,21 +28,24 @@ class BulkSocket:
         self._pending = bytearray()  # received, not yet consumed
 
     @classmethod
-    async def connect(cls, host: str, port: int, connect_timeout_s: float,
-                      io_timeout_s: float) -> BulkSocket:
+    async def open(cls, host: str, port: int, connect_timeout_s: float, io_timeout_s: float,
+                   setup: Callable[[BulkSocket], Awaitable[T]]) -> T:
+        """Connect, then ``setup(socket)`` (the protocol's handshake) -> what it returns; the
+        socket is closed when either fails."""
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(connect_timeout_s):
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             family, kind, proto, _, address = infos[0]
             sock = socket.socket(family, kind, proto)
-            try:
-                sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            async with asyncio.timeout(connect_timeout_s):
                 await loop.sock_connect(sock, address)
-            except BaseException:
-                sock.close()
-                raise
-        return cls(sock, io_timeout_s)
+            return await setup(cls(sock, io_timeout_s))
+        except BaseException:
+            sock.close()
+            raise
 
     def close(self) -> None:
         self._sock.close()
@@ -97,7 +101,6 @@ class Closable(Protocol):
 
 
 C = TypeVar("C", bound=Closable)
-T = TypeVar("T")
 
 
 class ConnectionPool(Generic[C]):
