@@ -30,18 +30,12 @@ class BulkSocket:
     @classmethod
     async def open(cls, host: str, port: int, connect_timeout_s: float, io_timeout_s: float,
                    setup: Callable[[BulkSocket], Awaitable[T]]) -> T:
-        """Connect, then ``setup(socket)`` (the protocol's handshake) -> what it returns; the
-        socket is closed when either fails."""
-        loop = asyncio.get_running_loop()
+        """Connect to the first of the host's addresses that accepts (``localhost`` may name
+        ::1 before 127.0.0.1), then ``setup(socket)`` (the protocol's handshake) -> what it
+        returns; the socket is closed when either fails."""
         async with asyncio.timeout(connect_timeout_s):
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            family, kind, proto, _, address = infos[0]
-            sock = socket.socket(family, kind, proto)
+            sock = await _connect(host, port)
         try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            async with asyncio.timeout(connect_timeout_s):
-                await loop.sock_connect(sock, address)
             return await setup(cls(sock, io_timeout_s))
         except BaseException:
             sock.close()
@@ -94,6 +88,26 @@ class BulkSocket:
         if n == 0:
             raise ConnectionResetError("the server closed the connection")
         return n
+
+
+async def _connect(host: str, port: int) -> socket.socket:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError = ConnectionRefusedError(f"{host}:{port} has no address")
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error
 
 
 class Closable(Protocol):
