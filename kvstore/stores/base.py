@@ -116,8 +116,8 @@ class BlobStore(ABC):
     """Async blob store. Open one with ``kvstore.open_store(url)``; close it when done."""
 
     scheme: ClassVar[str]
-    chunks_per_read: ClassVar[int]  # chunks fetched per round trip
-    reads_in_flight: ClassVar[int]  # round trips of a get under way at once
+    chunks_per_round_trip: ClassVar[int]  # chunks written or read per round trip
+    round_trips_in_flight: ClassVar[int]  # of one put or get, each on its own connection
     unavailable_errors: ClassVar[tuple[type[BaseException], ...]]
 
     def __init__(self, url: str, chunk_size: int) -> None:
@@ -132,8 +132,9 @@ class BlobStore(ABC):
     async def put(self, key: str, data: bytes | bytearray | memoryview, ttl_s: float) -> None:
         """Store data under key for ttl_s seconds, replacing any blob there.
 
-        data is not copied before it is sent: do not modify it until put returns. Its checksum
-        is computed in a thread while the chunks are on their way (zlib releases the GIL).
+        data is not copied before it is sent: do not modify it until put returns. Chunks go
+        ``chunks_per_round_trip`` per round trip, ``round_trips_in_flight`` round trips at a
+        time; the checksum is computed in a thread meanwhile (zlib releases the GIL).
         """
         check_key(key)
         if not ttl_s > 0:
@@ -147,7 +148,10 @@ class BlobStore(ABC):
                   for start in range(0, len(view), self.chunk_size)]
         try:
             with self._translate_errors():
-                await self._write_chunks(key, manifest, chunks)
+                await _in_groups(
+                    len(chunks), self.chunks_per_round_trip, self.round_trips_in_flight,
+                    lambda group: self._write_chunks(key, manifest, group,
+                                                     [chunks[i] for i in group]))
                 await self._write_manifest(key, replace(manifest, crc32=await checksum))
         finally:
             await asyncio.wait([checksum])  # never leave the thread reading data after return
@@ -155,9 +159,8 @@ class BlobStore(ABC):
     async def get(self, key: str) -> bytearray:
         """The blob under key, bit-exact; BlobNotFound if absent, expired or deleted.
 
-        Chunks are read ``chunks_per_read`` per round trip, ``reads_in_flight`` round trips at
-        a time, into one buffer allocated up front; each group's checksum is carried on in a
-        thread while later groups arrive.
+        Chunks are read as a put writes them, into one buffer allocated up front; each group's
+        checksum is carried on in a thread while later groups arrive.
         """
         check_key(key)
         with self._translate_errors():
@@ -169,9 +172,8 @@ class BlobStore(ABC):
         view = memoryview(data)
         sizes = manifest.chunk_sizes()
         starts = [i * manifest.chunk_size for i in range(len(sizes))]
-        groups = [range(first, min(first + self.chunks_per_read, len(sizes)))
-                  for first in range(0, len(sizes), self.chunks_per_read)]
-        in_flight = asyncio.Semaphore(self.reads_in_flight)
+        groups = _groups(len(sizes), self.chunks_per_round_trip)
+        in_flight = asyncio.Semaphore(self.round_trips_in_flight)
 
         async def fetch(group: range) -> list[int]:
             async with in_flight:
@@ -226,9 +228,10 @@ class BlobStore(ABC):
     async def close(self) -> None: ...
 
     @abstractmethod
-    async def _write_chunks(self, key: str, manifest: Manifest,
+    async def _write_chunks(self, key: str, manifest: Manifest, indices: range,
                             chunks: Sequence[memoryview]) -> None:
-        """Store the chunks so that they expire at manifest.expires_at (or later)."""
+        """Store ``chunks[i]`` as chunk ``indices[i]``, in one round trip where the back end
+        can, so that they expire at manifest.expires_at (or later)."""
 
     @abstractmethod
     async def _write_manifest(self, key: str, manifest: Manifest) -> None:
@@ -273,8 +276,12 @@ async def stop_tasks(tasks: Sequence[asyncio.Future]) -> None:
             task.exception()
 
 
-async def in_groups(count: int, group_size: int, in_flight: int,
-                    operation: Callable[[range], Awaitable[None]]) -> None:
+def _groups(count: int, group_size: int) -> list[range]:
+    return [range(first, min(first + group_size, count)) for first in range(0, count, group_size)]
+
+
+async def _in_groups(count: int, group_size: int, in_flight: int,
+                     operation: Callable[[range], Awaitable[None]]) -> None:
     """``operation(group)`` over ``range(count)`` cut into groups of ``group_size``, at most
     ``in_flight`` groups at once; the first failure stops the others and is raised as it is."""
     gate = asyncio.Semaphore(in_flight)
@@ -283,8 +290,7 @@ async def in_groups(count: int, group_size: int, in_flight: int,
         async with gate:
             await operation(group)
 
-    tasks = [asyncio.ensure_future(run(range(first, min(first + group_size, count))))
-             for first in range(0, count, group_size)]
+    tasks = [asyncio.ensure_future(run(group)) for group in _groups(count, group_size)]
     try:
         await asyncio.gather(*tasks)
     finally:

@@ -37,7 +37,6 @@ from kvstore.stores.base import (
     BlobStore,
     Manifest,
     StoreUnavailable,
-    in_groups,
     redact_url,
     register_store,
 )
@@ -84,8 +83,8 @@ async def _log_error(exc: Exception) -> None:
 @register_store
 class NatsBlobStore(BlobStore):
     scheme = "nats"
-    chunks_per_read = CHUNKS_PER_ROUND_TRIP
-    reads_in_flight = ROUND_TRIPS_IN_FLIGHT
+    chunks_per_round_trip = CHUNKS_PER_ROUND_TRIP
+    round_trips_in_flight = ROUND_TRIPS_IN_FLIGHT
     unavailable_errors = (
         nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
         nats.errors.ConnectionReconnectingError, nats.errors.NoRespondersError,
@@ -154,14 +153,11 @@ class NatsBlobStore(BlobStore):
     def _chunk_subject(self, key: str, put_id: str, index: int | str) -> str:
         return f"{self._config.subject_prefix}.c.{key}.{put_id}.{index}"
 
-    async def _write_chunks(self, key: str, manifest: Manifest,
+    async def _write_chunks(self, key: str, manifest: Manifest, indices: range,
                             chunks: Sequence[memoryview]) -> None:
-        async def send(group: range) -> None:
-            items = [(self._chunk_subject(key, manifest.put_id, index), chunks[index])
-                     for index in group]
-            await self._direct.run(lambda conn: conn.publish_many(items))
-
-        await in_groups(len(chunks), CHUNKS_PER_ROUND_TRIP, ROUND_TRIPS_IN_FLIGHT, send)
+        items = [(self._chunk_subject(key, manifest.put_id, index), chunk)
+                 for index, chunk in zip(indices, chunks, strict=True)]
+        await self._direct.run(lambda conn: conn.publish_many(items))
 
     async def _write_manifest(self, key: str, manifest: Manifest) -> None:
         await self._js.publish(self._manifest_subject(key), manifest.to_bytes())

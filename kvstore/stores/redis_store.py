@@ -31,7 +31,6 @@ from kvstore.stores.base import (
     Manifest,
     StoreCorrupted,
     StoreUnavailable,
-    in_groups,
     register_store,
 )
 from kvstore.stores.resp import RespAddress, RespConnection, RespError
@@ -41,9 +40,9 @@ DEFAULT_CHUNK_SIZE = 8 << 20
 MAX_CHUNK_SIZE = 512 << 20  # Redis bulk strings stop at 512 MiB
 RECONNECT_RETRIES = 2
 CHUNKS_PER_ROUND_TRIP = 4  # pipelined SETs/GETs per round trip
-# a put or get keeps two pipelines (two connections) in flight, so the server is never idle
+# a put or get keeps two round trips (two connections) in flight, so the server is never idle
 # waiting for the client's next round
-PIPELINES_IN_FLIGHT = 2
+ROUND_TRIPS_IN_FLIGHT = 2
 IDLE_BULK_CONNECTIONS = 4  # kept open between calls, for puts and gets running side by side
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -74,8 +73,8 @@ def _milliseconds_left(manifest: Manifest) -> int:
 @register_store
 class RedisBlobStore(BlobStore):
     scheme = "redis"
-    chunks_per_read = CHUNKS_PER_ROUND_TRIP
-    reads_in_flight = PIPELINES_IN_FLIGHT
+    chunks_per_round_trip = CHUNKS_PER_ROUND_TRIP
+    round_trips_in_flight = ROUND_TRIPS_IN_FLIGHT
     unavailable_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                           OSError, RespError)
 
@@ -121,16 +120,13 @@ class RedisBlobStore(BlobStore):
         head = f"{self._prefix}:chunk:{key}:{manifest.put_id}"
         return [f"{head}:{index}" for index in range(manifest.num_chunks)]
 
-    async def _write_chunks(self, key: str, manifest: Manifest,
+    async def _write_chunks(self, key: str, manifest: Manifest, indices: range,
                             chunks: Sequence[memoryview]) -> None:
-        names = [name.encode() for name in self._chunk_keys(key, manifest)]
-
-        async def send(group: range) -> None:
-            items = [(names[index], chunks[index]) for index in group]
-            await self._bulk.run(
-                lambda conn: conn.set_many(items, ttl_ms=_milliseconds_left(manifest)))
-
-        await in_groups(len(chunks), CHUNKS_PER_ROUND_TRIP, PIPELINES_IN_FLIGHT, send)
+        names = self._chunk_keys(key, manifest)
+        items = [(names[index].encode(), chunk)
+                 for index, chunk in zip(indices, chunks, strict=True)]
+        ttl_ms = _milliseconds_left(manifest)
+        await self._bulk.run(lambda conn: conn.set_many(items, ttl_ms))
 
     async def _write_manifest(self, key: str, manifest: Manifest) -> None:
         await self._client.set(self._manifest_key(key), manifest.to_bytes(),
