@@ -185,6 +185,9 @@ class BlobStore(ABC):
         try:
             for group, pending in zip(groups, fetches, strict=True):
                 got = await pending
+                if -1 in got:
+                    raise BlobNotFound(key, f"chunk {group[got.index(-1)]} expired or deleted "
+                                            f"while reading")
                 if got != sizes[group.start:group.stop]:
                     raise StoreCorrupted(
                         f"blob {key!r}: chunks {group.start}..{group.stop - 1} have sizes {got}, "
@@ -246,7 +249,7 @@ class BlobStore(ABC):
                                 views: Sequence[memoryview]) -> list[int]:
         """Chunk ``indices[i]`` into ``views[i]``, in one round trip where the back end can.
         -> each chunk's stored size (a longer chunk fills its view; the caller compares
-        sizes). BlobNotFound when one is gone (expired or deleted meanwhile)."""
+        sizes), -1 for a chunk that is gone (expired or deleted meanwhile)."""
 
     @abstractmethod
     async def _delete(self, key: str) -> None: ...

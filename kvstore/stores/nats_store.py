@@ -174,11 +174,7 @@ class NatsBlobStore(BlobStore):
     async def _read_chunks_into(self, key: str, manifest: Manifest, indices: range,
                                 views: Sequence[memoryview]) -> list[int]:
         subjects = [self._chunk_subject(key, manifest.put_id, index) for index in indices]
-        sizes = await self._direct.run(lambda conn: conn.get_into(subjects, views))
-        if -1 in sizes:
-            index = indices[sizes.index(-1)]
-            raise BlobNotFound(key, f"chunk {index} expired or deleted while reading")
-        return sizes
+        return await self._direct.run(lambda conn: conn.get_into(subjects, views))
 
     async def _open_direct(self) -> JetStreamConnection:
         """A connection to the server nats-py is connected to, with the URL's credentials."""

@@ -215,6 +215,15 @@ class Raw:
         async with _nats_client(self.url) as client:
             await client.jetstream().publish(name, data)
 
+    async def delete(self, name: str) -> None:
+        """Remove one key or subject, as its expiry would."""
+        if self.backend == "redis":
+            async with redis.asyncio.from_url(self.url) as client:
+                await client.delete(name)
+            return
+        async with _nats_client(self.url) as client:
+            await client.jetstream().purge_stream(self.options["stream"], subject=name)
+
     async def drop(self) -> None:
         """Remove the namespace from the shared server."""
         if self.backend == "redis":

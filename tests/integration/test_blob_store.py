@@ -165,6 +165,20 @@ async def test_tampered_chunk_is_detected(store: BlobStore, raw: Raw, backend: s
     assert await store.get(key) == data
 
 
+async def test_a_chunk_gone_under_its_manifest_is_not_found(store: BlobStore, raw: Raw) -> None:
+    """A chunk that expired or was deleted while the manifest still stands: the reader gets
+    BlobNotFound naming the chunk, never part of the blob, and the store keeps serving."""
+    key, data = new_blob_key(), payload(3 * store.chunk_size)
+    await store.put(key, data, ttl_s=60)
+    put_id = json.loads(await raw.get(raw.manifest_name(key)))["put_id"]
+    await raw.delete(raw.chunk_name(key, put_id, 1))
+    with pytest.raises(BlobNotFound, match="chunk 1 expired or deleted"):
+        await store.get(key)
+    other = new_blob_key()
+    await store.put(other, data, ttl_s=60)
+    assert await store.get(other) == data
+
+
 async def test_unreadable_manifest_is_corruption(store: BlobStore, raw: Raw) -> None:
     key = new_blob_key()
     await store.put(key, b"x", ttl_s=60)
