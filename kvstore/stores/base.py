@@ -196,7 +196,7 @@ class BlobStore(ABC):
                 end = starts[group[-1]] + sizes[group[-1]]
                 crc = await asyncio.to_thread(zlib.crc32, view[starts[group.start]:end], crc)
         finally:  # a failure leaves later groups in flight: stop them
-            await stop_tasks(fetches)
+            await _stop_tasks(fetches)
         if crc != manifest.crc32:
             raise StoreCorrupted(f"blob {key!r}: payload checksum does not match its manifest")
         return data
@@ -267,7 +267,7 @@ class BlobStore(ABC):
                                    f"{type(exc).__name__}: {exc}") from exc
 
 
-async def stop_tasks(tasks: Sequence[asyncio.Future]) -> None:
+async def _stop_tasks(tasks: Sequence[asyncio.Future]) -> None:
     """Cancel the tasks still running and wait until all are done. Their errors count as
     retrieved: the caller is raising another failure, or none."""
     for task in tasks:
@@ -297,7 +297,7 @@ async def _in_groups(count: int, group_size: int, in_flight: int,
     try:
         await asyncio.gather(*tasks)
     finally:
-        await stop_tasks(tasks)
+        await _stop_tasks(tasks)
 
 
 STORES: dict[str, type[BlobStore]] = {}

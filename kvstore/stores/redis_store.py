@@ -116,15 +116,18 @@ class RedisBlobStore(BlobStore):
     def _manifest_key(self, key: str) -> str:
         return f"{self._prefix}:blob:{key}"
 
-    def _chunk_keys(self, key: str, manifest: Manifest) -> list[str]:
+    def _chunk_keys(self, key: str, manifest: Manifest, indices: range | None = None
+                    ) -> list[str]:
+        """Names of chunks ``indices`` (all when None)."""
         head = f"{self._prefix}:chunk:{key}:{manifest.put_id}"
-        return [f"{head}:{index}" for index in range(manifest.num_chunks)]
+        indices = range(manifest.num_chunks) if indices is None else indices
+        return [f"{head}:{index}" for index in indices]
 
     async def _write_chunks(self, key: str, manifest: Manifest, indices: range,
                             chunks: Sequence[memoryview]) -> None:
-        names = self._chunk_keys(key, manifest)
-        items = [(names[index].encode(), chunk)
-                 for index, chunk in zip(indices, chunks, strict=True)]
+        items = [(name.encode(), chunk)
+                 for name, chunk in zip(self._chunk_keys(key, manifest, indices), chunks,
+                                        strict=True)]
         ttl_ms = _milliseconds_left(manifest)
         await self._bulk.run(lambda conn: conn.set_many(items, ttl_ms))
 
@@ -140,8 +143,7 @@ class RedisBlobStore(BlobStore):
 
     async def _read_chunks_into(self, key: str, manifest: Manifest, indices: range,
                                 views: Sequence[memoryview]) -> list[int]:
-        names = self._chunk_keys(key, manifest)
-        wanted = [names[index].encode() for index in indices]
+        wanted = [name.encode() for name in self._chunk_keys(key, manifest, indices)]
         return await self._bulk.run(lambda conn: conn.get_into(wanted, views))
 
     async def _keys(self) -> list[str]:
