@@ -51,7 +51,7 @@ def build_sample(
     The first target insert whose text contains ``answer`` holds it (once). ``followups`` ask
     about the other inserts; they follow the answer in training, never in the prompt."""
     render = RENDERERS[cfg.placement]
-    fixed_len = len(render(question, "")[0]) + sum(len(insert.text) + 1 for insert in inserts)
+    fixed_len = _fixed_len(render, question, [insert.text for insert in inserts])
     filler_len = cfg.context_len - fixed_len
     if filler_len < MIN_FILLER_LEN:
         raise ValueError(
@@ -72,6 +72,20 @@ def build_sample(
         needles=needles, answer_offset=target.offset + target.text.index(answer),
         followups=tuple(followups),
     )
+
+
+def min_context_len(question: str, needles: Sequence[str]) -> int:
+    """The shortest context_len at which ``question`` and ``needles`` fit in either placement
+    with the filler build_sample requires."""
+    fixed_len = max(_fixed_len(render, question, needles) for render in RENDERERS.values())
+    return fixed_len + MIN_FILLER_LEN
+
+
+def _fixed_len(render: Callable[[str, str], tuple[str, int]], question: str,
+               needles: Sequence[str]) -> int:
+    """Bytes of a prompt that are not filler: the question, the cue and each needle with the
+    space that joins it to the filler."""
+    return len(render(question, "")[0]) + sum(len(text) + 1 for text in needles)
 
 
 def _insert(window: FillerWindow, inserts: Sequence[Insert]) -> tuple[str, list[int]]:

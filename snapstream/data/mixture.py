@@ -24,7 +24,7 @@ from snapstream.data.sample import (
     Split,
     TaskConfig,
 )
-from snapstream.data.tasks import TASKS, generate
+from snapstream.data.tasks import TASKS, generate, min_context_len
 
 
 def _default_weights() -> Mapping[str, float]:
@@ -72,6 +72,13 @@ class TrainingMixture:
         _check_between("before_fraction", self.before_fraction, 0.0, 1.0)
         _check_between("max_distractors", self.max_distractors, 0, MAX_DISTRACTORS)
         _check_between("max_hops", self.max_hops, 1, MAX_HOPS)
+        for task, weight in self.weights.items():
+            need = min_context_len(task, Split.TRAIN, self.max_distractors, self.max_hops)
+            if weight > 0 and self.context_len_range[0] < need:
+                raise ValueError(
+                    f"context_len_range starts at {self.context_len_range[0]} bytes, but {task} "
+                    f"with up to {self.max_distractors} distractors and {self.max_hops} hops "
+                    f"needs {need}: raise it or lower max_distractors / max_hops")
 
     def __getitem__(self, index: int) -> Sample:
         if index < 0:

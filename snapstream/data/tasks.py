@@ -11,18 +11,23 @@
 The needle holding the answer is placed at ``cfg.depth``. Target needles are those the answer
 needs: the one holding it, and for vartrack every statement of the asked chain. Follow-ups ask
 the same question about every distractor (passkey has none).
+
+Each task also names its largest sample (the longest wordings and values), so that
+``min_context_len`` can tell up front whether a context length fits every sample.
 """
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from itertools import pairwise
 
-from snapstream.data import values
+from snapstream.data import layout, values
 from snapstream.data.layout import Insert, build_sample
 from snapstream.data.phrasing import PHRASES, Phrases
-from snapstream.data.sample import Sample, TaskConfig
+from snapstream.data.sample import Sample, Split, TaskConfig
 
 
 def passkey(rng: random.Random, cfg: TaskConfig) -> Sample:
@@ -108,16 +113,71 @@ def _chain(
     ]
 
 
-TASKS: dict[str, Callable[[random.Random, TaskConfig], Sample]] = {
-    "passkey": passkey,
-    "multikey": multikey,
-    "kv": kv,
-    "vartrack": vartrack,
+def _longest(texts: Iterable[str]) -> str:
+    return max(texts, key=len)
+
+
+def passkey_largest(phrases: Phrases, num_distractors: int, num_hops: int
+                    ) -> tuple[str, list[str]]:
+    fact = _longest(f.format(value=values.LONGEST_NUMBER) for f in phrases.facts)
+    return _longest(phrases.questions), [fact]
+
+
+def multikey_largest(phrases: Phrases, num_distractors: int, num_hops: int
+                     ) -> tuple[str, list[str]]:
+    key, value = values.LONGEST_LABEL, values.LONGEST_NUMBER
+    fact = _longest(f.format(key=key, value=value) for f in phrases.facts)
+    return _longest(q.format(key=key) for q in phrases.questions), [fact] * (1 + num_distractors)
+
+
+def kv_largest(phrases: Phrases, num_distractors: int, num_hops: int) -> tuple[str, list[str]]:
+    key, value = values.LONGEST_KV_KEY, values.LONGEST_KV_VALUE
+    row = _longest(f.format(key=key, value=value) for f in phrases.facts)
+    block = "\n".join((_longest(phrases.intros), *[row] * (1 + num_distractors))) + "\n"
+    return _longest(q.format(key=key) for q in phrases.questions), [block]
+
+
+def vartrack_largest(phrases: Phrases, num_distractors: int, num_hops: int
+                     ) -> tuple[str, list[str]]:
+    name, value = values.LONGEST_VAR_NAME, values.LONGEST_NUMBER
+    chains = ([fact.format(name=name, value=value)] + [link.format(name=name, src=name)] * num_hops
+              for fact, link in zip(phrases.facts, phrases.links, strict=True))
+    chain = max(chains, key=lambda statements: sum(len(s) + 1 for s in statements))
+    return (_longest(q.format(name=name) for q in phrases.questions),
+            chain * (1 + num_distractors))
+
+
+@dataclass(frozen=True)
+class Task:
+    """``generate`` builds a sample; ``largest`` gives the longest question and needles a
+    sample with ``num_distractors`` and ``num_hops`` can draw from ``phrases``."""
+
+    generate: Callable[[random.Random, TaskConfig], Sample]
+    largest: Callable[[Phrases, int, int], tuple[str, list[str]]]
+
+
+TASKS: dict[str, Task] = {
+    "passkey": Task(passkey, passkey_largest),
+    "multikey": Task(multikey, multikey_largest),
+    "kv": Task(kv, kv_largest),
+    "vartrack": Task(vartrack, vartrack_largest),
 }
+
+
+def _task(task: str) -> Task:
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    return TASKS[task]
 
 
 def generate(task: str, rng: random.Random, cfg: TaskConfig) -> Sample:
     """One sample of ``task``; everything random in it comes from ``rng``."""
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
-    return TASKS[task](rng, cfg)
+    return _task(task).generate(rng, cfg)
+
+
+@functools.cache
+def min_context_len(task: str, split: Split, num_distractors: int, num_hops: int) -> int:
+    """The shortest ``context_len`` at which every sample of ``task`` with these counts builds,
+    whatever wordings and values it draws."""
+    question, needles = _task(task).largest(PHRASES[task][split], num_distractors, num_hops)
+    return layout.min_context_len(question, needles)

@@ -22,8 +22,12 @@ NOUNS = (
 )
 
 
+NUMBER_DIGITS = (5, 7)
+KV_KEY_LEN, KV_VALUE_LEN, VAR_NAME_LEN = 5, 6, 4
+
+
 def number(rng: random.Random) -> str:
-    num_digits = rng.randint(5, 7)
+    num_digits = rng.randint(*NUMBER_DIGITS)
     return str(rng.randint(10 ** (num_digits - 1), 10**num_digits - 1))
 
 
@@ -40,15 +44,22 @@ def similar_label(rng: random.Random, like: str) -> str:
 
 
 def kv_key(rng: random.Random) -> str:
-    return "".join(rng.choices(string.ascii_lowercase + string.digits, k=5))
+    return "".join(rng.choices(string.ascii_lowercase + string.digits, k=KV_KEY_LEN))
 
 
 def kv_value(rng: random.Random) -> str:
-    return "".join(rng.choices(string.ascii_uppercase + string.digits, k=6))
+    return "".join(rng.choices(string.ascii_uppercase + string.digits, k=KV_VALUE_LEN))
 
 
 def var_name(rng: random.Random) -> str:
-    return "".join(rng.choices(string.ascii_uppercase, k=4))
+    return "".join(rng.choices(string.ascii_uppercase, k=VAR_NAME_LEN))
+
+
+# the longest value of each shape, for the worst-case size of a sample (tasks.min_context_len)
+LONGEST_NUMBER = "9" * NUMBER_DIGITS[1]
+LONGEST_LABEL = f"{max(ADJECTIVES, key=len)}-{max(NOUNS, key=len)}"
+LONGEST_KV_KEY, LONGEST_KV_VALUE = "k" * KV_KEY_LEN, "V" * KV_VALUE_LEN
+LONGEST_VAR_NAME = "N" * VAR_NAME_LEN
 
 
 def distinct(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from snapstream.data import Sample, TrainingMixture
+from snapstream.data import Sample
 from snapstream.train.config import PAD_ID, TOKENIZER, TrainConfig
 
 
@@ -38,11 +38,8 @@ def make_batch(config: TrainConfig, step: int) -> Batch:
     phase = config.phase_at(step)
     rng = random.Random(f"train/{config.seed}/{step}")
     length = rng.randint(phase.min_len, phase.max_len)
-    weights = {task: weight for task, weight in config.task_weights.items()
-               if not phase.tasks or task in phase.tasks}
-    mixture = TrainingMixture(seed=config.seed * 1_000_003 + step, weights=weights,
-                              context_len_range=(length - 16, length),
-                              max_distractors=phase.max_distractors, max_hops=phase.max_hops)
+    mixture = phase.mixture(config.task_weights, seed=config.seed * 1_000_003 + step,
+                            length=length)
     rows = [encode_sample(mixture[i], config.context_len + 1) for i in range(phase.batch_size)]
     width = max(len(ids) for ids, _ in rows) - 1
     input_ids = torch.full((len(rows), width), PAD_ID)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from snapstream.config import ModelConfig
+from snapstream.data import TrainingMixture
 from snapstream.tokenizer import ByteTokenizer
 
 TOKENIZER = ByteTokenizer(vocab_size=264)  # 256 bytes + bos/eos/pad, padded to a multiple of 8
 PAD_ID = 258
+LENGTH_JITTER = 16  # a batch of length L holds prompts of L - LENGTH_JITTER .. L bytes
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,15 @@ class Phase:
     max_distractors: int = 3
     max_hops: int = 3
     tasks: tuple[str, ...] = ()
+
+    def mixture(self, task_weights: Mapping[str, float], seed: int, length: int
+                ) -> TrainingMixture:
+        """The samples of one batch of this phase whose longest prompt is ``length`` bytes."""
+        weights = {task: weight for task, weight in task_weights.items()
+                   if not self.tasks or task in self.tasks}
+        return TrainingMixture(seed=seed, weights=weights,
+                               context_len_range=(length - LENGTH_JITTER, length),
+                               max_distractors=self.max_distractors, max_hops=self.max_hops)
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,7 @@ class TrainConfig:
     # fail even at 300 bytes when this phase is short (docs/accuracy.md)
     phases: tuple[Phase, ...] = (
         Phase(0.0, 200, 256, 32, max_distractors=0, max_hops=1, tasks=("passkey",)),
-        Phase(0.33, 320, 512, 20, max_distractors=2, max_hops=1),
+        Phase(0.33, 336, 512, 20, max_distractors=2, max_hops=1),
         Phase(0.58, 448, 896, 12, max_distractors=3, max_hops=2),
         Phase(0.72, 896, 1500, 8),
         Phase(0.86, 1500, 2040, 6),
@@ -76,6 +88,13 @@ class TrainConfig:
         unknown = {t for p in self.phases for t in p.tasks} - set(self.task_weights)
         if unknown:
             raise ValueError(f"phases name tasks without a weight in task_weights: {unknown}")
+        for i, phase in enumerate(self.phases):  # fail now, not at the phase's first batch
+            try:
+                phase.mixture(self.task_weights, seed=0, length=phase.min_len)
+            except ValueError as err:
+                raise ValueError(f"phases[{i}]: min_len {phase.min_len} is too short (a batch "
+                                 f"holds prompts down to min_len - {LENGTH_JITTER}): {err}"
+                                 ) from None
         if max(p.max_len for p in self.phases) + 8 > self.context_len:
             raise ValueError("phases: max_len + answer must fit in context_len")
         if self.num_kv_heads >= self.num_heads:

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from snapstream.data import TASKS, Placement, Split, TrainingMixture, build_eval_set
+from snapstream.data.tasks import min_context_len
 
 DIGEST_SCRIPT = """
 import hashlib
@@ -86,6 +87,16 @@ def test_default_mixture_fits_its_shortest_context():
 def test_bad_mixture_names_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         TrainingMixture(seed=0, **overrides)
+
+
+def test_mixture_too_short_for_a_task_names_it_and_the_length_it_needs():
+    need = min_context_len("vartrack", Split.TRAIN, 3, 3)
+    with pytest.raises(ValueError, match=f"vartrack with up to 3 distractors and 3 hops needs "
+                                         f"{need}"):
+        TrainingMixture(seed=0, context_len_range=(need - 1, 900))
+    TrainingMixture(seed=0, context_len_range=(need, 900))
+    TrainingMixture(seed=0, context_len_range=(need - 1, 900), max_hops=2)
+    TrainingMixture(seed=0, context_len_range=(need - 1, 900), weights={"passkey": 1.0})
 
 
 def test_mixture_weights_are_frozen_and_order_free():

@@ -15,7 +15,9 @@ from snapstream.data import (
     TaskConfig,
     exact_match,
     generate,
+    layout,
 )
+from snapstream.data.tasks import min_context_len
 
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -184,3 +186,17 @@ def test_training_segments_alternate_cues_and_answers():
     ):
         assert cue == question + ANSWER_CUE and not cue_is_answer
         assert answer == expected + "\n" and is_answer
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("split", list(Split))
+def test_min_context_len_holds_every_sample_and_is_a_tight_bound(task, split):
+    for num_distractors, num_hops in [(0, 1), (2, 1), (3, 2), (6, 4)]:
+        bound = min_context_len(task, split, num_distractors, num_hops)
+        needs = [
+            layout.min_context_len(sample.question, [needle.text for needle in sample.needles])
+            for seed in range(150) for placement in Placement
+            for sample in [make(task, seed, context_len=bound, split=split, placement=placement,
+                                num_distractors=num_distractors, num_hops=num_hops)]
+        ]  # each sample builds at the bound, and the largest of them comes close to it
+        assert 0.9 * bound <= max(needs) <= bound

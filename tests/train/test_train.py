@@ -76,6 +76,17 @@ def test_a_phase_draws_only_its_tasks_and_names_unknown_ones():
         TrainConfig(**{**TINY, "phases": (Phase(0.0, 300, 320, 3, tasks=("sudoku",)),)})
 
 
+def test_a_phase_too_short_for_its_tasks_fails_when_configured_not_when_reached():
+    # the default curriculum's second phase until 2026-11-23: a multikey sample with two
+    # distractors, the longest wording and the longest keys needs 317 bytes, and a batch of
+    # that phase could hold prompts of 304
+    passkey = Phase(0.0, 200, 256, 32, max_distractors=0, max_hops=1, tasks=("passkey",))
+    short = Phase(0.33, 320, 512, 20, max_distractors=2, max_hops=1)
+    with pytest.raises(ValueError, match=r"phases\[1\]: min_len 320 .*multikey .*needs 317"):
+        TrainConfig(phases=(passkey, short))
+    TrainConfig(phases=(passkey, Phase(0.33, 333, 512, 20, max_distractors=2, max_hops=1)))
+
+
 class _Oracle(torch.nn.Module):
     """Predicts every target byte except each answer's first: a copy without a lookup."""
 
