@@ -27,6 +27,7 @@ from snapstream.engine import Engine
 
 SYSTEMS = ("in-process", "router")
 CALL_TIMEOUT_S = 600.0
+ROUND_FIGURES = ("ttft_p50_s", "itl_p50_s", "throughput_tok_s")  # kept per round, for the spread
 
 
 def run_serve_bench(cfg: ServeBenchConfig, model_dir: Path) -> dict:
@@ -68,7 +69,9 @@ async def _level(cfg: ServeBenchConfig, systems: dict[str, Generate], cluster: L
     traces: dict[str, list[RequestTrace]] = {name: [] for name in systems}
     wall_s = dict.fromkeys(systems, 0.0)
     usage: dict[str, Usage] = {}
+    rounds: list[dict[str, dict]] = []  # each round's own figures: the spread between runs
     for round_index in range(cfg.rounds):
+        rounds.append({})
         for name in list(systems)[:: 1 if round_index % 2 == 0 else -1]:
             before = await asyncio.to_thread(usage_now, cluster.metrics, cluster.pids)
             run, run_s = await run_level(systems[name], prompts, concurrency,
@@ -77,7 +80,9 @@ async def _level(cfg: ServeBenchConfig, systems: dict[str, Generate], cluster: L
             traces[name] += run
             wall_s[name] += run_s
             usage[name] = usage[name] + used if name in usage else used
-    level: dict = {"concurrency": concurrency}
+            rounds[-1][name] = {key: value for key, value in summarize(run, run_s, cfg.slo).items()
+                                if key in ROUND_FIGURES}
+    level: dict = {"concurrency": concurrency, "rounds": rounds}
     for name in systems:
         level[name] = {**summarize(traces[name], wall_s[name], cfg.slo),
                        "profile": usage[name].summary()}

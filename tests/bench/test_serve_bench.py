@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict
 
 import pytest
@@ -38,6 +39,10 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(byte_model_dir
             assert 0 < stats["ttft_p50_s"] <= stats["ttft_p90_s"] <= stats["ttft_p99_s"]
             assert stats["throughput_tok_s"] > 0
         assert level["identical_outputs"] == 4  # greedy: both systems generate the same tokens
+        assert len(level["rounds"]) == 2  # and each round's own figures, for the spread
+        for figures in level["rounds"]:
+            for system in ("in-process", "router"):
+                assert figures[system]["ttft_p50_s"] > 0 < figures[system]["throughput_tok_s"]
         profile = level["router"]["profile"]
         assert profile["mean_s"]["blob_put"] > 0 and profile["mean_s"]["blob_get"] > 0
         for where in ("in-process", "router"):  # both systems time their prefills alike
@@ -52,4 +57,5 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(byte_model_dir
     assert "<!-- bench:engine -->\nkept" in text
     assert "<!-- bench:serve -->" in text and "<!-- /bench:serve -->" in text
     assert "| redis | 1 MiB |" in text and "throughput router / in-process" in text
+    assert re.search(r"\| 2 \| [+-]\d+\.\d\d \([+-]\d+, [+-]\d+\) \|", text)  # per round
     assert (doc.parent / "img" / "serve_latency.png").stat().st_size > 0
