@@ -74,7 +74,7 @@ def build_sample(
     )
 
 
-def min_context_len(question: str, needles: Sequence[str]) -> int:
+def context_len_for(question: str, needles: Sequence[str]) -> int:
     """The shortest context_len at which ``question`` and ``needles`` fit in either placement
     with the filler build_sample requires."""
     fixed_len = max(_fixed_len(render, question, needles) for render in RENDERERS.values())

@@ -180,4 +180,4 @@ def min_context_len(task: str, split: Split, num_distractors: int, num_hops: int
     """The shortest ``context_len`` at which every sample of ``task`` with these counts builds,
     whatever wordings and values it draws."""
     question, needles = _task(task).largest(PHRASES[task][split], num_distractors, num_hops)
-    return layout.min_context_len(question, needles)
+    return layout.context_len_for(question, needles)

@@ -194,7 +194,7 @@ def test_min_context_len_holds_every_sample_and_is_a_tight_bound(task, split):
     for num_distractors, num_hops in [(0, 1), (2, 1), (3, 2), (6, 4)]:
         bound = min_context_len(task, split, num_distractors, num_hops)
         needs = [
-            layout.min_context_len(sample.question, [needle.text for needle in sample.needles])
+            layout.context_len_for(sample.question, [needle.text for needle in sample.needles])
             for seed in range(150) for placement in Placement
             for sample in [make(task, seed, context_len=bound, split=split, placement=placement,
                                 num_distractors=num_distractors, num_hops=num_hops)]
