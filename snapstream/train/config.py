@@ -92,9 +92,8 @@ class TrainConfig:
             try:
                 phase.mixture(self.task_weights, seed=0, length=phase.min_len)
             except ValueError as err:
-                raise ValueError(f"phases[{i}]: min_len {phase.min_len} is too short (a batch "
-                                 f"holds prompts down to min_len - {LENGTH_JITTER}): {err}"
-                                 ) from None
+                raise ValueError(f"phases[{i}] (min_len {phase.min_len}; a batch holds prompts "
+                                 f"from min_len - {LENGTH_JITTER} bytes): {err}") from None
         if max(p.max_len for p in self.phases) + 8 > self.context_len:
             raise ValueError("phases: max_len + answer must fit in context_len")
         if self.num_kv_heads >= self.num_heads:

@@ -82,7 +82,7 @@ def test_a_phase_too_short_for_its_tasks_fails_when_configured_not_when_reached(
     # that phase could hold prompts of 304
     passkey = Phase(0.0, 200, 256, 32, max_distractors=0, max_hops=1, tasks=("passkey",))
     short = Phase(0.33, 320, 512, 20, max_distractors=2, max_hops=1)
-    with pytest.raises(ValueError, match=r"phases\[1\]: min_len 320 .*multikey .*needs 317"):
+    with pytest.raises(ValueError, match=r"phases\[1\] \(min_len 320;.*multikey .*needs 317"):
         TrainConfig(phases=(passkey, short))
     TrainConfig(phases=(passkey, Phase(0.33, 333, 512, 20, max_distractors=2, max_hops=1)))
 
