@@ -1,11 +1,13 @@
 """The step loop, on its own thread: admit -> step -> emit, over one static pool per layout.
 
 Streams talk to it through :meth:`DecodeLoop.submit` / :meth:`DecodeLoop.cancel` (thread-safe)
-and receive :class:`DecodeEvent` through the sink each sequence carries.
+and receive :class:`DecodeEvent` through the :class:`StreamSink` each sequence carries: each
+step's events reach each asyncio event loop in one wake-up, not one per token.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from decode_svc.backends import SN40LSimBackend, TorchBackend
-from decode_svc.sequence import DecodeEvent, Sequence, SlotTable
+from decode_svc.sequence import DecodeEvent, Sequence, SlotTable, StreamSink
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
@@ -160,27 +162,28 @@ class DecodeLoop:
         metrics.STEP_TIME.observe(time.perf_counter() - start)
         if simulated_s:
             metrics.SIM_STEP_TIME.observe(simulated_s)
-        for seq in active:
-            if sampling[seq.row] is not None:
-                self._emit(pool, seq, sampled[seq.row])
+        now, at = time.monotonic(), time.perf_counter()
+        deliver([(seq.sink, self._emit(pool, seq, sampled[seq.row], now, at))
+                 for seq in active if sampling[seq.row] is not None])
 
-    def _emit(self, pool: Pool, seq: Sequence, token: int) -> None:
+    def _emit(self, pool: Pool, seq: Sequence, token: int, now: float, at: float
+              ) -> DecodeEvent:
         seq.last_token = token
         seq.emitted += 1
         reason = seq.finish_reason(token)
-        elapsed = time.monotonic() - seq.started_at
-        seq.sink(DecodeEvent(token_id=token, finish_reason=reason,
-                             queue_s=seq.started_at - seq.submitted_at, decode_s=elapsed,
-                             simulated_s=seq.simulated_s))
         if reason is not None:
             with self.lock:
                 self._release(pool, seq)
+        return DecodeEvent(token_id=token, finish_reason=reason,
+                           queue_s=seq.started_at - seq.submitted_at,
+                           decode_s=now - seq.started_at, simulated_s=seq.simulated_s, at=at)
 
     def _fail(self, pool: Pool, exc: Exception) -> None:
         with self.lock:
-            for seq in pool.table.active:
-                seq.sink(DecodeEvent(error=exc))
+            failed = pool.table.active
+            for seq in failed:
                 self._release(pool, seq)
+        deliver([(seq.sink, DecodeEvent(error=exc, at=time.perf_counter())) for seq in failed])
 
     def _release(self, pool: Pool, seq: Sequence) -> None:
         pool.table.release(seq)
@@ -188,3 +191,18 @@ class DecodeLoop:
         self.running -= 1
         metrics.RUNNING.labels("decode").set(self.running)
         metrics.SLOT_OCCUPANCY.set(self.running / self.slots)
+
+
+def deliver(events: list[tuple[StreamSink, DecodeEvent]]) -> None:
+    """Puts each event on its sink's queue, in order, with one ``call_soon_threadsafe`` per
+    event loop (each is a wake-up and a system call; a step of B sequences would make B)."""
+    batches: dict[asyncio.AbstractEventLoop, list[tuple[StreamSink, DecodeEvent]]] = {}
+    for sink, event in events:
+        batches.setdefault(sink.loop, []).append((sink, event))
+    for aio, batch in batches.items():
+        aio.call_soon_threadsafe(_put_all, batch)
+
+
+def _put_all(batch: list[tuple[StreamSink, DecodeEvent]]) -> None:
+    for sink, event in batch:
+        sink.queue.put_nowait(event)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from snapstream.sampling import SamplingParams
 
@@ -19,6 +19,29 @@ class DecodeEvent:
     queue_s: float = 0.0  # submitted to admitted into a slot
     decode_s: float = 0.0  # wall time from admission to this event
     simulated_s: float = 0.0  # the back end's simulated time over the same steps
+    at: float = 0.0  # time.perf_counter() on the step loop when the event was made
+
+
+@dataclass(frozen=True)
+class StreamSink:
+    """Where a sequence's events go: a queue read on ``loop``, the stream's asyncio event loop.
+    The step loop hands all of one step's events for an event loop over in a single wake-up
+    (:func:`decode_svc.loop.deliver`)."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[DecodeEvent]
+
+    @classmethod
+    def here(cls) -> StreamSink:
+        """A sink read on the running event loop."""
+        return cls(asyncio.get_running_loop(), asyncio.Queue())
+
+    def drain(self) -> list[DecodeEvent]:
+        """The events already queued (none if empty), without waiting."""
+        events = []
+        while not self.queue.empty():
+            events.append(self.queue.get_nowait())
+        return events
 
 
 @dataclass
@@ -34,13 +57,12 @@ class Sequence:
     emitted: int  # tokens the client has, counted against max_new_tokens
     sampling: SamplingParams
     stop_ids: frozenset[int]
-    sink: Callable[[DecodeEvent], None]
+    sink: StreamSink
     row: int = -1
     last_token: int = -1
     submitted_at: float = 0.0
     started_at: float = 0.0
     simulated_s: float = 0.0
-    cancelled: bool = field(default=False)
 
     def next_input(self) -> int:
         return self.replay.popleft() if self.replay else self.last_token

@@ -9,7 +9,7 @@ from collections import deque
 import grpc
 
 from decode_svc.loop import DecodeLoop
-from decode_svc.sequence import DecodeEvent, Sequence
+from decode_svc.sequence import DecodeEvent, Sequence, StreamSink
 from hwsim import DoesNotFitError
 from kvstore import BlobStore
 from kvstore.codec import BlobError, BlobSpec, decode_blob
@@ -56,19 +56,23 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
         except BlobError:
             self._delete_later(request.blob_key)  # unusable anywhere: do not leave it behind
             raise
-        events: asyncio.Queue[DecodeEvent] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        seq = _sequence(request, cache, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        sink = StreamSink.here()
+        seq = _sequence(request, cache, sink)
         reason, last = seq.finish_reason(seq.replay[-1]), DecodeEvent()
         try:
             if reason is None:
                 self.loop.submit(seq, cache)
             while reason is None:
-                last = await events.get()
+                # one chunk carries every token produced since the last one was sent: one
+                # token per step while this stream keeps up, more when it falls behind
+                events = [await sink.queue.get(), *sink.drain()]
+                tokens = [event.token_id for event in events if event.error is None]
+                if tokens:
+                    yield decode_pb2.DecodeResponse(
+                        chunk=decode_pb2.DecodeChunk(token_ids=tokens))
+                last = events[-1]
                 if last.error is not None:
                     raise last.error
-                yield decode_pb2.DecodeResponse(
-                    chunk=decode_pb2.DecodeChunk(token_ids=[last.token_id]))
                 reason = last.finish_reason
             yield decode_pb2.DecodeResponse(complete=decode_pb2.DecodeComplete(
                 finish_reason=FINISH_TO_PB[reason], prompt_tokens=cache.prompt_len,
@@ -90,7 +94,8 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
         task.add_done_callback(self.background.discard)
 
 
-def _sequence(request: decode_pb2.DecodeRequest, cache: SequenceCache, sink) -> Sequence:
+def _sequence(request: decode_pb2.DecodeRequest, cache: SequenceCache, sink: StreamSink
+              ) -> Sequence:
     known = [request.first_token_id, *request.generated_token_ids]
     sampling = sampling_from_pb(request.sampling, SamplingParams())
     return Sequence(

@@ -73,13 +73,16 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         first_sent = last_sent = time.monotonic()
         metrics.TIME_TO_FIRST_TOKEN.observe(first_sent - received)
         yield _chunk([prefilled.first_token_id], text.push([prefilled.first_token_id]))
+        sent = 1
         finish = _finish_after_prefill(req, prefilled.first_token_id, text)
         if finish is None:
-            async for token in self._decode(req, prefilled, progress, context):
+            async for tokens in self._decode(req, prefilled, progress, context):
                 now = time.monotonic()
                 metrics.INTER_TOKEN_LATENCY.observe(now - last_sent)
                 last_sent = now
-                yield _chunk([token], text.push([token]))
+                kept, delta = _until_stop(tokens, text)
+                sent += len(kept)
+                yield _chunk(kept, delta)
                 if text.stopped:
                     finish = "stop_string"
                     break
@@ -90,7 +93,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         simulated = progress.complete.simulated_decode_time if progress.complete else None
         yield generation_pb2.GenerateResponse(complete=generation_pb2.GenerateComplete(
             finish_reason=FINISH_TO_PB[finish], prompt_tokens=len(req.prompt_ids),
-            completion_tokens=len(progress.tokens),
+            completion_tokens=sent,
             time_to_first_token=duration(first_sent - received),
             decode_time=duration(last_sent - first_sent), simulated_decode_time=simulated))
 
@@ -115,7 +118,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                     tried.add(worker.address)
 
     async def _decode(self, req: ResolvedRequest, prefilled, progress: Progress, context):
-        """Yields new tokens; resumes on another worker when a stream breaks."""
+        """Yields the new tokens of each chunk; resumes on another worker when a stream breaks."""
         tried: set[str] = set()
         while progress.complete is None:
             worker = self.decode.pick(exclude=tried)
@@ -129,9 +132,10 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                     async for message in call:
                         if message.HasField("complete"):
                             progress.complete = message.complete
-                        for token in message.chunk.token_ids:
-                            progress.tokens.append(token)
-                            yield token
+                        elif message.chunk.token_ids:
+                            tokens = list(message.chunk.token_ids)
+                            progress.tokens += tokens
+                            yield tokens
                     if progress.complete is None:
                         raise _broken(worker.address)
                 except grpc.aio.AioRpcError as err:
@@ -155,6 +159,17 @@ def _broken(address: str) -> grpc.aio.AioRpcError:
 def _chunk(token_ids: list[int], text: str) -> generation_pb2.GenerateResponse:
     return generation_pb2.GenerateResponse(
         chunk=generation_pb2.GenerateChunk(token_ids=token_ids, text=text))
+
+
+def _until_stop(tokens: list[int], text: TextStream) -> tuple[list[int], str]:
+    """The tokens up to and including the one that completes a stop string (all if none does),
+    and their text."""
+    deltas = []
+    for i, token in enumerate(tokens):
+        deltas.append(text.push([token]))
+        if text.stopped:
+            return tokens[: i + 1], "".join(deltas)
+    return tokens, "".join(deltas)
 
 
 def _finish_after_prefill(req: ResolvedRequest, first: int, text: TextStream) -> str | None:

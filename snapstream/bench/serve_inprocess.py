@@ -3,7 +3,7 @@
 Prefills run one at a time on their own thread (as in the prefill worker), decoding runs in a
 :class:`~decode_svc.loop.DecodeLoop` with the same slots (as in a decode worker), and the first
 token is replayed through the loop as the decode worker does. TTFT is stamped when the first
-token is back on the caller's event loop; later tokens when the loop's sink receives them.
+token is back on the caller's event loop; later tokens when the step loop emits them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from decode_svc.backends import BackendConfig, make_backend
 from decode_svc.loop import DecodeLoop
-from decode_svc.sequence import DecodeEvent, Sequence
+from decode_svc.sequence import Sequence, StreamSink
 from snapstream.bench.serve_workload import RequestTrace, ServeBenchConfig
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
@@ -44,17 +44,13 @@ class InProcessServer:
         arrivals, token_ids = [time.perf_counter()], [first]
         if first in self.sampling.stop_token_ids or self.max_new_tokens == 1:
             return RequestTrace(sent, tuple(arrivals), tuple(token_ids))
-        events: asyncio.Queue[tuple[float, DecodeEvent]] = asyncio.Queue()
-
-        def sink(event: DecodeEvent) -> None:  # on the loop thread
-            aio.call_soon_threadsafe(events.put_nowait, (time.perf_counter(), event))
-
+        sink = StreamSink.here()
         self.loop.submit(self._sequence(first, cache, sink), cache)
         while True:
-            stamp, event = await events.get()
+            event = await sink.queue.get()
             if event.error is not None:
                 raise event.error
-            arrivals.append(stamp)
+            arrivals.append(event.at)
             token_ids.append(event.token_id)
             if event.finish_reason is not None:
                 return RequestTrace(sent, tuple(arrivals), tuple(token_ids))
@@ -72,7 +68,7 @@ class InProcessServer:
             first = sample_batch(result.logits[None], [self.sampling], [len(ids)])[0]
         return first, result.cache
 
-    def _sequence(self, first: int, cache: SequenceCache, sink) -> Sequence:
+    def _sequence(self, first: int, cache: SequenceCache, sink: StreamSink) -> Sequence:
         return Sequence(request_id=uuid.uuid4().hex, prompt_len=cache.prompt_len,
                         next_position=cache.next_position, replay=deque([first]),
                         max_new_tokens=self.max_new_tokens, emitted=1, sampling=self.sampling,

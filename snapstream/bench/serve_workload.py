@@ -123,13 +123,16 @@ async def run_level(generate_fn: Generate, prompts: list[list[int]], concurrency
 
 
 def summarize(traces: list[RequestTrace], wall_s: float, slo: Slo) -> dict[str, float]:
-    """Percentiles of TTFT (over requests) and ITL (over every gap of every stream), token
-    throughput and goodput (requests meeting the SLO per second)."""
+    """Percentiles of TTFT (over requests) and ITL (over every gap of every stream, 0 between
+    tokens that arrive together), token throughput, tokens per arrival, and goodput (requests
+    meeting the SLO per second)."""
     ttft = np.array([t.ttft_s for t in traces])
     gaps = np.concatenate([t.gaps_s for t in traces])
     tokens = sum(len(t.token_ids) for t in traces)
     good = sum(t.meets(slo) for t in traces)
-    stats = {"requests": len(traces), "tokens": tokens, "wall_s": wall_s,
+    chunks = sum(len(set(t.arrivals)) for t in traces)  # tokens that arrive together: 1 chunk
+    stats = {"requests": len(traces), "tokens": tokens, "tokens_per_chunk": tokens / chunks,
+             "wall_s": wall_s,
              "throughput_tok_s": tokens / wall_s, "goodput_req_s": good / wall_s,
              "slo_met": good / len(traces)}
     for p in PERCENTILES:

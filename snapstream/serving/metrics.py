@@ -16,7 +16,8 @@ REQUESTS = Counter("snapstream_requests_total", "Requests by service and outcome
 TIME_TO_FIRST_TOKEN = Histogram("snapstream_time_to_first_token_seconds",
                                 "Request received to first token sent", buckets=LATENCY_BUCKETS)
 INTER_TOKEN_LATENCY = Histogram("snapstream_inter_token_latency_seconds",
-                                "Time between consecutive tokens of a stream",
+                                "Time between consecutive chunks of a stream (a chunk holds "
+                                "one token unless the stream fell behind the decode step)",
                                 buckets=LATENCY_BUCKETS)
 END_TO_END = Histogram("snapstream_e2e_latency_seconds", "Request received to stream end",
                        ["service"], buckets=LATENCY_BUCKETS)
