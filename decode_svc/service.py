@@ -27,7 +27,6 @@ register_status(DoesNotFitError, grpc.StatusCode.FAILED_PRECONDITION)
 class DecodeServicer(decode_pb2_grpc.DecodeServicer):
     def __init__(self, loop: DecodeLoop, store: BlobStore, spec: BlobSpec) -> None:
         self.loop, self.store, self.spec = loop, store, spec
-        self.background: set[asyncio.Task] = set()
         self.draining = False  # set on SIGTERM: no new streams; cut-off blobs are kept
 
     def start_draining(self) -> None:
@@ -54,7 +53,7 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             cache = await asyncio.to_thread(decode_blob, data, self.spec)
             loaded_at = time.monotonic()
         except BlobError:
-            self._delete_later(request.blob_key)  # unusable anywhere: do not leave it behind
+            self.store.delete_soon(request.blob_key)  # unusable anywhere: do not leave it behind
             raise
         sink = StreamSink.here()
         seq = _sequence(request, cache, sink)
@@ -85,13 +84,7 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             if reason is not None or not self.draining:
                 # a stream cut off by this worker's shutdown keeps its blob: the router resumes
                 # it elsewhere (the TTL removes it if nobody does)
-                self._delete_later(request.blob_key)
-
-    def _delete_later(self, key: str) -> None:
-        """Deletes even while this stream is being cancelled."""
-        task = asyncio.ensure_future(self.store.delete(key))
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
+                self.store.delete_soon(request.blob_key)
 
 
 def _sequence(request: decode_pb2.DecodeRequest, cache: SequenceCache, sink: StreamSink

@@ -50,7 +50,11 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
                 self.executor, self._run_model, ids, policy, sampling, request.max_new_tokens,
                 time.perf_counter())
             key, start = new_blob_key(), time.perf_counter()
-            await self.store.put(key, out.blob, ttl_s=self.blob_ttl_s)
+            try:
+                await self.store.put(key, out.blob, ttl_s=self.blob_ttl_s)
+            except asyncio.CancelledError:  # the caller is gone: nobody will ask for this key
+                self.store.delete_soon(key)
+                raise
             store_s = time.perf_counter() - start
         finally:
             self.outstanding -= 1
@@ -61,6 +65,11 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             blob_key=key, blob_size=len(out.blob), first_token_id=out.first_token,
             prompt_tokens=len(ids), prefill_time=duration(out.prefill_s),
             compress_time=duration(out.compress_s), store_time=duration(store_s))
+
+    async def Release(self, request: prefill_pb2.ReleaseRequest, context
+                      ) -> prefill_pb2.ReleaseResponse:
+        await self.store.delete(request.blob_key)  # a malformed key is a ValueError
+        return prefill_pb2.ReleaseResponse()
 
     def _run_model(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
                    max_new_tokens: int, submitted: float) -> PrefillOutput:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from snapstream.serving.convert import (
     policy_to_pb,
     sampling_to_pb,
 )
+from snapstream.serving.errors import Unavailable
 from snapstream.v1 import decode_pb2, generation_pb2, generation_pb2_grpc, prefill_pb2
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
                   grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED,
                   grpc.StatusCode.RESOURCE_EXHAUSTED}
+RELEASE_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -41,6 +44,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
     def __init__(self, model: ServedModel, prefill: WorkerPool, decode: WorkerPool) -> None:
         self.model, self.prefill, self.decode = model, prefill, decode
         self.active = 0  # streams in flight, for draining
+        self.releasing: set[asyncio.Task] = set()
 
     async def Info(self, request, context) -> generation_pb2.InfoResponse:
         return generation_pb2.InfoResponse(
@@ -68,34 +72,53 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
 
     async def _generate(self, req: ResolvedRequest, context, received: float):
         prefilled = await self._prefill(req, context.time_remaining())
-        text = TextStream(self.model.tokenizer, req.stop)
         progress = Progress(tokens=[prefilled.first_token_id])
-        first_sent = last_sent = time.monotonic()
-        metrics.TIME_TO_FIRST_TOKEN.observe(first_sent - received)
-        yield _chunk([prefilled.first_token_id], text.push([prefilled.first_token_id]))
-        sent = 1
-        finish = _finish_after_prefill(req, prefilled.first_token_id, text)
-        if finish is None:
-            async for tokens in self._decode(req, prefilled, progress, context):
-                now = time.monotonic()
-                metrics.INTER_TOKEN_LATENCY.observe(now - last_sent)
-                last_sent = now
-                kept, delta = _until_stop(tokens, text)
-                sent += len(kept)
-                yield _chunk(kept, delta)
-                if text.stopped:
-                    finish = "stop_string"
-                    break
-            finish = finish or _decode_finish(progress)
-        tail = text.finish()
-        if tail:
-            yield _chunk([], tail)
-        simulated = progress.complete.simulated_decode_time if progress.complete else None
-        yield generation_pb2.GenerateResponse(complete=generation_pb2.GenerateComplete(
-            finish_reason=FINISH_TO_PB[finish], prompt_tokens=len(req.prompt_ids),
-            completion_tokens=sent,
-            time_to_first_token=duration(first_sent - received),
-            decode_time=duration(last_sent - first_sent), simulated_decode_time=simulated))
+        try:
+            text = TextStream(self.model.tokenizer, req.stop)
+            first_sent = last_sent = time.monotonic()
+            metrics.TIME_TO_FIRST_TOKEN.observe(first_sent - received)
+            yield _chunk([prefilled.first_token_id], text.push([prefilled.first_token_id]))
+            sent = 1
+            finish = _finish_after_prefill(req, prefilled.first_token_id, text)
+            if finish is None:
+                async for tokens in self._decode(req, prefilled, progress, context):
+                    now = time.monotonic()
+                    metrics.INTER_TOKEN_LATENCY.observe(now - last_sent)
+                    last_sent = now
+                    kept, delta = _until_stop(tokens, text)
+                    sent += len(kept)
+                    yield _chunk(kept, delta)
+                    if text.stopped:
+                        finish = "stop_string"
+                        break
+                finish = finish or _decode_finish(progress)
+            tail = text.finish()
+            if tail:
+                yield _chunk([], tail)
+            simulated = progress.complete.simulated_decode_time if progress.complete else None
+            yield generation_pb2.GenerateResponse(complete=generation_pb2.GenerateComplete(
+                finish_reason=FINISH_TO_PB[finish], prompt_tokens=len(req.prompt_ids),
+                completion_tokens=sent,
+                time_to_first_token=duration(first_sent - received),
+                decode_time=duration(last_sent - first_sent), simulated_decode_time=simulated))
+        finally:
+            if progress.complete is None:  # no decode stream consumed the blob to its end
+                self._release_soon(prefilled.blob_key)
+
+    def _release_soon(self, blob_key: str) -> None:
+        """Deletes a blob through a prefill worker (the router has no store client), in a task
+        of its own, so that a cancelled request still does it."""
+        task = asyncio.ensure_future(self._release(blob_key))
+        self.releasing.add(task)
+        task.add_done_callback(self.releasing.discard)
+
+    async def _release(self, blob_key: str) -> None:
+        try:
+            worker = self.prefill.pick()
+            await worker.stub.Release(prefill_pb2.ReleaseRequest(blob_key=blob_key),
+                                      timeout=RELEASE_TIMEOUT_S)
+        except (Unavailable, grpc.aio.AioRpcError) as err:
+            log.warning("could not release blob %s (its TTL will remove it): %s", blob_key, err)
 
     async def _prefill(self, req: ResolvedRequest, timeout: float | None
                        ) -> prefill_pb2.PrefillResponse:

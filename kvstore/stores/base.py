@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import secrets
 import time
@@ -28,6 +29,8 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
+
+log = logging.getLogger(__name__)
 
 MANIFEST_FORMAT = 1
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,200}")
@@ -123,6 +126,7 @@ class BlobStore(ABC):
     def __init__(self, url: str, chunk_size: int) -> None:
         self.url = redact_url(url)
         self.chunk_size = chunk_size
+        self._deleting: set[asyncio.Task] = set()
 
     @classmethod
     @abstractmethod
@@ -206,6 +210,19 @@ class BlobStore(ABC):
         check_key(key)
         with self._translate_errors():
             await self._delete(key)
+
+    def delete_soon(self, key: str) -> None:
+        """Deletes the blob in a task of its own, which cancelling the caller does not stop (a
+        request being cancelled still cleans up after itself); a failure is logged, and the
+        blob's TTL removes it later."""
+        task = asyncio.ensure_future(self.delete(key))
+        self._deleting.add(task)
+        task.add_done_callback(self._deleted)
+
+    def _deleted(self, task: asyncio.Task) -> None:
+        self._deleting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not delete a blob (its TTL will): %s", task.exception())
 
     async def exists(self, key: str) -> bool:
         check_key(key)

@@ -39,6 +39,11 @@ class PrefillStub:
                 request_serializer=snapstream_dot_v1_dot_prefill__pb2.PrefillRequest.SerializeToString,
                 response_deserializer=snapstream_dot_v1_dot_prefill__pb2.PrefillResponse.FromString,
                 _registered_method=True)
+        self.Release = channel.unary_unary(
+                '/snapstream.v1.Prefill/Release',
+                request_serializer=snapstream_dot_v1_dot_prefill__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=snapstream_dot_v1_dot_prefill__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
 
 
 class PrefillServicer:
@@ -51,6 +56,15 @@ class PrefillServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Release(self, request, context):
+        """Deletes a blob that no decode stream will consume to its end: the generation ended at its
+        first token, or it was cancelled or failed before its decode stream finished. Deleting a
+        blob that is already gone is not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PrefillServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +72,11 @@ def add_PrefillServicer_to_server(servicer, server):
                     servicer.Prefill,
                     request_deserializer=snapstream_dot_v1_dot_prefill__pb2.PrefillRequest.FromString,
                     response_serializer=snapstream_dot_v1_dot_prefill__pb2.PrefillResponse.SerializeToString,
+            ),
+            'Release': grpc.unary_unary_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=snapstream_dot_v1_dot_prefill__pb2.ReleaseRequest.FromString,
+                    response_serializer=snapstream_dot_v1_dot_prefill__pb2.ReleaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +106,33 @@ class Prefill:
             '/snapstream.v1.Prefill/Prefill',
             snapstream_dot_v1_dot_prefill__pb2.PrefillRequest.SerializeToString,
             snapstream_dot_v1_dot_prefill__pb2.PrefillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/snapstream.v1.Prefill/Release',
+            snapstream_dot_v1_dot_prefill__pb2.ReleaseRequest.SerializeToString,
+            snapstream_dot_v1_dot_prefill__pb2.ReleaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -98,6 +98,25 @@ async def test_delete_after_consume_leaves_nothing(store: BlobStore, raw: Raw) -
     await store.delete(key)  # idempotent
 
 
+async def test_delete_soon_outlives_its_cancelled_caller(store: BlobStore, raw: Raw) -> None:
+    key = new_blob_key()
+    await store.put(key, payload(3 * store.chunk_size), ttl_s=60)
+
+    async def cancelled_request() -> None:
+        store.delete_soon(key)
+        await asyncio.sleep(60)
+
+    request = asyncio.ensure_future(cancelled_request())
+    await asyncio.sleep(0)  # the request starts, asks for the delete, and waits
+    request.cancel()
+    for _ in range(200):
+        if not await raw.names():
+            break
+        await asyncio.sleep(0.01)
+    assert request.cancelled()
+    assert await raw.names() == []
+
+
 async def test_blob_expires_after_ttl_and_leaves_nothing(store: BlobStore, raw: Raw) -> None:
     key, data = new_blob_key(), payload(2 * store.chunk_size + 1)
     await store.put(key, data, ttl_s=1.0)

@@ -33,6 +33,7 @@ from snapstream.v1 import (
     decode_pb2_grpc,
     generation_pb2,
     generation_pb2_grpc,
+    prefill_pb2,
     prefill_pb2_grpc,
 )
 from tests.conftest import random_model, tiny_config
@@ -51,6 +52,7 @@ def model_dir(byte_model_dir) -> Path:
 @dataclass
 class Stack:
     generation: generation_pb2_grpc.GenerationStub
+    prefill: prefill_pb2_grpc.PrefillStub
     decode: decode_pb2_grpc.DecodeStub
     store: BlobStore
     loop: DecodeLoop
@@ -87,7 +89,8 @@ async def serving_stack(model_dir: Path, store_url: str,
     channel = grpc.aio.insecure_channel(address)
     try:
         yield Stack(generation_pb2_grpc.GenerationStub(channel),
-                    decode_pb2_grpc.DecodeStub(channel), store, loop, engine, decode_servicer)
+                    prefill_pb2_grpc.PrefillStub(channel), decode_pb2_grpc.DecodeStub(channel),
+                    store, loop, engine, decode_servicer)
     finally:
         poller.cancel()
         await channel.close()
@@ -195,6 +198,36 @@ async def test_stop_string_cuts_text_and_ends_stream(model_dir, redis_url):
         assert text == free_text[: free_text.index(stop)]
         assert complete.finish_reason == common_pb2.FINISH_REASON_STOP_STRING
         await wait_idle(stack)
+
+
+@pytest.mark.parametrize("ending", ["max_new_tokens", "stop_token", "stop_string"])
+async def test_a_generation_that_ends_at_its_first_token_leaves_no_blob(model_dir, redis_url,
+                                                                        ending):
+    """No decode stream consumes such a blob: the router releases it through the prefill
+    worker."""
+    async with serving_stack(model_dir, redis_url) as stack:
+        prompt = "abc " * 10
+        first = stack.engine.generate(prompt, 1, policy=ENGINE_POLICY)
+        fields, reason = {
+            "max_new_tokens": ({"max_new_tokens": 1}, common_pb2.FINISH_REASON_LENGTH),
+            "stop_token": ({"sampling": common_pb2.SamplingParams(
+                stop_token_ids=first.token_ids)}, common_pb2.FINISH_REASON_STOP_TOKEN),
+            "stop_string": ({"sampling": common_pb2.SamplingParams(stop=[first.text])},
+                            common_pb2.FINISH_REASON_STOP_STRING),
+        }[ending]
+        ids, _, complete = await collect(stack.generation, generation_pb2.GenerateRequest(
+            prompt=prompt, policy=POLICY, **{"max_new_tokens": 16, **fields}))
+        assert ids == first.token_ids
+        assert complete.finish_reason == reason
+        await wait_idle(stack)
+
+
+async def test_release_of_a_malformed_key_is_invalid_argument(model_dir, redis_url):
+    async with serving_stack(model_dir, redis_url) as stack:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stack.prefill.Release(prefill_pb2.ReleaseRequest(blob_key="no/slashes"))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "blob key" in err.value.details()
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.9, seed=5)])
