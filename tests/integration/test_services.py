@@ -310,7 +310,13 @@ def test_worker_addresses_expand_dns_names():
 
 async def test_draining_worker_refuses_new_streams_and_keeps_cut_off_blobs(model_dir, redis_url):
     async with serving_stack(model_dir, redis_url) as stack:
-        call = await _long_stream_under_way(stack, "drain " * 20)
+        prefilled = await stack.prefill.Prefill(prefill_pb2.PrefillRequest(
+            request_id="drained", prompt_token_ids=TOKENIZER.encode("drain " * 20),
+            policy=POLICY, max_new_tokens=500))
+        call = stack.decode.Decode(decode_pb2.DecodeRequest(  # as the router calls it
+            request_id="drained", blob_key=prefilled.blob_key,
+            first_token_id=prefilled.first_token_id, max_new_tokens=500))
+        await call.read()
         stack.decode_servicer.start_draining()
         stats = await stack.decode.Stats(decode_pb2.StatsRequest())
         assert stats.free_slots == 0 and stats.running == 1
@@ -320,10 +326,10 @@ async def test_draining_worker_refuses_new_streams_and_keeps_cut_off_blobs(model
                 break
             await asyncio.sleep(0.02)
         assert stack.loop.stats().running == 0
-        assert len(await stack.store.keys()) == 1  # kept for the worker that resumes it
+        assert await stack.store.keys() == [prefilled.blob_key]  # kept for the resuming worker
         with pytest.raises(grpc.aio.AioRpcError) as err:
             async for _ in stack.decode.Decode(decode_pb2.DecodeRequest(
-                    request_id="late", blob_key=(await stack.store.keys())[0],
+                    request_id="late", blob_key=prefilled.blob_key,
                     first_token_id=1, max_new_tokens=4)):
                 pass
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
