@@ -14,7 +14,6 @@ import functools
 import hashlib
 import random
 import re
-import string
 import sysconfig
 import unicodedata
 import zlib
@@ -30,9 +29,6 @@ HELDOUT_MODULUS = 5
 MIN_SENTENCE_LEN = 40
 MAX_SENTENCE_LEN = 240
 MAX_WORD_LEN = LENGTH_SLACK
-MIN_REPEAT_LEN = 8
-MAX_REPEAT_LEN = 24
-REPEAT_ALPHABET = string.ascii_lowercase
 RESERVED_WORDS = ("answer", "question", "passkey", "pass key", "var ", "->", "lookup", "table")
 
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -64,32 +60,9 @@ class FillerCorpus:
     def fingerprint(self) -> str:
         return hashlib.sha256(self.text.encode("ascii")).hexdigest()[:16]
 
-    def window(self, rng: random.Random, length: int, repeats: int = 0) -> FillerWindow:
+    def window(self, rng: random.Random, length: int) -> FillerWindow:
         """A window of at most ``length`` bytes and at least ``length - MAX_WORD_LEN``: it ends
-        at a sentence end drawn from ``rng`` and starts at a word start.
-
-        ``repeats`` random strings of lowercase letters each appear twice, at boundaries drawn
-        from ``rng`` (a string whose copies would take the window past a third of ``length`` is
-        left out). Nothing but looking back predicts a second copy: language modelling it trains
-        the copying (induction) heads that retrieval is built from, which repeated prose does not
-        (docs/accuracy.md).
-        """
-        if repeats < 0:
-            raise ValueError(f"repeats must be >= 0, got {repeats}")
-        twice = []
-        budget = length
-        for _ in range(repeats):
-            code = "".join(rng.choices(REPEAT_ALPHABET,
-                                       k=rng.randint(MIN_REPEAT_LEN, MAX_REPEAT_LEN)))
-            if length - budget + 2 * (len(code) + 1) <= length // 3:
-                twice.append(code)
-                budget -= 2 * (len(code) + 1)
-        window = self._window(rng, budget)
-        for code in twice:
-            window = _insert_twice(rng, window, code)
-        return window
-
-    def _window(self, rng: random.Random, length: int) -> FillerWindow:
+        at a sentence end drawn from ``rng`` and starts at a word start."""
         if length > len(self.text):
             raise ValueError(
                 f"context_len asks for {length} bytes of filler; the {self.split} corpus "
@@ -109,24 +82,6 @@ class FillerCorpus:
     def _sentence_end(self, index: int) -> int:
         is_last = index + 1 == len(self.sentence_starts)
         return len(self.text) if is_last else self.sentence_starts[index + 1] - 1
-
-
-def _insert_twice(rng: random.Random, window: FillerWindow, code: str) -> FillerWindow:
-    """``window`` with ``code`` at a boundary drawn from ``rng``, and again at a later one."""
-    first = rng.choice(window.boundaries[:-1])
-    window = _insert_at(window, first, code)
-    second = rng.choice([b for b in window.boundaries if b > first])
-    return _insert_at(window, second, code)
-
-
-def _insert_at(window: FillerWindow, at: int, code: str) -> FillerWindow:
-    """``code`` joined by a space at boundary ``at``; every boundary after it shifts."""
-    text, size = window.text, len(code) + 1
-    if at == len(text):
-        kept = [b for b in window.boundaries if b < at]
-        return FillerWindow(f"{text} {code}", (*kept, at + 1, at + size))
-    shifted = sorted({b if b <= at else b + size for b in window.boundaries} | {at + size})
-    return FillerWindow(f"{text[:at]}{code} {text[at:]}", tuple(shifted))
 
 
 @functools.cache

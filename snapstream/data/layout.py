@@ -58,7 +58,7 @@ def build_sample(
             f"context_len={cfg.context_len} is too small for {task}: question and needles take "
             f"{fixed_len} bytes, leaving less than {MIN_FILLER_LEN} bytes of filler"
         )
-    window = filler_corpus(cfg.split).window(rng, filler_len, cfg.filler_repeats)
+    window = filler_corpus(cfg.split).window(rng, filler_len)
     context, offsets = _insert(window, inserts)
     prompt, context_offset = render(question, context)
     needles = tuple(

@@ -49,8 +49,7 @@ class TrainingMixture:
     """An endless, index-addressable stream of train-split samples: ``mixture[i]`` depends only
     on ``(seed, i)``. Each sample draws its task by ``weights``, its context length and depth
     uniformly from their ranges, the "before" placement with probability ``before_fraction``,
-    ``num_distractors`` from ``0..max_distractors`` and ``num_hops`` from ``1..max_hops``;
-    every sample's filler has ``filler_repeats`` sentences that appear twice."""
+    ``num_distractors`` from ``0..max_distractors`` and ``num_hops`` from ``1..max_hops``."""
 
     seed: int
     weights: Mapping[str, float] = field(default_factory=_default_weights)
@@ -59,7 +58,6 @@ class TrainingMixture:
     before_fraction: float = 0.5
     max_distractors: int = 3
     max_hops: int = 3
-    filler_repeats: int = 0
 
     def __post_init__(self) -> None:
         unknown = set(self.weights) - set(TASKS)
@@ -95,7 +93,6 @@ class TrainingMixture:
             split=Split.TRAIN,
             num_distractors=rng.randint(0, self.max_distractors),
             num_hops=rng.randint(1, self.max_hops),
-            filler_repeats=self.filler_repeats,
         )
         return generate(task, rng, cfg)
 

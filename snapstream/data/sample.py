@@ -53,9 +53,7 @@ class TaskConfig:
     """One sample's shape. ``depth`` in [0, 1] is the target needle's relative position in the
     filler (0 = before all filler, 1 = after it). ``num_distractors`` counts distractor keys
     (multikey), extra table rows (kv) or distractor chains (vartrack); ``num_hops`` counts the
-    copy statements of a vartrack chain; ``filler_repeats`` counts filler sentences that appear
-twice (training only: they teach copying). ``placement`` and ``split`` accept their string
-values.
+    copy statements of a vartrack chain. ``placement`` and ``split`` accept their string values.
     """
 
     context_len: int
@@ -64,7 +62,6 @@ values.
     split: Split = Split.TRAIN
     num_distractors: int = 3
     num_hops: int = 2
-    filler_repeats: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", _coerce(Placement, "placement", self.placement))
@@ -81,8 +78,6 @@ values.
             )
         if not 1 <= self.num_hops <= MAX_HOPS:
             raise ValueError(f"num_hops must lie in [1, {MAX_HOPS}], got {self.num_hops}")
-        if self.filler_repeats < 0:
-            raise ValueError(f"filler_repeats must be >= 0, got {self.filler_repeats}")
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ LENGTH_JITTER = 16  # a batch of length L holds prompts of L - LENGTH_JITTER .. 
 @dataclass(frozen=True)
 class Phase:
     """A curriculum phase: from ``start_fraction`` of training on, prompts of min_len..max_len
-    with up to ``max_distractors`` distractors, ``max_hops`` variable-tracking hops and
-    ``filler_repeats`` filler sentences that appear twice, drawn
+    with up to ``max_distractors`` distractors and ``max_hops`` variable-tracking hops, drawn
     from ``tasks`` (empty: every task of ``TrainConfig.task_weights``). Short, easy samples
     first: retrieval is learnt at short range long before it is at 2k."""
 
@@ -28,7 +27,6 @@ class Phase:
     batch_size: int
     max_distractors: int = 3
     max_hops: int = 3
-    filler_repeats: int = 0
     tasks: tuple[str, ...] = ()
 
     def mixture(self, task_weights: Mapping[str, float], seed: int, length: int
@@ -38,8 +36,7 @@ class Phase:
                    if not self.tasks or task in self.tasks}
         return TrainingMixture(seed=seed, weights=weights,
                                context_len_range=(length - LENGTH_JITTER, length),
-                               max_distractors=self.max_distractors, max_hops=self.max_hops,
-                               filler_repeats=self.filler_repeats)
+                               max_distractors=self.max_distractors, max_hops=self.max_hops)
 
 
 @dataclass(frozen=True)
@@ -62,12 +59,11 @@ class TrainConfig:
     # then a long phase of every task at short range, where a step is cheap: the harder tasks
     # fail even at 300 bytes when this phase is short (docs/accuracy.md)
     phases: tuple[Phase, ...] = (
-        Phase(0.0, 200, 256, 32, max_distractors=0, max_hops=1, filler_repeats=2,
-              tasks=("passkey",)),
-        Phase(0.33, 336, 512, 20, max_distractors=2, max_hops=1, filler_repeats=3),
-        Phase(0.58, 448, 896, 12, max_distractors=3, max_hops=2, filler_repeats=4),
-        Phase(0.72, 896, 1500, 8, filler_repeats=6),
-        Phase(0.86, 1500, 2040, 6, filler_repeats=6),
+        Phase(0.0, 200, 256, 32, max_distractors=0, max_hops=1, tasks=("passkey",)),
+        Phase(0.33, 336, 512, 20, max_distractors=2, max_hops=1),
+        Phase(0.58, 448, 896, 12, max_distractors=3, max_hops=2),
+        Phase(0.72, 896, 1500, 8),
+        Phase(0.86, 1500, 2040, 6),
     )
     hidden_size: int = 128
     num_layers: int = 6
