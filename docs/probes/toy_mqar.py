@@ -1,10 +1,16 @@
 """Toy associative recall (MQAR) at byte level with the shipped model's width and optimiser.
 
-Each row: 8 pairs ``key:VAL`` (keys of KEYLEN lowercase letters, values of 4 upper-case letters
-or digits), ``|``, then 4 queries ``key?VAL``; language-model loss on every byte. Prints the
-accuracy of each queried value's first byte (chance ~0.03) every EVERY steps.
+Each row: P pairs ``key:VAL`` (keys of KEYLEN lowercase letters, values of 4 upper-case
+letters or digits), ``|``, then min(P, QUERIES) queries ``key?VAL``; SEP=: makes them
+``key:VAL``, the pair repeated (recall by induction, as with a RULER answer prefix that restates
+the key). LOSS=lm: language-model loss on every byte; LOSS=answer: the trainer's loss (mean over
+the queried values' bytes plus mean over the rest). PAIRS is a curriculum ``P:STEPS,...,P``: P
+pairs for STEPS steps, then the next stage; the last runs to the end (``8``: 8 pairs
+throughout). Prints the accuracy of each queried value's first byte (chance ~0.03) every EVERY
+steps.
 
-  LR=1e-3 EVERY=50 python docs/probes/toy_mqar.py LAYERS KEYLEN STEPS
+  LR=1e-3 EVERY=50 PAIRS=8 QUERIES=4 SEP=? LOSS=lm THREADS=2 \
+    python docs/probes/toy_mqar.py LAYERS KEYLEN STEPS
 """
 
 import os
@@ -19,9 +25,13 @@ from snapstream.model import causal_attend
 from snapstream.train.config import PAD_ID, TrainConfig
 from snapstream.train.trainer import Trainer
 
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("THREADS", "2")))
 layers, key_len, steps = map(int, sys.argv[1:4])
 every = int(os.environ.get("EVERY", "50"))
+*stages, last = os.environ.get("PAIRS", "8").split(",")
+schedule = [int(p) for stage in stages for p, n in [stage.split(":")] for _ in range(int(n))]
+queries = int(os.environ.get("QUERIES", "4"))
+loss_kind, sep = os.environ.get("LOSS", "lm"), os.environ.get("SEP", "?")
 trainer = Trainer(TrainConfig(num_layers=layers), None)
 model, optimizer = trainer.model, trainer.optimizer
 for group in optimizer.param_groups:
@@ -29,7 +39,7 @@ for group in optimizer.param_groups:
 LOWER, UPPER = "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 
-def row(rng: random.Random, pairs: int = 8, queries: int = 4) -> tuple[list[int], list[int]]:
+def row(rng: random.Random, pairs: int) -> tuple[list[int], list[int]]:
     """Token ids (BOS first) and the text offsets of each queried value's first byte."""
     keys: list[str] = []
     while len(keys) < pairs:
@@ -38,8 +48,8 @@ def row(rng: random.Random, pairs: int = 8, queries: int = 4) -> tuple[list[int]
     values = ["".join(rng.choices(UPPER, k=4)) for _ in keys]
     text = " ".join(f"{k}:{v}" for k, v in zip(keys, values, strict=True)) + " |"
     firsts = []
-    for q in rng.sample(range(pairs), queries):
-        text += f" {keys[q]}?"
+    for q in rng.sample(range(pairs), min(pairs, queries)):
+        text += f" {keys[q]}{sep}"
         firsts.append(len(text))
         text += values[q]
     return [256, *text.encode()], firsts
@@ -48,7 +58,8 @@ def row(rng: random.Random, pairs: int = 8, queries: int = 4) -> tuple[list[int]
 started = time.monotonic()
 for step in range(steps):
     rng = random.Random(f"mqar/{step}")
-    rows = [row(rng) for _ in range(32)]
+    pairs = schedule[step] if step < len(schedule) else int(last)
+    rows = [row(rng, pairs) for _ in range(32)]
     ids = torch.full((len(rows), max(len(r) for r, _ in rows)), PAD_ID)  # (B, T)
     for i, (r, _) in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
@@ -56,7 +67,15 @@ for step in range(steps):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         hidden = model(x, torch.arange(x.shape[1])[None], causal_attend)  # (B, T, hidden)
     logits = model.logits(hidden.float())  # (B, T, V)
-    loss = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=PAD_ID)
+    per_token = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=PAD_ID,
+                                reduction="none")  # (B, T - 1)
+    is_answer = torch.zeros_like(y, dtype=torch.bool)  # (B, T - 1): target is a queried value
+    for i, (_, fs) in enumerate(rows):
+        for j in fs:
+            is_answer[i, j:j + 4] = True
+    is_prompt = (y != PAD_ID) & ~is_answer
+    loss = (per_token[is_answer].mean() + per_token[is_prompt].mean() if loss_kind == "answer"
+            else per_token[y != PAD_ID].mean())
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
@@ -64,5 +83,5 @@ for step in range(steps):
     if step % every == 0 or step == steps - 1:
         pred = logits.argmax(-1)  # (B, T): position j predicts text byte j (ids[j + 1])
         hits = [int(pred[i, j] == ids[i, j + 1]) for i, (_, fs) in enumerate(rows) for j in fs]
-        print(step, round(time.monotonic() - started), round(loss.item(), 3),
+        print(step, round(time.monotonic() - started), pairs, round(loss.item(), 3),
               "first-byte", round(sum(hits) / len(hits), 3), flush=True)
