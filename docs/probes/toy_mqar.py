@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from snapstream.model import causal_attend
+from snapstream.train.batches import Batch
 from snapstream.train.config import PAD_ID, TrainConfig
-from snapstream.train.trainer import Trainer
+from snapstream.train.trainer import Trainer, loss_on
 
 torch.set_num_threads(int(os.environ.get("THREADS", "2")))
 layers, key_len, steps = map(int, sys.argv[1:4])
@@ -32,6 +33,8 @@ every = int(os.environ.get("EVERY", "50"))
 schedule = [int(p) for stage in stages for p, n in [stage.split(":")] for _ in range(int(n))]
 queries = int(os.environ.get("QUERIES", "4"))
 loss_kind, sep = os.environ.get("LOSS", "lm"), os.environ.get("SEP", "?")
+if loss_kind not in ("lm", "answer"):
+    sys.exit(f"LOSS must be lm or answer, got {loss_kind!r}")
 trainer = Trainer(TrainConfig(num_layers=layers), None)
 model, optimizer = trainer.model, trainer.optimizer
 for group in optimizer.param_groups:
@@ -55,33 +58,41 @@ def row(rng: random.Random, pairs: int) -> tuple[list[int], list[int]]:
     return [256, *text.encode()], firsts
 
 
+def lm_loss(batch: Batch) -> tuple[torch.Tensor, float]:
+    """Language-model loss on every byte, and the queried values' first-byte accuracy."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = model(batch.input_ids, torch.arange(batch.input_ids.shape[1])[None],
+                       causal_attend)  # (B, T, hidden)
+    logits = model.logits(hidden.float())  # (B, T, V)
+    loss = F.cross_entropy(logits.transpose(1, 2), batch.targets, ignore_index=PAD_ID)
+    is_first = batch.is_answer & ~F.pad(batch.is_answer[:, :-1], (1, 0))  # (B, T)
+    correct = logits.argmax(-1) == batch.targets  # (B, T)
+    return loss, correct[is_first].float().mean().item()
+
+
+def answer_loss(batch: Batch) -> tuple[torch.Tensor, float]:
+    """The trainer's loss (answer bytes and the rest, weighted equally) and first-byte accuracy."""
+    loss, stats = loss_on(model, batch, lm_weight=1.0)
+    return loss, stats.first_byte_accuracy
+
+
+LOSSES = {"lm": lm_loss, "answer": answer_loss}
 started = time.monotonic()
 for step in range(steps):
     rng = random.Random(f"mqar/{step}")
     pairs = schedule[step] if step < len(schedule) else int(last)
     rows = [row(rng, pairs) for _ in range(32)]
-    ids = torch.full((len(rows), max(len(r) for r, _ in rows)), PAD_ID)  # (B, T)
-    for i, (r, _) in enumerate(rows):
+    ids = torch.full((len(rows), max(len(r) for r, _ in rows)), PAD_ID)  # (B, T + 1)
+    is_answer = torch.zeros_like(ids[:, 1:], dtype=torch.bool)  # (B, T): target is a value byte
+    for i, (r, fs) in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
-    x, y = ids[:, :-1], ids[:, 1:]
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        hidden = model(x, torch.arange(x.shape[1])[None], causal_attend)  # (B, T, hidden)
-    logits = model.logits(hidden.float())  # (B, T, V)
-    per_token = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=PAD_ID,
-                                reduction="none")  # (B, T - 1)
-    is_answer = torch.zeros_like(y, dtype=torch.bool)  # (B, T - 1): target is a queried value
-    for i, (_, fs) in enumerate(rows):
-        for j in fs:
+        for j in fs:  # position j predicts text byte j (ids[j + 1])
             is_answer[i, j:j + 4] = True
-    is_prompt = (y != PAD_ID) & ~is_answer
-    loss = (per_token[is_answer].mean() + per_token[is_prompt].mean() if loss_kind == "answer"
-            else per_token[y != PAD_ID].mean())
+    loss, first_byte = LOSSES[loss_kind](Batch(ids[:, :-1], ids[:, 1:], is_answer))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad()
     if step % every == 0 or step == steps - 1:
-        pred = logits.argmax(-1)  # (B, T): position j predicts text byte j (ids[j + 1])
-        hits = [int(pred[i, j] == ids[i, j + 1]) for i, (_, fs) in enumerate(rows) for j in fs]
         print(step, round(time.monotonic() - started), pairs, round(loss.item(), 3),
-              "first-byte", round(sum(hits) / len(hits), 3), flush=True)
+              "first-byte", round(first_byte, 3), flush=True)
