@@ -1,1 +1,0 @@
-"""Training the embedded byte-level model on the project's own retrieval data."""
