@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 
 
@@ -23,8 +23,8 @@ class BackendConfig:
 
 
 class TorchBackend:
-    def __init__(self, config: BackendConfig, model_dir: Path) -> None:
-        del config, model_dir
+    def __init__(self, config: BackendConfig, model: ModelConfig) -> None:
+        del config, model
 
     def step(self, decoder: Decoder, tokens: torch.Tensor, positions: torch.Tensor
              ) -> tuple[torch.Tensor, float]:
@@ -33,10 +33,11 @@ class TorchBackend:
 
 
 class SN40LSimBackend:
-    def __init__(self, config: BackendConfig, model_dir: Path) -> None:
+    def __init__(self, config: BackendConfig, model: ModelConfig) -> None:
         from hwsim import PolicyConfig, PolicyKind, SimTarget
+        from hwsim.config_loader import parse_config
 
-        target = config.sim_target or str(model_dir / "config.json")
+        target = config.sim_target or parse_config("served model", model.to_hf_dict())
         # the worker knows exactly how many slots a step reads: cost them as a plain cache
         self.target = SimTarget.load(target, sockets=config.sim_sockets,
                                      policy=PolicyConfig(kind=PolicyKind.FULL))
@@ -53,13 +54,13 @@ class SN40LSimBackend:
         return decoder.step(tokens, positions), self._costs[key]
 
 
-BACKENDS: dict[str, Callable[[BackendConfig, Path], TorchBackend | SN40LSimBackend]] = {
+BACKENDS: dict[str, Callable[[BackendConfig, ModelConfig], TorchBackend | SN40LSimBackend]] = {
     "torch": TorchBackend,
     "sn40l-sim": SN40LSimBackend,
 }
 
 
-def make_backend(config: BackendConfig, model_dir: Path) -> TorchBackend | SN40LSimBackend:
+def make_backend(config: BackendConfig, model: ModelConfig) -> TorchBackend | SN40LSimBackend:
     if config.name not in BACKENDS:
         raise ValueError(f"backend {config.name!r} is unknown (use one of {sorted(BACKENDS)})")
-    return BACKENDS[config.name](config, model_dir)
+    return BACKENDS[config.name](config, model)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 
-from snapstream.serving.settings import add_server_settings, add_setting
+from snapstream.serving.settings import add_model_setting, add_server_settings, add_setting
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50053, metrics_port=9103)
-    add_setting(parser, "--model", default=None, help="checkpoint directory (default: embedded)")
+    add_model_setting(parser)
     add_setting(parser, "--dtype", default="float32", help="float32 or bfloat16")
     add_setting(parser, "--device", default="cpu")
     add_setting(parser, "--store", default="redis://127.0.0.1:6379/0", help="KV store URL")
@@ -38,14 +37,13 @@ async def _serve(args: argparse.Namespace) -> None:
     from decode_svc.service import DecodeServicer
     from kvstore import open_store
     from kvstore.codec import BlobSpec
-    from snapstream.engine import EMBEDDED_MODEL, Engine
+    from snapstream.engine import Engine
     from snapstream.serving.server import ServerSpec, serve, wait_until_idle
     from snapstream.v1 import decode_pb2_grpc
 
-    model_dir = args.model or EMBEDDED_MODEL
-    engine = Engine.from_pretrained(model_dir, dtype=args.dtype, device=args.device)
+    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
-                           Path(model_dir))
+                           engine.config)
     spec = BlobSpec.for_engine(engine)
     store = await open_store(args.store)
     loop = DecodeLoop(engine, backend, slots=args.slots, max_queue=args.max_queue)

@@ -120,7 +120,7 @@ class SimTarget:
     @classmethod
     def load(
         cls,
-        model: str,
+        model: str | ModelSpec,
         *,
         sockets: int = 16,
         hardware: str = "sn40l",
@@ -132,7 +132,8 @@ class SimTarget:
         ddr_spill: bool = False,
         hardware_overrides: Mapping[str, float] | None = None,
     ) -> SimTarget:
-        """``model`` is a shipped target name, a config.json path or a checkpoint directory;
+        """``model`` is a ModelSpec, a shipped target name, a config.json path or a checkpoint
+        directory;
         ``hardware_overrides`` replaces SocketSpec fields (e.g. ``hbm_bandwidth``)."""
         weights = parse_dtype(dtype, field="dtype")
         kv = parse_dtype(kv_dtype, field="kv_dtype") if kv_dtype else weights
@@ -143,7 +144,7 @@ class SimTarget:
                 f"kv_sharding: unknown {kv_sharding!r}; choose heads or sequence"
             ) from None
         return cls(
-            model=load_model_spec(model),
+            model=model if isinstance(model, ModelSpec) else load_model_spec(model),
             system=SystemSpec(_socket(hardware, hardware_overrides or {}), sockets, sharding),
             precision=Precision(weights=weights, kv=kv),
             policy=policy or PolicyConfig(),

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from snapstream.serving.settings import add_server_settings, add_setting
+from snapstream.serving.settings import add_model_setting, add_server_settings, add_setting
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50052, metrics_port=9102)
-    add_setting(parser, "--model", default=None, help="checkpoint directory (default: embedded)")
+    add_model_setting(parser)
     add_setting(parser, "--dtype", default="float32", help="float32 or bfloat16")
     add_setting(parser, "--device", default="cpu")
     add_setting(parser, "--store", default="redis://127.0.0.1:6379/0", help="KV store URL")

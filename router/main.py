@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from snapstream.serving.settings import add_server_settings, add_setting, address_list
+from snapstream.serving.settings import (
+    add_model_setting,
+    add_server_settings,
+    add_setting,
+    address_list,
+)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50051, metrics_port=9101)
-    add_setting(parser, "--model", default=None,
-                help="checkpoint directory for tokenizer and config (default: embedded)")
+    add_model_setting(parser)
     add_setting(parser, "--prefill-addrs", type=address_list, default=("127.0.0.1:50052",),
                 help="prefill workers: host:port list; a DNS name may resolve to many")
     add_setting(parser, "--decode-addrs", type=address_list, default=("127.0.0.1:50053",),
@@ -32,24 +36,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_served_model(path, default_policy: str, default_max_new_tokens: int):
+    """The router's view of the model: config, tokenizer and defaults, no weights."""
     from dataclasses import replace
-    from pathlib import Path
 
     from router.request import ServedModel
-    from snapstream.config import EMBEDDED_MODEL, ModelConfig
+    from snapstream.checkpoints import open_checkpoint
     from snapstream.policy import load_default_policy
-    from snapstream.tokenizer import load_tokenizer
 
-    path = Path(path) if path else EMBEDDED_MODEL
-    config = ModelConfig.from_file(path / "config.json")
-    policy = replace(load_default_policy(path), kind=default_policy)
+    checkpoint = open_checkpoint(path)
+    config = checkpoint.config
+    policy = replace(load_default_policy(checkpoint.policy_file), kind=default_policy)
     if policy.is_fixed_size and policy.budget > config.max_position_embeddings:
         policy = replace(policy, n_topk=config.max_position_embeddings // 4,
                          n_recent=config.max_position_embeddings // 8)
     if default_max_new_tokens < 1:
         raise ValueError("--default-max-new-tokens must be >= 1")
-    return ServedModel(name=path.name, path=path, config=config, tokenizer=load_tokenizer(path),
-                       default_policy=policy, default_max_new_tokens=default_max_new_tokens)
+    return ServedModel(name=checkpoint.name, path=checkpoint.path, config=config,
+                       tokenizer=checkpoint.tokenizer(), default_policy=policy,
+                       default_max_new_tokens=default_max_new_tokens)
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from snapstream.chat import ChatMessage
 from snapstream.config import ModelConfig
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -43,6 +44,7 @@ class ResolvedRequest:
     sampling: SamplingParams  # stop_token_ids include the model's end-of-sequence tokens
     stop: tuple[str, ...]
     policy: CachePolicy
+    cache_slots: int  # per layer and KV head, as prefill lays the cache out
 
 
 def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> ResolvedRequest:
@@ -58,19 +60,23 @@ def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> Reso
             f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the context of "
             f"{model.context_len} for the growing policy {policy.kind!r}: lower max_new_tokens "
             "or use a fixed-size policy (snapstream, streaming)")
+    layout = policy.layout(len(ids), max_new, capacity=model.context_len)
     return ResolvedRequest(request_id=uuid.uuid4().hex, prompt_ids=tuple(ids),
                            max_new_tokens=max_new, sampling=_sampling(request, model),
-                           stop=_stop_strings(request), policy=policy)
+                           stop=_stop_strings(request), policy=policy,
+                           cache_slots=layout.budget)
 
 
 def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel) -> list[int]:
     which = request.WhichOneof("input")
     if which is None:
-        raise ValueError("input: set prompt or prompt_token_ids")
+        raise ValueError("input: set prompt, prompt_token_ids or messages")
     if which == "prompt":
         if not request.prompt:
             raise ValueError("prompt is empty: give some text")
         ids = model.tokenizer.encode(request.prompt)
+    elif which == "messages":
+        ids = model.tokenizer.encode(_render_chat(request.messages, model))
     else:
         ids = list(request.prompt_token_ids.ids)
         if not ids:
@@ -80,9 +86,21 @@ def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel) -> 
             raise ValueError(f"prompt_token_ids {bad[:5]} are outside the vocabulary "
                              f"[0, {model.config.vocab_size})")
     if len(ids) > model.context_len:
-        raise ValueError(f"prompt has {len(ids)} tokens; the model's context is "
+        raise ValueError(f"{which} has {len(ids)} tokens; the model's context is "
                          f"{model.context_len}: shorten it")
     return ids
+
+
+def _render_chat(messages: generation_pb2.ChatMessages, model: ServedModel) -> str:
+    if not messages.messages:
+        raise ValueError("messages is empty: give at least one message")
+    chat = []
+    for i, message in enumerate(messages.messages):
+        try:
+            chat.append(ChatMessage(message.role, message.content))
+        except ValueError as exc:
+            raise ValueError(f"messages[{i}].{exc}") from None
+    return model.tokenizer.render_chat(chat)
 
 
 def _sampling(request: generation_pb2.GenerateRequest, model: ServedModel) -> SamplingParams:

@@ -52,7 +52,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             context_length=self.model.context_len,
             vocab_size=self.model.config.vocab_size,
             eos_token_ids=list(self.model.tokenizer.eos_token_ids),
-            default_policy=policy_to_pb(self.model.default_policy))
+            default_policy=policy_to_pb(self.model.default_policy),
+            has_chat_template=self.model.tokenizer.chat_template is not None)
 
     async def Generate(self, request, context) -> AsyncIterator[generation_pb2.GenerateResponse]:
         received = time.monotonic()
@@ -100,7 +101,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                 finish_reason=FINISH_TO_PB[finish], prompt_tokens=len(req.prompt_ids),
                 completion_tokens=sent,
                 time_to_first_token=duration(first_sent - received),
-                decode_time=duration(last_sent - first_sent), simulated_decode_time=simulated))
+                decode_time=duration(last_sent - first_sent), simulated_decode_time=simulated,
+                kv_cache_bytes=prefilled.blob_size, kv_cache_slots=req.cache_slots))
         finally:
             if progress.complete is None:  # no decode stream consumed the blob to its end
                 self._release_soon(prefilled.blob_key)

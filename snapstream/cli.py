@@ -12,9 +12,9 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("snapstream.commands.generate", "generate text with the in-process engine"),
+    "chat": ("snapstream.commands.chat", "chat with the model (in process, or --addr a router)"),
     "sim": ("hwsim.cli", "SN40L cost model: step time, throughput and memory per tier"),
     "bench": ("snapstream.commands.bench", "benchmarks that write their figures to docs/"),
-    "train": ("snapstream.commands.train", "train the embedded byte-level model"),
     "health": ("snapstream.commands.health", "gRPC health check of a service: exit 0 when SERVING"),
     "up": ("snapstream.commands.up", "local cluster: KV store, router, prefill, 2 decode workers"),
     "serve": ("snapstream.commands.serve", "run one service: router, prefill or decode"),

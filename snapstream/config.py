@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
-EMBEDDED_MODEL = Path(__file__).parent / "models" / "snapstream-byte-tiny"
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "mistral": "MistralForCausalLM"}
+SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 
 
 @dataclass(frozen=True)
 class RopeConfig:
-    """Rotary embedding parameters; ``rope_type`` is ``default`` or ``llama3``."""
+    """Rotary embedding parameters; ``rope_type`` is ``default`` or ``llama3``. ``freq_factors``
+    (one per frequency, as GGUF files store Llama-3.1's scaling) divide the inverse frequencies."""
 
     theta: float = 10000.0
     rope_type: str = "default"
@@ -21,6 +23,7 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    freq_factors: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rope_type not in ("default", "llama3"):
@@ -46,8 +49,6 @@ class ModelConfig:
     o_bias: bool = False
     mlp_bias: bool = False
     model_type: str = "llama"
-    bos_token_id: int | None = None
-    eos_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
@@ -77,8 +78,6 @@ class ModelConfig:
         if raw.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {raw['hidden_act']!r} is not supported (use silu)")
         num_heads = raw["num_attention_heads"]
-        eos = raw.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         attention_bias = bool(raw.get("attention_bias", False))
         return cls(
             vocab_size=raw["vocab_size"],
@@ -96,9 +95,25 @@ class ModelConfig:
             o_bias=attention_bias,
             mlp_bias=bool(raw.get("mlp_bias", False)),
             model_type=model_type,
-            bos_token_id=raw.get("bos_token_id"),
-            eos_token_ids=eos_ids,
         )
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """This config as a Hugging Face config.json mapping (``from_dict`` reads it back)."""
+        rope: dict[str, Any] = {"rope_type": self.rope.rope_type, "rope_theta": self.rope.theta}
+        if self.rope.rope_type == "llama3":
+            rope.update(factor=self.rope.factor, low_freq_factor=self.rope.low_freq_factor,
+                        high_freq_factor=self.rope.high_freq_factor,
+                        original_max_position_embeddings=self.rope.original_max_position_embeddings)
+        return {
+            "architectures": [ARCHITECTURES[self.model_type]], "model_type": self.model_type,
+            "hidden_act": "silu", "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim, "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope.theta,
+            "rope_parameters": rope, "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.o_bias, "mlp_bias": self.mlp_bias,
+        }
 
     @classmethod
     def from_file(cls, path: str | Path) -> ModelConfig:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from snapstream.attention import PrefillRecorder
+from snapstream.checkpoints import open_checkpoint
 from snapstream.compress import build_sequence_cache
-from snapstream.config import EMBEDDED_MODEL
 from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, SequenceCache
@@ -25,7 +25,7 @@ from snapstream.loader import load_model
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.sampling import SamplingParams, sample_batch
-from snapstream.tokenizer import Tokenizer, load_tokenizer
+from snapstream.tokenizer import Tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -48,9 +48,10 @@ class Generation:
 
 class Engine:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, compile: bool = False,
-                 default_policy: CachePolicy | None = None) -> None:
+                 default_policy: CachePolicy | None = None, name: str = "model") -> None:
         self.model, self.tokenizer, self.compile = model, tokenizer, compile
         self.default_policy = default_policy or CachePolicy()  # for requests that name none
+        self.name = name
         self.config = model.config
         self.device = model.lm_head.weight.device
         self.dtype = model.lm_head.weight.dtype
@@ -60,13 +61,15 @@ class Engine:
         cls, path: str | Path | None = None, dtype: str | torch.dtype = "float32",
         device: str = "cpu", compile: bool = False,
     ) -> Engine:
-        path = Path(path) if path is not None else EMBEDDED_MODEL
+        """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
+        model (SmolLM2-135M-Instruct)."""
         if isinstance(dtype, str):
             if dtype not in DTYPES:
                 raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
             dtype = DTYPES[dtype]
-        return cls(load_model(path, dtype=dtype, device=device), load_tokenizer(path), compile,
-                   load_default_policy(path))
+        checkpoint = open_checkpoint(path)
+        return cls(load_model(checkpoint, dtype=dtype, device=device), checkpoint.tokenizer(),
+                   compile, load_default_policy(checkpoint.policy_file), name=checkpoint.name)
 
     @cached_property
     def fingerprint(self) -> bytes:
@@ -134,6 +137,22 @@ class Engine:
         after the prompt, through the cache, before sampling starts, as if the model had
         generated them (they count as neither prompt nor output: the policy compresses the
         prompt alone, and they flow through the ring like generated tokens)."""
+        ids = self.encode(prompt)
+        out = list(self.stream(ids, max_new_tokens, policy, sampling, forced_ids))
+        stop = self.stop_ids(sampling or SamplingParams())
+        reason = "stop_token" if out[-1] in stop else "length"
+        text_ids = out[:-1] if reason == "stop_token" else out
+        return Generation(token_ids=out, text=self.tokenizer.decode(text_ids),
+                          finish_reason=reason, prompt_tokens=len(ids))
+
+    @torch.no_grad()
+    def stream(
+        self, prompt: str | list[int], max_new_tokens: int = 64,
+        policy: CachePolicy | None = None, sampling: SamplingParams | None = None,
+        forced_ids: Sequence[int] = (),
+    ) -> Iterator[int]:
+        """The tokens of :meth:`generate` one by one, as they are sampled; the last is a stop
+        token or the ``max_new_tokens``-th."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         policy, sampling = policy or self.default_policy, sampling or SamplingParams()
@@ -149,19 +168,18 @@ class Engine:
         decoder.cache.insert(0, result.cache)
         stop = self.stop_ids(sampling)
         position, logits = len(ids), result.logits[None]  # (1, V)
-        for forced in forced_ids:
-            logits = decoder.step(torch.tensor([forced], device=self.device),
-                                  torch.tensor([position], device=self.device))
+        for forced in forced_ids:  # decoded as if generated, never yielded
+            logits = self._step(decoder, forced, position)
             position += 1
-        token = sample_batch(logits, [sampling], [position])[0]
-        out = [token]
-        while token not in stop and len(out) < max_new_tokens:
-            logits = decoder.step(torch.tensor([token], device=self.device),
-                                  torch.tensor([position], device=self.device))
-            position += 1
+        for count in range(1, max_new_tokens + 1):
             token = sample_batch(logits, [sampling], [position])[0]
-            out.append(token)
-        reason = "stop_token" if token in stop else "length"
-        text_ids = out[:-1] if reason == "stop_token" else out
-        return Generation(token_ids=out, text=self.tokenizer.decode(text_ids),
-                          finish_reason=reason, prompt_tokens=len(ids))
+            yield token
+            if token in stop or count == max_new_tokens:
+                return
+            logits = self._step(decoder, token, position)
+            position += 1
+
+    def _step(self, decoder: Decoder, token: int, position: int) -> torch.Tensor:
+        """One token at ``position`` through a batch-1 decoder -> logits (1, V)."""
+        return decoder.step(torch.tensor([token], device=self.device),
+                            torch.tensor([position], device=self.device))

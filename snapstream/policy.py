@@ -129,12 +129,11 @@ class CachePolicy:
 POLICY_FILE = "snapstream_policy.json"
 
 
-def load_default_policy(path: str | Path) -> CachePolicy:
-    """The cache policy a checkpoint is served with unless a request says otherwise:
-    :class:`CachePolicy`'s defaults, overridden by the fields of the checkpoint's optional
-    ``snapstream_policy.json`` (the embedded byte-level model sets ``kernel`` to 15: its needles
-    span more tokens than SnapKV's usual pooling kernel of 5 covers)."""
-    file = Path(path) / POLICY_FILE
+def load_default_policy(file: Path) -> CachePolicy:
+    """The cache policy a model is served with unless a request says otherwise:
+    :class:`CachePolicy`'s defaults, overridden by the fields of the model's policy file when it
+    exists (a checkpoint directory's ``snapstream_policy.json``, or for a GGUF file the shipped
+    ``snapstream/policies/<sha256>.json``)."""
     if not file.exists():
         return CachePolicy()
     given = json.loads(file.read_text())

@@ -15,6 +15,11 @@ def inverse_frequencies(rope: RopeConfig, head_dim: int) -> torch.Tensor:
     inv_freq = 1.0 / (rope.theta**exponents)  # (D/2,)
     if rope.rope_type == "llama3":
         inv_freq = _llama3_scale(inv_freq, rope)
+    if rope.freq_factors:
+        if len(rope.freq_factors) != inv_freq.shape[0]:
+            raise ValueError(f"rope freq_factors: {len(rope.freq_factors)} given, the head "
+                             f"dimension needs {inv_freq.shape[0]}")
+        inv_freq = inv_freq / torch.tensor(rope.freq_factors, dtype=torch.float32)
     return inv_freq
 
 

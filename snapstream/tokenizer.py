@@ -1,103 +1,55 @@
-"""Tokenizers: Hugging Face ``tokenizer.json`` through ``tokenizers``, or a byte-level one that a
-checkpoint declares in ``tokenizer_config.json`` (``"tokenizer_class": "ByteTokenizer"``)."""
+"""The model's tokenizer (a ``tokenizers.Tokenizer``, from tokenizer.json or built from GGUF
+metadata), its special ids and chat template, and a UTF-8-safe incremental detokenizer."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
 import tokenizers
 
+from snapstream.chat import ChatMessage, ChatTemplate
 
-class Tokenizer(Protocol):
-    vocab_size: int
-    bos_token_id: int | None
-    eos_token_ids: tuple[int, ...]
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
-
-
-@dataclass(frozen=True)
-class ByteTokenizer:
-    """UTF-8 bytes are ids 0..255; special tokens follow."""
-
-    bos_token_id: int | None = 256
-    eos_token_ids: tuple[int, ...] = (257,)
-    vocab_size: int = 259
-    add_bos: bool = True
-
-    def encode(self, text: str) -> list[int]:
-        prefix = [self.bos_token_id] if self.add_bos and self.bos_token_id is not None else []
-        return prefix + list(text.encode("utf-8"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
-
-    def to_config(self) -> dict:
-        return {"tokenizer_class": "ByteTokenizer", "bos_token_id": self.bos_token_id,
-                "eos_token_id": list(self.eos_token_ids), "vocab_size": self.vocab_size,
-                "add_bos_token": self.add_bos}
-
-    @classmethod
-    def from_config(cls, config: dict) -> ByteTokenizer:
-        eos = config.get("eos_token_id", [257])
-        return cls(bos_token_id=config.get("bos_token_id", 256),
-                   eos_token_ids=tuple(eos if isinstance(eos, list) else [eos]),
-                   vocab_size=config.get("vocab_size", 259),
-                   add_bos=config.get("add_bos_token", True))
+# Texts of control tokens that end a turn or a document (llama.cpp treats the same ones as
+# end-of-generation): a chat model's template closes every turn with one of them.
+END_OF_TURN_TEXTS = frozenset({
+    "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>",
+    "<|end_of_text|>", "</s>", "<EOT>", "<｜end▁of▁sentence｜>",
+})
 
 
 @dataclass(frozen=True)
-class HFTokenizer:
+class Tokenizer:
+    """``encode`` parses special-token texts (a rendered chat prompt contains them) and adds BOS
+    when the model asks for it; ``decode`` drops special tokens."""
+
     inner: tokenizers.Tokenizer
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
+    chat_template: ChatTemplate | None = None
 
     @property
     def vocab_size(self) -> int:
         return self.inner.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.inner.encode(text).ids
+        return self.inner.encode(text, add_special_tokens=True).ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=True)
 
-
-def _load_byte(path: Path, config: dict, model_config: dict) -> Tokenizer:
-    return ByteTokenizer.from_config(config)
-
-
-def _load_hf(path: Path, config: dict, model_config: dict) -> Tokenizer:
-    eos = model_config.get("eos_token_id")
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-    return HFTokenizer(tokenizers.Tokenizer.from_file(str(path / "tokenizer.json")),
-                       bos_token_id=model_config.get("bos_token_id"), eos_token_ids=eos_ids)
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt for ``messages`` with the assistant's turn opened."""
+        if self.chat_template is None:
+            raise ValueError("messages: this model has no chat template; send a prompt instead")
+        return self.chat_template.render(messages, add_generation_prompt=True)
 
 
-TOKENIZER_CLASSES: dict[str, Callable[[Path, dict, dict], Tokenizer]] = {
-    "ByteTokenizer": _load_byte,
-}
-
-
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    path = Path(path)
-    config_file = path / "tokenizer_config.json"
-    config = json.loads(config_file.read_text()) if config_file.exists() else {}
-    model_config_file = path / "config.json"
-    model_config = json.loads(model_config_file.read_text()) if model_config_file.exists() else {}
-    loader = TOKENIZER_CLASSES.get(config.get("tokenizer_class", ""))
-    if loader is None and (path / "tokenizer.json").exists():
-        loader = _load_hf
-    if loader is None:
-        raise ValueError(f"{path}: no tokenizer.json and no known tokenizer_class in "
-                         f"tokenizer_config.json (known: {sorted(TOKENIZER_CLASSES)})")
-    return loader(path, config, model_config)
+def end_of_turn_ids(inner: tokenizers.Tokenizer, declared: Sequence[int]) -> tuple[int, ...]:
+    """The declared EOS ids, then every special token whose text ends a turn, in id order."""
+    special = [(i, t.content) for i, t in inner.get_added_tokens_decoder().items() if t.special]
+    named = [i for i, text in sorted(special) if text in END_OF_TURN_TEXTS]
+    return tuple(dict.fromkeys((*declared, *named)))
 
 
 class IncrementalDetokenizer:

@@ -1,34 +1,13 @@
-"""Shared fixtures: small random-initialised checkpoints in Hugging Face layout."""
+"""Shared fixtures: small random checkpoints with the tiny byte-level BPE tokenizer."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from snapstream.config import ModelConfig
-from snapstream.model import Transformer
-from snapstream.tokenizer import ByteTokenizer
-
-
-def tiny_config(**overrides) -> ModelConfig:
-    fields = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_layers=2,
-                  num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=131072)
-    fields.update(overrides)
-    return ModelConfig(**fields)
-
-
-def random_model(config: ModelConfig, seed: int = 0, dtype=torch.float32) -> Transformer:
-    """Random weights with enough spread that attention is far from uniform."""
-    torch.manual_seed(seed)
-    model = Transformer(config)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" not in name:
-                param.normal_(0.0, 0.08 if "embed" not in name else 1.0)
-    return model.to(dtype).eval()
+from tests.tiny_models import TINY_VOCAB_SIZE, write_tiny_model, write_tokenizer_files
 
 
 def write_hf_checkpoint(directory: Path, kind: str, **config_overrides) -> Path:
@@ -38,9 +17,9 @@ def write_hf_checkpoint(directory: Path, kind: str, **config_overrides) -> Path:
     classes = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
                "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}
     config_cls, model_cls = classes[kind]
-    fields = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                  bos_token_id=256, eos_token_id=257)
+    fields = dict(vocab_size=TINY_VOCAB_SIZE, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=4096, bos_token_id=None, eos_token_id=263)
     fields.update(config_overrides)
     torch.manual_seed(1234)
     model = model_cls(config_cls(**fields))
@@ -49,20 +28,14 @@ def write_hf_checkpoint(directory: Path, kind: str, **config_overrides) -> Path:
             if param.dim() > 1:
                 param.normal_(0.0, 0.1)
     model.save_pretrained(directory)
-    (directory / "tokenizer_config.json").write_text(json.dumps(ByteTokenizer().to_config()))
+    write_tokenizer_files(directory)
     return directory
 
 
 @pytest.fixture(scope="session")
-def byte_model_dir(tmp_path_factory) -> Path:
-    """A tiny random model with the embedded model's byte tokenizer, for the services."""
-    from snapstream.checkpoint import save_checkpoint
-    from snapstream.train.config import TOKENIZER
-
-    path = tmp_path_factory.mktemp("byte-model")
-    save_checkpoint(random_model(tiny_config(vocab_size=264, max_position_embeddings=2048)),
-                    path, TOKENIZER)
-    return path
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with the tiny tokenizer and chat template, for the services."""
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-model"), context=2048)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """`snapstream bench engine`: decode step time vs context, KV bytes, prefill speed, and the same
-through transformers on the same weights, for a synthetic ~100M-parameter Llama."""
+through transformers on the same weights, for the served model (default SmolLM2-135M-Instruct)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from tqdm import tqdm
 
-from snapstream.checkpoint import save_checkpoint
 from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
+from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy
 
-BENCH_MODEL = ModelConfig(
-    vocab_size=32000, hidden_size=768, intermediate_size=2048, num_layers=12, num_heads=12,
-    num_kv_heads=4, head_dim=64, max_position_embeddings=131072, tie_word_embeddings=True,
-)
 GIB = 2**30
 
 
 @dataclass(frozen=True)
 class EngineBenchConfig:
-    contexts: tuple[int, ...] = (1024, 4096, 16384, 32768, 65536)
+    contexts: tuple[int, ...] = (1024, 2048, 4096, 8192)
     batches: tuple[int, ...] = (1, 16)
     policy: CachePolicy = field(default_factory=lambda: CachePolicy(n_sink=4, n_topk=764,
                                                                    n_recent=256))  # budget 1024
@@ -53,16 +50,6 @@ class DecodePoint:
 
 def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
     return 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
-
-
-def random_model(config: ModelConfig, seed: int) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(config)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" not in name:
-                param.normal_(0.0, 0.02)
-    return model.eval()
 
 
 def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: int) -> BatchCache:
@@ -118,17 +105,25 @@ def hf_stepper(hf_model, config: ModelConfig, batch: int, context: int) -> Calla
     return step
 
 
-def fits(batch: int, slots: int, factor: float, cfg: EngineBenchConfig) -> bool:
-    return batch * slots * kv_bytes_per_token(BENCH_MODEL, torch.float32) * factor < (
+def fits(config: ModelConfig, batch: int, slots: int, factor: float,
+         cfg: EngineBenchConfig) -> bool:
+    return batch * slots * kv_bytes_per_token(config, torch.float32) * factor < (
         cfg.memory_limit_gib * GIB)
 
 
 def load_transformers(model: Transformer):
-    from transformers import LlamaForCausalLM
+    """The same weights in transformers' own Llama implementation."""
+    import json
 
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
+             if not (config.tie_word_embeddings and k == "lm_head.weight")}
     with tempfile.TemporaryDirectory() as tmp:
-        save_checkpoint(model, Path(tmp))
-        return LlamaForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+        save_file(state, Path(tmp) / "model.safetensors", metadata={"format": "pt"})
+        (Path(tmp) / "config.json").write_text(json.dumps(config.to_hf_dict()))
+        return AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
 
 
 def decode_points(model, hf_model, cfg: EngineBenchConfig) -> list[DecodePoint]:
@@ -139,9 +134,9 @@ def decode_points(model, hf_model, cfg: EngineBenchConfig) -> list[DecodePoint]:
         full_layout = CachePolicy(kind="full").layout(context, cfg.warmup + cfg.steps)
         steppers = {"snapstream": ours_stepper(model, snap_layout, batch, context),
                     "snapstream_ref": ours_stepper(model, snap_layout, batch, cfg.contexts[0])}
-        if fits(batch, full_layout.budget, 1.0, cfg):
+        if fits(model.config, batch, full_layout.budget, 1.0, cfg):
             steppers["full"] = ours_stepper(model, full_layout, batch, context)
-        if hf_model is not None and fits(batch, context, 2.2 + (2.0 * (
+        if hf_model is not None and fits(model.config, batch, context, 2.2 + (2.0 * (
                 "full" in steppers)), cfg):
             steppers["transformers"] = hf_stepper(hf_model, model.config, batch, context)
         medians = interleaved_medians(steppers, cfg.steps, cfg.warmup)
@@ -151,12 +146,8 @@ def decode_points(model, hf_model, cfg: EngineBenchConfig) -> list[DecodePoint]:
     return points
 
 
-def prefill_figures(model, hf_model, cfg: EngineBenchConfig) -> dict[str, float]:
-    from snapstream.engine import Engine
-    from snapstream.tokenizer import ByteTokenizer
-
-    engine = Engine(model, ByteTokenizer(vocab_size=BENCH_MODEL.vocab_size))
-    ids = torch.randint(0, BENCH_MODEL.vocab_size, (cfg.prefill_len,),
+def prefill_figures(engine: Engine, hf_model, cfg: EngineBenchConfig) -> dict[str, float]:
+    ids = torch.randint(0, engine.config.vocab_size, (cfg.prefill_len,),
                         generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     engine.prefill(ids[:512], cfg.policy, 1)  # warm-up
     ours, select, theirs = [], [], []
@@ -188,11 +179,17 @@ def compile_figures(model, cfg: EngineBenchConfig) -> dict[str, float]:
     return out
 
 
-def run_engine_bench(cfg: EngineBenchConfig) -> dict:
+def run_engine_bench(cfg: EngineBenchConfig, engine: Engine) -> dict:
     torch.set_grad_enabled(False)
-    model = random_model(BENCH_MODEL, cfg.seed)
+    too_long = [c for c in (*cfg.contexts, cfg.prefill_len) if c > engine.context_len]
+    if too_long:
+        raise ValueError(f"contexts {too_long} exceed the model's context of "
+                         f"{engine.context_len} tokens")
+    model = engine.model
     hf_model = load_transformers(model) if cfg.with_transformers else None
     points = decode_points(model, hf_model, cfg)
-    return {"config": asdict(cfg), "params": sum(p.numel() for p in model.parameters()),
-            "decode": [asdict(p) for p in points], "prefill": prefill_figures(model, hf_model, cfg),
+    return {"config": asdict(cfg), "model": engine.name,
+            "params": sum(p.numel() for p in model.parameters()),
+            "decode": [asdict(p) for p in points],
+            "prefill": prefill_figures(engine, hf_model, cfg),
             "compile": compile_figures(model, cfg)}

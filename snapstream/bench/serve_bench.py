@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import torch
 
@@ -30,21 +29,21 @@ CALL_TIMEOUT_S = 600.0
 ROUND_FIGURES = ("ttft_p50_s", "itl_p50_s", "throughput_tok_s")  # kept per round, for the spread
 
 
-def run_serve_bench(cfg: ServeBenchConfig, model_dir: Path) -> dict:
+def run_serve_bench(cfg: ServeBenchConfig, model: str | None) -> dict:
     """-> {"config", "model", "levels": [{"concurrency", "in-process", "router",
     "identical_outputs"}]}, each system's figures with the "profile" of its runs."""
     if cfg.torch_threads:  # the in-process engine gets what each cluster worker gets
         torch.set_num_threads(cfg.torch_threads)
-    engine = Engine.from_pretrained(model_dir)
+    engine = Engine.from_pretrained(model)
     cfg = replace(cfg, policy=cfg.policy or engine.default_policy)
     prompts = make_prompts(cfg, engine.tokenizer, cfg.warmup + max(cfg.requests))
-    server = InProcessServer(engine, model_dir, cfg)
+    server = InProcessServer(engine, cfg)
     try:
-        with serving_cluster(cfg, model_dir) as cluster:
+        with serving_cluster(cfg, model) as cluster:
             levels = asyncio.run(_measure(cfg, server, cluster, prompts))
     finally:
         server.close()
-    return {"config": asdict(cfg), "model": _describe(engine, model_dir, cfg, prompts),
+    return {"config": asdict(cfg), "model": _describe(engine, cfg, prompts),
             "levels": levels}
 
 
@@ -91,13 +90,13 @@ async def _level(cfg: ServeBenchConfig, systems: dict[str, Generate], cluster: L
     return level
 
 
-def _describe(engine: Engine, model_dir: Path, cfg: ServeBenchConfig,
+def _describe(engine: Engine, cfg: ServeBenchConfig,
               prompts: list[list[int]]) -> dict:
     config = engine.config
     lengths = [len(ids) for ids in prompts]
     layout = cfg.policy.layout(max(lengths), cfg.max_new_tokens, engine.context_len)
     spec = BlobSpec.for_model(config, bytes(32), engine.dtype)  # the size ignores the fingerprint
-    return {"path": str(model_dir), "params": sum(p.numel() for p in engine.model.parameters()),
+    return {"path": engine.name, "params": sum(p.numel() for p in engine.model.parameters()),
             "num_layers": config.num_layers, "hidden_size": config.hidden_size,
             "num_kv_heads": config.num_kv_heads, "head_dim": config.head_dim,
             "context_len": engine.context_len, "prompt_tokens": (min(lengths), max(lengths)),

@@ -8,6 +8,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from snapstream.serving.settings import add_model_setting
+
 PARTS = ("serve", "blob")
 
 
@@ -20,8 +22,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", type=Path, default=None,
-                        help="checkpoint directory (default: the embedded model)")
+    add_model_setting(parser)
     parser.add_argument("--parts", type=_names, default=PARTS, help="serve,blob")
     parser.add_argument("--concurrency", type=_ints, default=(1, 8, 32))
     parser.add_argument("--requests", type=_ints, default=(16, 32, 64),
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if "serve" in args.parts:
         from snapstream.bench.serve_bench import run_serve_bench
 
-        results["serve"] = run_serve_bench(serve_config(args), _model_dir(args.model))
+        results["serve"] = run_serve_bench(serve_config(args), args.model)
     if "blob" in args.parts:
         from snapstream.bench.blob_bench import BlobBenchConfig, run_blob_bench
 
@@ -85,13 +86,3 @@ def serve_config(args: argparse.Namespace):
         torch_threads=args.torch_threads,
         rounds=args.rounds, warmup=args.warmup,
         slo=Slo(ttft_s=args.slo_ttft_ms / 1e3, itl_p90_s=args.slo_itl_p90_ms / 1e3))
-
-
-def _model_dir(model: Path | None) -> Path:
-    from snapstream.config import EMBEDDED_MODEL
-
-    path = model or EMBEDDED_MODEL
-    if not (path / "config.json").is_file():
-        raise ValueError(f"no checkpoint at {path} (config.json missing): train the embedded "
-                         "model (snapstream train) or pass --model DIR")
-    return path

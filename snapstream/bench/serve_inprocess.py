@@ -13,7 +13,6 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from decode_svc.backends import BackendConfig, make_backend
 from decode_svc.loop import DecodeLoop
@@ -29,11 +28,11 @@ class InProcessServer:
     """Greedy generation under ``cfg.policy``, stopping at ``cfg.max_new_tokens`` or an EOS
     token, like the router's requests. ``close()`` stops both threads."""
 
-    def __init__(self, engine: Engine, model_dir: Path, cfg: ServeBenchConfig) -> None:
+    def __init__(self, engine: Engine, cfg: ServeBenchConfig) -> None:
         self.engine, self.policy, self.max_new_tokens = engine, cfg.policy, cfg.max_new_tokens
         self.sampling = SamplingParams(stop_token_ids=tuple(engine.tokenizer.eos_token_ids))
         self.prefill_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill")
-        backend = make_backend(BackendConfig(), model_dir)
+        backend = make_backend(BackendConfig(), engine.config)
         self.loop = DecodeLoop(engine, backend, slots=cfg.slots, max_queue=cfg.max_queue)
         self.loop.start()
 

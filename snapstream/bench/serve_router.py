@@ -7,7 +7,6 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from snapstream.bench.serve_workload import RequestTrace, ServeBenchConfig
 from snapstream.client import AsyncSnapstreamClient
@@ -15,11 +14,11 @@ from snapstream.cluster import ClusterSpec, LocalCluster
 
 
 @contextlib.contextmanager
-def serving_cluster(cfg: ServeBenchConfig, model_dir: Path) -> Iterator[LocalCluster]:
+def serving_cluster(cfg: ServeBenchConfig, model: str | None) -> Iterator[LocalCluster]:
     """One decode worker with ``cfg.slots`` slots, so that it matches the in-process loop. Both
     workers queue up to ``cfg.max_queue`` requests (``SNAPSTREAM_MAX_QUEUE``), so the prefill
     worker never turns a request away (its default queue is 16)."""
-    spec = ClusterSpec(store=cfg.store, model=model_dir, router_port=0, decode_workers=1,
+    spec = ClusterSpec(store=cfg.store, model=model, router_port=0, decode_workers=1,
                        slots=cfg.slots, torch_threads=cfg.torch_threads, drain_timeout_s=5.0)
     with _environment(SNAPSTREAM_MAX_QUEUE=str(cfg.max_queue)):  # read as the members start
         cluster = LocalCluster(spec).start()

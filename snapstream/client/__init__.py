@@ -7,6 +7,7 @@ with SnapstreamClient("localhost:50051", timeout_s=60) as client:
     for chunk in client.generate_stream("The passkey is", max_new_tokens=16, stop="\\n"):
         print(chunk.text, end="", flush=True)
     completion = client.generate([72, 105], temperature=0.0, policy="snapstream")
+    answer = client.chat([{"role": "user", "content": "What is the capital of France?"}])
 ```
 
 Options left out (or None) take the server's defaults. Every failure raises a
@@ -29,7 +30,13 @@ from snapstream.client.errors import (
     Unavailable,
     Unimplemented,
 )
-from snapstream.client.request import GenerateOptions, Prompt, build_request
+from snapstream.client.request import (
+    GenerateOptions,
+    Messages,
+    Prompt,
+    build_chat_request,
+    build_request,
+)
 from snapstream.client.results import Chunk, Completion, ModelInfo
 from snapstream.client.sync import GenerationStream, SnapstreamClient
 from snapstream.client.tls import TlsConfig
@@ -47,6 +54,7 @@ __all__ = [
     "GenerationStream",
     "Internal",
     "InvalidArgument",
+    "Messages",
     "ModelInfo",
     "NotFound",
     "PermissionDenied",
@@ -58,5 +66,6 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
+    "build_chat_request",
     "build_request",
 ]

@@ -3,7 +3,7 @@ in the message, so the server's default applies."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypedDict, Unpack
 
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
@@ -13,6 +13,7 @@ from snapstream.client.errors import InvalidArgument
 from snapstream.v1 import common_pb2, generation_pb2
 
 Prompt = str | Sequence[int]
+Messages = Sequence[Mapping[str, str]]  # [{"role": "user", "content": "..."}, ...]
 
 
 class GenerateOptions(TypedDict, total=False):
@@ -47,11 +48,33 @@ def build_request(prompt: Prompt,
                   **options: Unpack[GenerateOptions]) -> generation_pb2.GenerateRequest:
     """Raises TypeError for an unknown option and InvalidArgument for a value the message
     cannot hold (a negative size, an unknown policy name)."""
+    request = generation_pb2.GenerateRequest()
+    _set_prompt(request, prompt)
+    _set_options(request, options)
+    return request
+
+
+def build_chat_request(messages: Messages,
+                       **options: Unpack[GenerateOptions]) -> generation_pb2.GenerateRequest:
+    """A conversation for the model's chat template; each message has a role and content."""
+    request = generation_pb2.GenerateRequest()
+    request.messages.SetInParent()  # selects the oneof even for an empty list
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or set(message) != {"role", "content"}:
+            raise InvalidArgument(f"messages[{i}] must be a mapping with exactly 'role' and "
+                                  f"'content', got {message!r}")
+        try:
+            request.messages.messages.add(role=message["role"], content=message["content"])
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"messages[{i}]: {exc}") from None
+    _set_options(request, options)
+    return request
+
+
+def _set_options(request: generation_pb2.GenerateRequest, options: GenerateOptions) -> None:
     unknown = options.keys() - GenerateOptions.__annotations__.keys()
     if unknown:
         raise TypeError(f"unknown generate option(s): {', '.join(sorted(unknown))}")
-    request = generation_pb2.GenerateRequest()
-    _set_prompt(request, prompt)
     _set(request, "max_new_tokens", options.get("max_new_tokens"))
     for name in _SAMPLING_SCALARS:
         _set(request.sampling, name, options.get(name))
@@ -64,7 +87,6 @@ def build_request(prompt: Prompt,
                                       options.get("policy"))
     request.policy.pooling = _enum_value(common_pb2.Pooling, "POOLING_", "pooling",
                                          options.get("pooling"))
-    return request
 
 
 def enum_names(enum: EnumTypeWrapper, prefix: str) -> dict[str, int]:

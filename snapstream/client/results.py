@@ -36,6 +36,8 @@ class Completion:
     completion_tokens: int
     time_to_first_token_s: float
     decode_time_s: float
+    kv_cache_bytes: int  # the sequence's KV cache as it traveled from prefill to decode
+    kv_cache_slots: int  # its slots per layer and KV head
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class ModelInfo:
     vocab_size: int
     eos_token_ids: tuple[int, ...]
     default_policy: CachePolicy
+    has_chat_template: bool
 
     @classmethod
     def from_pb(cls, msg: generation_pb2.InfoResponse) -> ModelInfo:
@@ -59,7 +62,8 @@ class ModelInfo:
             raise Internal(f"the server's default_policy is not resolved: {exc}") from None
         return cls(model_name=msg.model_name, model_fingerprint=msg.model_fingerprint,
                    context_length=msg.context_length, vocab_size=msg.vocab_size,
-                   eos_token_ids=tuple(msg.eos_token_ids), default_policy=default_policy)
+                   eos_token_ids=tuple(msg.eos_token_ids), default_policy=default_policy,
+                   has_chat_template=msg.has_chat_template)
 
 
 class CompletionBuilder:
@@ -98,4 +102,5 @@ class CompletionBuilder:
             finish_reason=_FINISH_REASONS.get(msg.finish_reason, "unspecified"),
             prompt_tokens=msg.prompt_tokens, completion_tokens=msg.completion_tokens,
             time_to_first_token_s=msg.time_to_first_token.ToNanoseconds() / 1e9,
-            decode_time_s=msg.decode_time.ToNanoseconds() / 1e9)
+            decode_time_s=msg.decode_time.ToNanoseconds() / 1e9,
+            kv_cache_bytes=msg.kv_cache_bytes, kv_cache_slots=msg.kv_cache_slots)

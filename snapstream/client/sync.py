@@ -8,7 +8,14 @@ from typing import Unpack
 import grpc
 
 from snapstream.client.errors import mapped_errors
-from snapstream.client.request import GenerateOptions, Prompt, build_request, call_timeout
+from snapstream.client.request import (
+    GenerateOptions,
+    Messages,
+    Prompt,
+    build_chat_request,
+    build_request,
+    call_timeout,
+)
 from snapstream.client.results import Chunk, Completion, CompletionBuilder, ModelInfo
 from snapstream.client.tls import TlsConfig
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
@@ -66,13 +73,26 @@ class SnapstreamClient:
     def generate_stream(self, prompt: Prompt, *, timeout_s: float | None = None,
                         **options: Unpack[GenerateOptions]) -> GenerationStream:
         """``prompt`` is text or token ids; see GenerateOptions for the options."""
-        request = build_request(prompt, **options)
-        return GenerationStream(self._stub.Generate(
-            request, timeout=call_timeout(timeout_s, self._timeout_s)))
+        return self._stream(build_request(prompt, **options), timeout_s)
 
     def generate(self, prompt: Prompt, *, timeout_s: float | None = None,
                  **options: Unpack[GenerateOptions]) -> Completion:
         return self.generate_stream(prompt, timeout_s=timeout_s, **options).result()
+
+    def chat_stream(self, messages: Messages, *, timeout_s: float | None = None,
+                    **options: Unpack[GenerateOptions]) -> GenerationStream:
+        """``messages``: ``[{"role": "user", "content": "..."}, ...]``, rendered with the
+        model's chat template; the answer ends at the model's end-of-turn token."""
+        return self._stream(build_chat_request(messages, **options), timeout_s)
+
+    def chat(self, messages: Messages, *, timeout_s: float | None = None,
+             **options: Unpack[GenerateOptions]) -> Completion:
+        return self.chat_stream(messages, timeout_s=timeout_s, **options).result()
+
+    def _stream(self, request: generation_pb2.GenerateRequest, timeout_s: float | None
+                ) -> GenerationStream:
+        return GenerationStream(self._stub.Generate(
+            request, timeout=call_timeout(timeout_s, self._timeout_s)))
 
     def info(self, *, timeout_s: float | None = None) -> ModelInfo:
         with mapped_errors():

@@ -8,6 +8,7 @@ import importlib
 BENCHMARKS: dict[str, str] = {
     "engine": "snapstream.bench.engine_cli",
     "serve": "snapstream.bench.serve_cli",
+    "peers": "snapstream.bench.peers.cli",
 }
 
 

@@ -7,7 +7,8 @@ import json
 from dataclasses import replace
 
 from snapstream.policy import POLICY_KINDS, POOLINGS, CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
+from snapstream.serving.settings import MODEL_HELP
 
 
 def parse_ids(text: str) -> list[int]:
@@ -37,34 +38,47 @@ def policy_from_args(args: argparse.Namespace, defaults: CachePolicy) -> CachePo
     return replace(defaults, **given)
 
 
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+
+
+def sampling_from_args(args: argparse.Namespace, stop_token_ids=()) -> SamplingParams:
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          seed=args.seed, stop_token_ids=tuple(stop_token_ids))
+
+
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None,
-                        help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", default="cpu")
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text")
     prompt.add_argument("--prompt-ids", type=parse_ids, help="comma-separated token ids")
+    parser.add_argument("--chat", action="store_true",
+                        help="send --prompt as a user message through the chat template")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     add_policy_flags(parser)
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None)
+    add_sampling_flags(parser)
     parser.add_argument("--stop-token-ids", type=parse_ids, default=())
     parser.add_argument("--json", action="store_true", help='print {"token_ids", "text"}')
 
 
 def run(args: argparse.Namespace) -> int:
+    from snapstream.chat import ChatMessage
     from snapstream.engine import Engine
 
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                              seed=args.seed, stop_token_ids=tuple(args.stop_token_ids))
+    if args.chat and args.prompt is None:
+        raise ValueError("--chat needs --prompt (a user message), not --prompt-ids")
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
     policy = policy_from_args(args, engine.default_policy)
     prompt = args.prompt if args.prompt is not None else args.prompt_ids
+    if args.chat:
+        prompt = engine.tokenizer.render_chat([ChatMessage("user", args.prompt)])
     result = engine.generate(prompt, max_new_tokens=args.max_new_tokens, policy=policy,
-                             sampling=sampling)
+                             sampling=sampling_from_args(args, args.stop_token_ids))
     if args.json:
         print(json.dumps({"token_ids": result.token_ids, "text": result.text,
                           "finish_reason": result.finish_reason}))

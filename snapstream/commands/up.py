@@ -15,6 +15,7 @@ from pathlib import Path
 
 from snapstream.client import SnapstreamError
 from snapstream.cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCluster
+from snapstream.serving.settings import MODEL_HELP
 
 WATCH_INTERVAL_S = 1.0
 DEMO_TIMEOUT_S = 300.0
@@ -27,8 +28,7 @@ class Interrupted(Exception):
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", choices=tuple(STORE_SERVERS), default="redis",
                         help="KV store server to start")
-    parser.add_argument("--model", type=Path, default=None,
-                        help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     parser.add_argument("--port", type=int, default=50051, help="router port (0: a free port)")
     parser.add_argument("--decode-workers", type=int, default=2)
@@ -50,7 +50,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.exit_after_demo and not args.demo:
         raise ValueError("--exit-after-demo needs --demo")
-    spec = ClusterSpec(store=args.store, model=args.model, host=args.host, router_port=args.port,
+    from snapstream.checkpoints.default import default_model_path
+
+    model = args.model or default_model_path()  # fails fast, in one line, when not installed
+    spec = ClusterSpec(store=args.store, model=model, host=args.host, router_port=args.port,
                        decode_workers=args.decode_workers, slots=args.slots,
                        backend=args.backend, torch_threads=args.torch_threads,
                        log_dir=args.log_dir,

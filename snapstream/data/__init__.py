@@ -1,5 +1,5 @@
-"""Synthetic long-context retrieval data: the training mixture for the embedded byte-level model
-and RULER-style evaluation sets (passkey, multikey, kv, vartrack).
+"""Synthetic long-context retrieval data: RULER-style evaluation sets (passkey, multikey, kv,
+vartrack).
 
 Pure standard library. Filler is prose from this interpreter's standard library; facts and
 questions come in train and held-out wordings (``Split``), so evaluation can use filler and
@@ -7,8 +7,8 @@ phrasings the model never saw. The prompt format and length rule are described i
 ``snapstream.data.sample``.
 """
 
+from snapstream.data.evalset import build_eval_set
 from snapstream.data.filler import FillerCorpus, filler_corpus
-from snapstream.data.mixture import TrainingMixture, build_eval_set
 from snapstream.data.phrasing import PHRASES, Phrases
 from snapstream.data.sample import (
     ANSWER_CUE,
@@ -38,7 +38,6 @@ __all__ = [
     "Sample",
     "Split",
     "TaskConfig",
-    "TrainingMixture",
     "build_eval_set",
     "exact_match",
     "filler_corpus",

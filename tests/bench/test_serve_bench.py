@@ -10,16 +10,16 @@ from dataclasses import asdict
 import pytest
 
 from snapstream.cli import main
-from snapstream.policy import load_default_policy
+from snapstream.policy import POLICY_FILE, load_default_policy
 
 pytestmark = pytest.mark.slow
 
 
-def test_bench_serve_measures_both_systems_and_writes_its_section(byte_model_dir, tmp_path):
+def test_bench_serve_measures_both_systems_and_writes_its_section(tiny_model_dir, tmp_path):
     doc, out = tmp_path / "docs" / "benchmarks.md", tmp_path / "serve.json"
     doc.parent.mkdir()
     doc.write_text("# Benchmarks\n\n<!-- bench:engine -->\nkept\n<!-- /bench:engine -->\n")
-    code = main(["bench", "serve", "--model", str(byte_model_dir), "--concurrency", "1,2",
+    code = main(["bench", "serve", "--model", str(tiny_model_dir), "--concurrency", "1,2",
                  "--requests", "2,2", "--prompt-len", "300", "--max-new-tokens", "8",
                  "--slots", "2", "--rounds", "2", "--warmup", "1", "--blob-stores", "redis",
                  "--blob-sizes-mib", "1", "--blob-repeats", "1", "--doc", str(doc),
@@ -28,7 +28,8 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(byte_model_dir
     assert code == 0
     results = json.loads(out.read_text())
     # no policy asked for: both systems run the model's default, as the router serves it
-    assert results["serve"]["config"]["policy"] == asdict(load_default_policy(byte_model_dir))
+    default = load_default_policy(tiny_model_dir / POLICY_FILE)
+    assert results["serve"]["config"]["policy"] == asdict(default)
     levels = results["serve"]["levels"]
     assert [level["concurrency"] for level in levels] == [1, 2]
     for level in levels:

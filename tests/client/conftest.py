@@ -11,7 +11,7 @@ import pytest
 
 from snapstream.cluster import ClusterSpec, LocalCluster
 from snapstream.policy import POLICY_FILE
-from tests.cluster.helpers import write_tiny_checkpoint
+from tests.tiny_models import write_tiny_model
 
 MODEL_POLICY = {"kernel": 9, "window": 16}
 
@@ -19,7 +19,7 @@ MODEL_POLICY = {"kernel": 9, "window": 16}
 @pytest.fixture(scope="session")
 def cluster_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model, with its own default policy: the router must serve it."""
-    path = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model"))
+    path = write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
     (path / POLICY_FILE).write_text(json.dumps(MODEL_POLICY))
     return path
 

@@ -14,6 +14,7 @@ from snapstream.client import (
     SnapstreamClient,
 )
 from snapstream.engine import Engine
+from tests.tiny_models import tiny_snapstream_tokenizer
 
 pytestmark = pytest.mark.slow
 PROMPT = "The passkey is 4721. Remember it.\nWhat is the passkey?\nAnswer: "
@@ -28,7 +29,7 @@ def test_stream_chunks_add_up_to_generate(router_address: str) -> None:
     assert tuple(t for chunk in chunks for t in chunk.token_ids) == completion.token_ids
     assert stream.result().finish_reason == completion.finish_reason
     assert completion.completion_tokens == len(completion.token_ids) <= 12
-    assert completion.prompt_tokens >= len(PROMPT.encode())
+    assert completion.prompt_tokens == len(tiny_snapstream_tokenizer().encode(PROMPT))
     assert completion.finish_reason in ("length", "stop_token")
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.helpers import write_tiny_checkpoint
+from tests.tiny_models import write_tiny_model
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model"))
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))

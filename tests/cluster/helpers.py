@@ -1,27 +1,8 @@
-"""A tiny random checkpoint to serve, and /proc helpers to prove no process outlives a test."""
+"""/proc helpers to prove no process outlives a test."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
-
-from snapstream.checkpoint import save_checkpoint
-from snapstream.config import ModelConfig
-from snapstream.model import Transformer
-from snapstream.train.config import TOKENIZER
-
-
-def write_tiny_checkpoint(directory: Path) -> Path:
-    """A random byte-level Llama (hidden 64, 2 layers, vocab 264) with the ByteTokenizer."""
-    config = ModelConfig(vocab_size=TOKENIZER.vocab_size, hidden_size=64, intermediate_size=128,
-                         num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                         max_position_embeddings=4096, tie_word_embeddings=True,
-                         bos_token_id=TOKENIZER.bos_token_id,
-                         eos_token_ids=TOKENIZER.eos_token_ids)
-    torch.manual_seed(0)
-    save_checkpoint(Transformer(config).eval(), directory, TOKENIZER)
-    return directory
 
 
 def process_identity(pid: int) -> tuple[int, int] | None:

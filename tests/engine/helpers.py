@@ -6,12 +6,11 @@ import torch
 
 from snapstream.engine import Engine, PrefillResult
 from snapstream.policy import CachePolicy
-from snapstream.tokenizer import ByteTokenizer
+from tests.tiny_models import tiny_snapstream_tokenizer
 
 
 def engine_for(model) -> Engine:
-    vocab = model.config.vocab_size
-    return Engine(model, ByteTokenizer(vocab_size=vocab, bos_token_id=None, eos_token_ids=()))
+    return Engine(model, tiny_snapstream_tokenizer())
 
 
 def greedy_with_logits(

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from snapstream.policy import CachePolicy
-from tests.conftest import random_model, tiny_config
 from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.engine.reference import (
     kept_mask,
@@ -16,11 +15,12 @@ from tests.engine.reference import (
     record_prefill,
     snapkv_reference_scores,
 )
+from tests.tiny_models import random_model, tiny_config
 
 GQA_SHAPES = [(4, 4), (4, 2), (4, 1), (6, 2), (8, 2)]  # (query heads, kv heads)
 
 
-def prompt(length: int, seed: int, vocab: int = 300) -> list[int]:
+def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (length,), generator=generator).tolist()
 

@@ -18,8 +18,8 @@ from kvstore.codec import (
 )
 from snapstream.fingerprint import model_fingerprint
 from snapstream.policy import CachePolicy
-from tests.conftest import random_model, tiny_config
 from tests.engine.helpers import engine_for
+from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, window=8)
 
@@ -35,7 +35,7 @@ def spec(engine):
 
 
 def _blob(engine, spec, length=200):
-    cache = engine.prefill([i % 300 for i in range(length)], POLICY, max_new_tokens=8).cache
+    cache = engine.prefill([i % 256 for i in range(length)], POLICY, max_new_tokens=8).cache
     return cache, encode_blob(cache, spec)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from snapstream.checkpoints import open_checkpoint
 from snapstream.engine import Engine
 from snapstream.loader import load_model
 from snapstream.model import causal_attend
@@ -24,7 +25,7 @@ def _hf_model(path):
 
 
 def test_logits_match_transformers(checkpoint):
-    ours, theirs = load_model(checkpoint), _hf_model(checkpoint)
+    ours, theirs = load_model(open_checkpoint(checkpoint)), _hf_model(checkpoint)
     ids = torch.randint(0, 256, (1, 700), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = theirs(ids).logits[0]
@@ -43,7 +44,7 @@ def test_greedy_tokens_match_transformers(checkpoint):
 
 
 def test_config_reads_rope_and_bias(llama_dir, qwen2_dir):
-    llama, qwen = load_model(llama_dir).config, load_model(qwen2_dir).config
+    llama, qwen = open_checkpoint(llama_dir).config, open_checkpoint(qwen2_dir).config
     assert llama.rope.rope_type == "llama3" and llama.rope.factor == 8.0
     assert not llama.qkv_bias and qwen.qkv_bias and not qwen.o_bias
     assert qwen.tie_word_embeddings
@@ -67,7 +68,7 @@ def test_sharded_checkpoint_loads_like_single_file(llama_dir, tmp_path):
     model = _hf_model(llama_dir)
     model.save_pretrained(tmp_path, max_shard_size="20KB")
     assert (tmp_path / "model.safetensors.index.json").exists()
-    a, b = load_model(llama_dir), load_model(tmp_path)
+    a, b = load_model(open_checkpoint(llama_dir)), load_model(open_checkpoint(tmp_path))
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert torch.equal(x, y), name
     assert transformers  # imported for save_pretrained above
@@ -82,4 +83,4 @@ def test_mismatched_checkpoint_is_rejected(llama_dir, tmp_path):
     config["num_hidden_layers"] = 3
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="missing"):
-        load_model(tmp_path)
+        load_model(open_checkpoint(tmp_path))

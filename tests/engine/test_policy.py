@@ -51,12 +51,12 @@ def test_capacity_sizes_growing_policies_only():
 
 
 def test_a_checkpoint_without_a_policy_file_gets_the_defaults(tmp_path):
-    assert load_default_policy(tmp_path) == CachePolicy()
+    assert load_default_policy(tmp_path / POLICY_FILE) == CachePolicy()
 
 
 def test_a_checkpoint_policy_file_overrides_the_defaults(tmp_path):
     (tmp_path / POLICY_FILE).write_text('{"kernel": 15, "n_topk": 100}')
-    assert load_default_policy(tmp_path) == CachePolicy(kernel=15, n_topk=100)
+    assert load_default_policy(tmp_path / POLICY_FILE) == CachePolicy(kernel=15, n_topk=100)
 
 
 @pytest.mark.parametrize(("text", "match"), [
@@ -65,5 +65,5 @@ def test_a_checkpoint_policy_file_overrides_the_defaults(tmp_path):
 def test_a_bad_checkpoint_policy_file_is_named(tmp_path, text, match):
     (tmp_path / POLICY_FILE).write_text(text)
     with pytest.raises(ValueError, match=match) as info:
-        load_default_policy(tmp_path)
+        load_default_policy(tmp_path / POLICY_FILE)
     assert POLICY_FILE in str(info.value)

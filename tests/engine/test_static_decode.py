@@ -10,8 +10,8 @@ from snapstream.compress import build_sequence_cache
 from snapstream.decode import Decoder
 from snapstream.kvcache import BatchCache, SequenceCache
 from snapstream.policy import CachePolicy
-from tests.conftest import random_model, tiny_config
 from tests.engine.helpers import engine_for
+from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, window=8)
 

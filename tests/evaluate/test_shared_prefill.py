@@ -10,8 +10,7 @@ from snapstream.evaluate.budget import SplitRule
 from snapstream.evaluate.shared_prefill import SharedPrefillEngine
 from snapstream.policy import POLICY_KINDS
 from snapstream.sampling import SamplingParams
-from snapstream.tokenizer import ByteTokenizer
-from tests.conftest import random_model, tiny_config
+from tests.tiny_models import random_model, tiny_config, tiny_snapstream_tokenizer
 
 PROMPT_LEN, STEPS = 200, 6
 GREEDY = SamplingParams(ignore_eos=True)
@@ -19,7 +18,7 @@ GREEDY = SamplingParams(ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def model():
-    return random_model(tiny_config(vocab_size=264, max_position_embeddings=1024))
+    return random_model(tiny_config(max_position_embeddings=1024))
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +28,7 @@ def prompt() -> list[int]:
 
 
 def engines(model) -> tuple[Engine, SharedPrefillEngine]:
-    tokenizer = ByteTokenizer(vocab_size=264)
+    tokenizer = tiny_snapstream_tokenizer()
     return Engine(model, tokenizer), SharedPrefillEngine(model, tokenizer)
 
 

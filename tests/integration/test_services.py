@@ -20,13 +20,11 @@ from prefill_svc.service import PrefillServicer
 from router.main import load_served_model
 from router.service import GenerationServicer
 from router.workers import WorkerPool, poll_decode_stats
-from snapstream.checkpoint import save_checkpoint
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
 from snapstream.policy import CachePolicy
 from snapstream.sampling import SamplingParams
 from snapstream.serving.errors import StatusInterceptor
-from snapstream.train.config import TOKENIZER
 from snapstream.v1 import (
     common_pb2,
     decode_pb2,
@@ -36,7 +34,7 @@ from snapstream.v1 import (
     prefill_pb2,
     prefill_pb2_grpc,
 )
-from tests.conftest import random_model, tiny_config
+from tests.tiny_models import random_model, tiny_config, write_hf_dir
 
 POLICY = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4, n_topk=40,
                                 n_recent=24, window=8)
@@ -45,8 +43,8 @@ TORCH = BackendConfig()
 
 
 @pytest.fixture(scope="module")
-def model_dir(byte_model_dir) -> Path:
-    return byte_model_dir
+def model_dir(tiny_model_dir) -> Path:
+    return tiny_model_dir
 
 
 @dataclass
@@ -67,7 +65,7 @@ async def serving_stack(model_dir: Path, store_url: str,
     engine = Engine.from_pretrained(model_dir)
     spec = BlobSpec.for_engine(engine)
     store = await open_store(store_url)
-    loop = DecodeLoop(engine, make_backend(backend, model_dir), slots=slots,
+    loop = DecodeLoop(engine, make_backend(backend, engine.config), slots=slots,
                       max_queue=16)
     server = grpc.aio.server(interceptors=[StatusInterceptor()])
     port = server.add_insecure_port("127.0.0.1:0")
@@ -259,8 +257,7 @@ async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_ur
 
 async def test_blob_from_another_model_is_failed_precondition(model_dir, redis_url, tmp_path):
     other_dir = tmp_path / "other"
-    save_checkpoint(random_model(tiny_config(vocab_size=264, max_position_embeddings=1024),
-                                 seed=99), other_dir, TOKENIZER)
+    write_hf_dir(other_dir, random_model(tiny_config(max_position_embeddings=1024), seed=99))
     other = Engine.from_pretrained(other_dir)
     from kvstore.codec import encode_blob
 
@@ -311,7 +308,7 @@ def test_worker_addresses_expand_dns_names():
 async def test_draining_worker_refuses_new_streams_and_keeps_cut_off_blobs(model_dir, redis_url):
     async with serving_stack(model_dir, redis_url) as stack:
         prefilled = await stack.prefill.Prefill(prefill_pb2.PrefillRequest(
-            request_id="drained", prompt_token_ids=TOKENIZER.encode("drain " * 20),
+            request_id="drained", prompt_token_ids=stack.engine.encode("drain " * 20),
             policy=POLICY, max_new_tokens=500))
         call = stack.decode.Decode(decode_pb2.DecodeRequest(  # as the router calls it
             request_id="drained", blob_key=prefilled.blob_key,

@@ -10,7 +10,7 @@ from decode_svc.loop import deliver
 from decode_svc.sequence import DecodeEvent, StreamSink
 from router.service import _until_stop
 from router.text import TextStream
-from snapstream.tokenizer import ByteTokenizer
+from tests.tiny_models import tiny_snapstream_tokenizer
 
 
 class CountingLoop(asyncio.SelectorEventLoop):
@@ -56,16 +56,16 @@ def test_drain_takes_only_what_is_queued():
 
 
 def test_a_chunk_ends_at_the_token_that_completes_a_stop_string():
-    tokenizer = ByteTokenizer(add_bos=False)
+    tokenizer = tiny_snapstream_tokenizer()
     text = TextStream(tokenizer, stop=("lo w",))
     tokens = tokenizer.encode("hello world")
     kept, delta = _until_stop(tokens, text)
-    assert kept == tokens[: len("hello w")]
+    assert kept == tokens[: len("hello w") - 1]  # "he" is one token of the tiny vocabulary
     assert delta == "hel" and text.stopped
 
 
 def test_a_chunk_without_a_stop_string_keeps_every_token():
-    tokenizer = ByteTokenizer(add_bos=False)
+    tokenizer = tiny_snapstream_tokenizer()
     text = TextStream(tokenizer, stop=("xyz",))
     tokens = tokenizer.encode("héllo")  # é is two bytes: whole in one chunk
     assert _until_stop(tokens, text) == (tokens, "héllo")

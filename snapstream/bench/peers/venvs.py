@@ -29,7 +29,7 @@ COMPLETE_MARKER = ".complete"
 Echo = Callable[[str], None]
 
 # build output worth showing the user; everything goes to the log file
-_PROGRESS = re.compile(
+PROGRESS_LINES = re.compile(
     r"^(Collecting|Downloading|Installing|Successfully|Building|Created wheel|ERROR|error"
     r"|\s*\[\s*\d+%\]|\s*\[\d+/\d+\]|-- Configuring done|-- Build files)")
 
@@ -157,9 +157,10 @@ def _build(spec: VenvSpec, root: Path, echo: Echo) -> Venv:
 
 
 def run_logged(what: str, title: str, argv: list[str], env: dict[str, str], log: IO[str],
-               log_path: Path, echo: Echo) -> None:
-    """Run one build command: all output to ``log``, progress lines to ``echo``; a failure
-    raises ``PeerBuildError`` naming ``what``, ``title``, the log and its last lines."""
+               log_path: Path, echo: Echo, progress: re.Pattern = PROGRESS_LINES) -> None:
+    """Run one build command: all output to ``log``, lines matching ``progress`` to ``echo``;
+    a failure raises ``PeerBuildError`` naming ``what``, ``title``, the log and its last
+    lines."""
     log.write(f"$ {' '.join(argv)}\n")
     log.flush()
     full_env = {**os.environ, **env}
@@ -173,8 +174,9 @@ def run_logged(what: str, title: str, argv: list[str], env: dict[str, str], log:
         raise PeerBuildError(f"{what} failed at {title!r}: {exc}") from exc
     for line in proc.stdout:
         log.write(line)
+        log.flush()
         tail.append(line.rstrip())
-        if _PROGRESS.match(line):
+        if progress.match(line):
             echo(f"  {line.strip()[:150]}")
     log.flush()
     if code := proc.wait():

@@ -1,0 +1,45 @@
+"""A GGUF file as a checkpoint: config, weights, tokenizer and chat template from one file."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from snapstream.checkpoints.gguf_file import GGUFFile
+from snapstream.checkpoints.gguf_model import config_from_gguf
+from snapstream.checkpoints.gguf_tokenizer import tokenizer_from_gguf
+from snapstream.config import ModelConfig
+from snapstream.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import torch
+
+# Policies shipped for known GGUF files, one file per model: <sha256 of the GGUF>.json.
+SHIPPED_POLICIES = Path(__file__).parent.parent / "policies"
+
+
+class GGUFCheckpoint:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = GGUFFile(path)
+        self.name = path.stem
+
+    @cached_property
+    def config(self) -> ModelConfig:
+        return config_from_gguf(self.file)
+
+    def state_dict(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        from snapstream.checkpoints.gguf_weights import state_dict_from_gguf
+
+        return state_dict_from_gguf(self.file, self.config, dtype)
+
+    def tokenizer(self) -> Tokenizer:
+        return tokenizer_from_gguf(self.file)
+
+    @cached_property
+    def policy_file(self) -> Path:
+        with self.path.open("rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        return SHIPPED_POLICIES / f"{digest}.json"

@@ -1,0 +1,72 @@
+"""A GGUF file read with llama.cpp's own reader (the ``gguf`` library): metadata and tensors.
+
+Tensors are memory-mapped; :meth:`GGUFFile.array` dequantizes one to float32 with
+``gguf.quants`` (F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0, the K-quants, the IQ types and more).
+Torch-free: the router reads config and tokenizer from here.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+_MISSING = object()
+
+
+def is_gguf(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    with path.open("rb") as f:
+        return f.read(4) == GGUF_MAGIC
+
+
+class GGUFFile:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.reader = gguf.GGUFReader(self.path)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{self.path}: not a readable GGUF file ({exc})") from None
+
+    @cached_property
+    def metadata(self) -> dict[str, Any]:
+        """Every key-value field: scalars, strings and arrays as Python values."""
+        return {name: field.contents() for name, field in self.reader.fields.items()
+                if not name.startswith("GGUF.")}
+
+    @property
+    def architecture(self) -> str:
+        return self.get("general.architecture")
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        if key in self.metadata:
+            return self.metadata[key]
+        if default is _MISSING:
+            raise ValueError(f"{self.path}: metadata key {key!r} is missing")
+        return default
+
+    def arch_get(self, suffix: str, default: Any = _MISSING) -> Any:
+        """``{architecture}.{suffix}``, e.g. ``llama.block_count``."""
+        return self.get(f"{self.architecture}.{suffix}", default)
+
+    @cached_property
+    def tensors(self) -> dict[str, gguf.ReaderTensor]:
+        return {t.name: t for t in self.reader.tensors}
+
+    def array(self, name: str) -> np.ndarray:
+        """Tensor ``name`` dequantized to float32, in PyTorch's layout (out_features,
+        in_features)."""
+        info = self.tensors[name]
+        try:
+            values = gguf.quants.dequantize(info.data, info.tensor_type)
+        except NotImplementedError:
+            raise ValueError(f"{self.path}: tensor {name} is {info.tensor_type.name}, which "
+                             "gguf cannot dequantize; convert the file to another type") from None
+        shape = tuple(int(n) for n in reversed(info.shape))  # GGUF lists the fastest dim first
+        # a copy: F32 tensors would otherwise view the read-only map
+        return np.array(values, dtype=np.float32).reshape(shape)
