@@ -1,0 +1,59 @@
+"""llama.cpp's runner and its OpenAI-compatible server, on the real model. Needs the llamacpp
+venv already built by ``snapstream bench peers`` (the tests never build one)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from snapstream.bench.peers import recipes
+from snapstream.bench.peers.models import RUNNERS
+from snapstream.bench.peers.process import RunnerProcess
+from snapstream.bench.peers.prompts import model_path
+from snapstream.bench.peers.systems import get_system
+from snapstream.bench.peers.venvs import find_venv
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llama_runner(tmp_path_factory):
+    venv = find_venv(recipes.LLAMACPP)
+    if venv is None:
+        pytest.skip("the llamacpp venv is not built (snapstream bench peers builds it)")
+    system = get_system("llama.cpp")
+    log = tmp_path_factory.mktemp("llama") / "runner.log"
+    with RunnerProcess(venv.python, RUNNERS / system.runner, log,
+                       env=system.runner_env(venv)) as runner:
+        runner.call("load", model=str(model_path()), n_threads=2, n_ctx=1024, options={})
+        yield runner
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+def test_generate_is_greedy_and_reports_the_kv_reservation(llama_runner):
+    ids = list(range(1000, 1200))
+    first = llama_runner.call("generate", prompt_ids=ids, max_new_tokens=6)
+    again = llama_runner.call("generate", prompt_ids=ids, max_new_tokens=6)
+    assert len(first["token_ids"]) == 6 and first["token_ids"] == again["token_ids"]
+    # 30 layers × 3 KV heads × 64 dims, K and V, f16, for n_ctx = 1024
+    assert first["kv_bytes"] == 2 * 30 * 1024 * 3 * 64 * 2
+    assert first["ttft_ms"] > 0 and first["decode_ms_per_token"] > 0
+
+
+def test_serve_starts_llama_server_with_parallel_slots(llama_runner):
+    server = llama_runner.call("serve", n_parallel=2, n_ctx_per_slot=512)
+    assert "--parallel" in server["argv"]
+    slots = json.loads(urllib.request.urlopen(f"{server['base_url']}/slots", timeout=10).read())
+    assert len(slots) == 2
+    ids = list(range(1000, 1100))
+    reply = _post(f"{server['openai_base_url']}/completions",
+                  {"prompt": ids, "max_tokens": 4, "temperature": 0})
+    assert reply["choices"][0]["text"]

@@ -1,0 +1,130 @@
+"""Peer venv cache keys and lookup, the system registry and its options (no venv is built)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from snapstream.bench.peers import recipes
+from snapstream.bench.peers.bench import PeersBenchConfig
+from snapstream.bench.peers.models import RUNNERS
+from snapstream.bench.peers.systems import (
+    SYSTEMS,
+    Budget,
+    PeerSystem,
+    compression_ratio,
+    get_system,
+    register,
+)
+from snapstream.bench.peers.venvs import (
+    COMPLETE_MARKER,
+    Step,
+    Venv,
+    VenvSpec,
+    ensure_venv,
+    find_venv,
+    peers_root,
+)
+
+
+def _spec(**changes) -> VenvSpec:
+    fields = dict(name="toy", requirements=("numpy==2.4.6",),
+                  steps=(Step("say", ("echo", "{venv}")),))
+    return VenvSpec(**{**fields, **changes})
+
+
+def test_venv_key_is_stable_and_follows_every_part_of_the_recipe():
+    base = _spec()
+    assert base.key == _spec().key and len(base.key) == 12
+    assert base.dirname == f"toy-{base.key}"
+    variants = [_spec(requirements=("numpy==2.4.5",)),
+                _spec(requirements=("numpy==2.4.6", "gguf")),
+                _spec(pip_env=(("CMAKE_ARGS", "-DX=ON"),)),
+                _spec(steps=(Step("say", ("echo", "{python}")),)),
+                _spec(steps=(Step("say", ("echo", "{venv}"), (("A", "1"),)),)),
+                _spec(python_tag="3.12")]
+    keys = {v.key for v in variants}
+    assert len(keys) == len(variants) and base.key not in keys
+    assert _spec(name="other").key == base.key  # the name is in the directory, not the key
+
+
+@pytest.mark.parametrize("bad", [dict(name="Toy"), dict(name="a b"), dict(requirements=())])
+def test_venv_spec_refuses_bad_fields(bad):
+    with pytest.raises(ValueError):
+        _spec(**bad)
+
+
+def test_peer_venvs_live_in_the_user_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("SNAPSTREAM_PEERS_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert peers_root() == tmp_path / "snapstream" / "peers"
+    monkeypatch.setenv("SNAPSTREAM_PEERS_HOME", str(tmp_path / "elsewhere"))
+    assert peers_root() == tmp_path / "elsewhere"
+
+
+def test_only_a_complete_venv_is_found_and_reused(tmp_path):
+    spec = _spec()
+    path = tmp_path / spec.dirname
+    path.mkdir()
+    assert find_venv(spec, tmp_path) is None  # half-built: no marker
+    (path / COMPLETE_MARKER).write_text(json.dumps({"build_s": 1.5, "versions": ["a==1"]}))
+    venv = ensure_venv(spec, echo=pytest.fail, root=tmp_path)  # nothing to build or say
+    assert venv.path == path and venv.python == path / "bin" / "python"
+    assert venv.info["versions"] == ["a==1"]
+    assert find_venv(_spec(requirements=("numpy==2.4.5",)), tmp_path) is None
+
+
+def test_recipes_pin_their_top_level_packages():
+    assert recipes.LLAMACPP.requirements == ("llama-cpp-python[server]==0.3.36",)
+    for spec in (recipes.OPENVINO, recipes.KVPRESS):
+        assert "torch==2.13.0" in spec.requirements
+    assert "kvpress==0.5.5" in recipes.KVPRESS.requirements
+    assert len({recipes.LLAMACPP.key, recipes.OPENVINO.key, recipes.KVPRESS.key}) == 3
+
+
+def test_registry_holds_the_peers_and_refuses_duplicates():
+    assert set(PeersBenchConfig().systems) <= set(SYSTEMS)
+    for system in SYSTEMS.values():
+        assert (RUNNERS / system.runner).is_file()
+    with pytest.raises(ValueError, match="already registered"):
+        register(get_system("llama.cpp"))
+    with pytest.raises(ValueError, match=r"unknown peer system 'vllm'; known: llama\.cpp"):
+        get_system("vllm")
+    with pytest.raises(ValueError, match="no runner"):
+        PeerSystem(name="x", label="x", venv=None, runner="run_missing.py")
+
+
+def test_system_options_follow_the_budget():
+    budget = Budget(total=1024, n_sink=4, n_recent=256, window=32)
+    eviction = get_system("openvino-evict").load_options(budget)["cache_eviction"]
+    assert eviction["max_cache_size"] == 1024 and eviction["snapkv_window_size"] == 32
+    assert eviction["start_size"] == 32 and eviction["recent_size"] == 256  # whole blocks
+    assert get_system("openvino").load_options(budget) == {}
+    press = get_system("kvpress-snapkv").generate_options(8000, budget)["press"]
+    assert press["name"] == "SnapKVPress" and press["kwargs"]["window_size"] == 32
+    assert get_system("transformers").generate_options(8000, budget) == {}
+    env = get_system("llama.cpp").runner_env(Venv(recipes.LLAMACPP, Path("/v")))
+    assert env["LLAMA_CPP_LIB_PATH"] == "/v/llama.cpp/bin"
+
+
+@pytest.mark.parametrize("num_tokens", [1025, 1500, 4096, 7777, 8000, 8192])
+@pytest.mark.parametrize("keep", [256, 1000, 1024])
+def test_compression_ratio_keeps_exactly_the_budget(num_tokens, keep):
+    ratio = compression_ratio(num_tokens, keep)
+    assert int(num_tokens * (1 - ratio)) == keep  # kvpress's own rounding
+    assert compression_ratio(keep, keep) == 0.0
+
+
+@pytest.mark.parametrize("bad", [dict(total=200, n_sink=4, n_recent=256), dict(window=0)])
+def test_budget_refuses_bad_layouts(bad):
+    with pytest.raises(ValueError):
+        Budget(**bad)
+
+
+@pytest.mark.parametrize("bad", [dict(max_new_tokens=1), dict(lengths=(8190,)),
+                                 dict(systems=("nope",)), dict(rounds=0), dict(lengths=(100,))])
+def test_bench_config_refuses_bad_settings(bad):
+    with pytest.raises(ValueError):
+        PeersBenchConfig(**bad)
