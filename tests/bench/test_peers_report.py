@@ -1,0 +1,109 @@
+"""The peers table, its section in docs/benchmarks.md, and the prompts it is measured on."""
+
+from __future__ import annotations
+
+import pytest
+
+from snapstream.bench.peers.bench import PeersBenchConfig
+from snapstream.bench.peers.prompts import filler_text, passkey_prompt
+from snapstream.bench.peers.report import (
+    common_prefix,
+    cpu_features,
+    render,
+    same_round_ratio,
+)
+from snapstream.bench.report import write_section
+
+
+def _point(decode, ttft, tokens, passkey=True):
+    return {"decode_ms_per_token": decode, "ttft_ms": ttft, "peak_rss_bytes": 300 * 2**20,
+            "kv_bytes": 24 * 2**20, "kv_note": "from the shape", "token_ids": tokens,
+            "passkey_found": passkey}
+
+
+def _summary(label, points, failure=None):
+    return {"label": label, "points": points, "failure": failure, "venv_build_s": 930.0,
+            "load": {"load_s": 1.0, "settings": {"n_ctx": 8192, "flash_attn": False}},
+            "hello": {"system": label, "system_info": "AVX = 1 | OPENMP = 1"},
+            "venv_versions": ["torch==2.13.0+cpu", "transformers==5.2.0", "rich==13.0"]}
+
+
+RESULTS = {
+    "model": "/x/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "prompts": [{"tokens": 1024, "passkey": "12507"}, {"tokens": 4096, "passkey": "97328"}],
+    "systems": {
+        "llama.cpp": _summary("llama.cpp Q4_1", {
+            1024: _point([10.0, 20.0, 10.0], [500.0, 600.0, 550.0], [1, 2, 3, 4]),
+            4096: _point([20.0, 40.0, 20.0], [2000.0, 2100.0, 2200.0], [1, 2, 3, 4])}),
+        "transformers": _summary("transformers fp32", {
+            1024: _point([30.0, 60.0, 30.0], [900.0, 1200.0, 1100.0], [1, 2, 3, 5], False)}),
+    },
+    "failures": {"openvino": "building the openvino venv failed at 'pip install' (exit 1)"},
+}
+
+
+def test_same_round_ratios_and_token_agreement():
+    # per-round ratios 3, 3, 3 although the rounds' absolute times differ twofold
+    assert same_round_ratio([30.0, 60.0, 30.0], [10.0, 20.0, 10.0]) == 3.0
+    assert same_round_ratio([1.0], []) is None
+    assert common_prefix([1, 2, 3, 4], [1, 2, 3, 5]) == 3
+    assert common_prefix([], [1]) == 0
+
+
+def test_render_writes_one_row_per_measured_point_and_names_failures():
+    body = render(RESULTS, PeersBenchConfig(rounds=3), baseline="llama.cpp")
+    rows = [line for line in body.splitlines() if line.startswith("| 1024") or
+            line.startswith("| 4096")]
+    assert rows == [
+        "| 1024 | llama.cpp | 10.0 | 1.00× | 0.55 | 1.00× | 300.0 | 24.0 | yes | 3/4 |",
+        "| 1024 | transformers | 30.0 | 3.00× | 1.10 | 2.00× | 300.0 | 24.0 | no | 4/4 |",
+        "| 4096 | llama.cpp | 20.0 | 1.00× | 2.10 | 1.00× | 300.0 | 24.0 | yes | — |",
+    ]
+    assert "Command: `snapstream " in body
+    assert "torch==2.13.0+cpu, transformers==5.2.0 (built in 15.5 min)" in body
+    assert "rich" not in body
+    assert "Settings: n_ctx = 8192; flash_attn = False; system_info = AVX = 1 | OPENMP = 1" in body
+    assert "**openvino**: not measured: building the openvino venv failed" in body
+
+
+def test_the_peers_section_replaces_itself_and_keeps_the_others(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n<!-- bench:engine -->\nengine figures\n"
+                   "<!-- /bench:engine -->\n")
+    body = render(RESULTS, PeersBenchConfig(), baseline="llama.cpp")
+    write_section(doc, "peers", "old figures")
+    write_section(doc, "peers", body)
+    text = doc.read_text()
+    assert "engine figures" in text and "old figures" not in text
+    assert text.count("<!-- bench:peers -->") == 1 and text.count("<!-- /bench:peers -->") == 1
+    assert "| 1024 | llama.cpp | 10.0 |" in text
+
+
+class CharTokenizer:
+    """One id per character: enough to check how prompts are put together."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+def test_passkey_prompt_has_the_exact_length_and_the_passkey_at_its_depth():
+    tok = CharTokenizer()
+    filler = tok.encode(filler_text())
+    prompt = passkey_prompt(tok, filler, 3000, depth=0.5)
+    text = tok.decode(prompt.token_ids)
+    assert len(prompt.token_ids) == 3000
+    assert text.endswith("What is the pass key? The pass key is")
+    assert 0.4 < text.index(f"The pass key is {prompt.passkey}.") / len(text) < 0.6
+    assert passkey_prompt(tok, filler, 3000) == prompt  # deterministic
+    assert passkey_prompt(tok, filler, 3001).passkey != prompt.passkey
+    with pytest.raises(ValueError, match="filler"):
+        passkey_prompt(tok, filler[:100], 3000)
+
+
+def test_cpu_features_names_the_vector_extensions():
+    cpuinfo = "processor\t: 0\nflags\t\t: fpu sse avx f16c avx2 avx512f avx512_bf16 sha_ni\n"
+    assert cpu_features(cpuinfo) == "avx avx2 f16c avx512f avx512_bf16"
+    assert cpu_features("flags : fpu sse\n") == "none of AVX/AVX-512/AMX"
