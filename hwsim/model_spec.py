@@ -40,6 +40,9 @@ class GqaAttention:
         q_width, kv_width = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         return self.hidden_size * (2 * q_width + 2 * kv_width)  # q, k, v, o projections
 
+    def replicated_params(self) -> int:
+        return 0  # every projection splits by head
+
     def kv_elements(self) -> int:
         return 2 * self.n_kv_heads * self.head_dim  # K and V
 
@@ -95,6 +98,14 @@ class MlaAttention:
         o = self.n_heads * self.v_head_dim * self.hidden_size
         return q + kv_a + kv_b + o
 
+    def replicated_params(self) -> int:
+        """The down-projections (q_a with its norm, kv_a with its norm): their outputs are
+        normalised whole before any head reads them, so every socket keeps them whole, as
+        DeepSeek-V3's reference inference code does (plain ``Linear``, not column-parallel)."""
+        q_a = 0 if self.q_lora_rank is None else self.q_lora_rank * (self.hidden_size + 1)
+        kv_a = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        return q_a + kv_a
+
     def kv_elements(self) -> int:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
@@ -131,9 +142,11 @@ class DenseFfn:
     def routed_params(self) -> int:
         return 0
 
-    def active_params(self, tokens: int) -> int:
-        """Parameters one forward pass over ``tokens`` tokens touches (all of them)."""
-        return self.params()
+    def replicated_params(self) -> int:
+        return 0
+
+    def routed_read_params(self, tokens: int) -> float:
+        return 0.0
 
     def flops_per_token(self) -> int:
         return 2 * self.params()
@@ -174,13 +187,17 @@ class MoeFfn:
     def routed_params(self) -> int:
         return self.n_routed * self.expert_params()
 
+    def replicated_params(self) -> int:
+        """The router: every socket scores all ``n_routed`` experts for its tokens."""
+        return self.n_routed * self.hidden_size
+
     def touched_experts(self, tokens: int) -> float:
         miss = (1 - self.top_k / self.n_routed) ** tokens
         return self.n_routed * (1 - miss)
 
-    def active_params(self, tokens: int) -> float:
-        routed = self.touched_experts(tokens) * self.expert_params()
-        return self.params() - self.routed_params() + routed
+    def routed_read_params(self, tokens: int) -> float:
+        """Routed-expert parameters one forward pass over ``tokens`` tokens reads."""
+        return self.touched_experts(tokens) * self.expert_params()
 
     def flops_per_token(self) -> int:
         router = self.n_routed * self.hidden_size
@@ -232,6 +249,12 @@ class ModelSpec:
     def layer_params(self, group: LayerGroup) -> int:
         norms = 2 * self.hidden_size
         return self.attention.params() + group.ffn.params() + norms
+
+    def replicated_layer_params(self, group: LayerGroup) -> int:
+        """Parameters of one layer that tensor parallelism keeps whole on every socket: the
+        two norms and the attention's and FFN's replicated matrices."""
+        norms = 2 * self.hidden_size
+        return self.attention.replicated_params() + group.ffn.replicated_params() + norms
 
     def params(self) -> int:
         layers = sum(g.count * self.layer_params(g) for g in self.layer_groups)

@@ -1,8 +1,10 @@
 """Tensor-parallel split of a step's Work: what one socket stores, reads and computes.
 
-Weights and FLOPs split evenly over the sockets. The KV cache splits by the system's
-KvSharding: by KV head (a head count below the socket count replicates heads; DeepSeek's MLA
-latent is a single head, so every socket keeps all of it) or by token position.
+Weights and FLOPs split evenly over the sockets, except the replicated ones (norms, MLA's
+down-projections, the MoE router), which every socket holds, reads and computes whole. The KV
+cache splits by the system's KvSharding: by KV head (a head count below the socket count
+replicates heads; DeepSeek's MLA latent is a single head, so every socket keeps all of it) or
+by token position.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ KV_SHARE: dict[KvSharding, Callable[[ModelSpec, int], float]] = {
 
 def socket_share(component: Component, model: ModelSpec, system: SystemSpec) -> float:
     """Fraction of ``component`` that each socket holds and streams."""
+    if component.is_replicated:
+        return 1.0
     if component.kind is ComponentKind.KV_CACHE:
         return KV_SHARE[system.kv_sharding](model, system.sockets)
     return 1 / system.sockets
@@ -33,7 +37,9 @@ def socket_share(component: Component, model: ModelSpec, system: SystemSpec) -> 
 def per_socket(work: Work, model: ModelSpec, system: SystemSpec) -> Work:
     """The share of ``work`` one socket does (every socket does the same)."""
     components = tuple(_scaled(c, socket_share(c, model, system)) for c in work.components)
-    return Work(components, work.flops / system.sockets, work.tokens)
+    split_flops = (work.flops - work.replicated_flops) / system.sockets
+    return Work(components, split_flops + work.replicated_flops, work.tokens,
+                work.replicated_flops)
 
 
 def _scaled(component: Component, share: float) -> Component:

@@ -1,8 +1,9 @@
 """Bytes and FLOPs of one model step, from the model's shapes alone (whole model, one copy).
 
-A step's memory traffic is a list of named components (weights of the decoder layers, routed
-experts, embedding, head, KV cache), each with the bytes it occupies and the bytes one step
-reads and writes. Activations stay on chip and are not counted as bytes moved.
+A step's memory traffic is a list of named components (weights of the decoder layers, weights
+every socket keeps whole, routed experts, embedding, head, KV cache), each with the bytes it
+occupies and the bytes one step reads and writes. Activations stay on chip and are not counted
+as bytes moved.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Component:
     resident_bytes: float
     read_bytes: float
     write_bytes: float = 0.0
+    is_replicated: bool = False  # every socket holds and reads all of it under tensor parallel
 
     @property
     def read_intensity(self) -> float:
@@ -55,11 +57,13 @@ class Precision:
 
 @dataclass(frozen=True)
 class Work:
-    """One step: ``tokens`` tokens through the model, ``flops`` of arithmetic."""
+    """One step: ``tokens`` tokens through the model, ``flops`` of arithmetic, of which
+    ``replicated_flops`` are the replicated matrices' (every socket computes them whole)."""
 
     components: tuple[Component, ...]
     flops: float
     tokens: int
+    replicated_flops: float = 0.0
 
     def resident_bytes(self, kind: ComponentKind) -> float:
         return sum(c.resident_bytes for c in self.components if c.kind is kind)
@@ -69,36 +73,51 @@ class Work:
         return sum(c.read_bytes + c.write_bytes for c in self.components)
 
 
-def _weight_components(model: ModelSpec, tokens: int, precision: Precision) -> list[Component]:
-    """Decoder layers (routed experts apart), embedding and head for ``tokens`` tokens."""
-    wb = precision.weight_bytes
+def _layer_components(model: ModelSpec, tokens: int, wb: int) -> list[Component]:
+    """Decoder-layer weights: split, replicated, and the routed experts ``tokens`` touch."""
     groups = model.layer_groups
-    layers = sum(g.count * (model.layer_params(g) - g.ffn.routed_params()) for g in groups)
-    routed = sum(g.count * g.ffn.routed_params() for g in model.layer_groups)
-    routed_read = sum(
-        g.count * (g.ffn.active_params(tokens) - g.ffn.params() + g.ffn.routed_params())
-        for g in model.layer_groups
-    )
+    replicated = sum(g.count * model.replicated_layer_params(g) for g in groups)
+    routed = sum(g.count * g.ffn.routed_params() for g in groups)
+    split = sum(g.count * model.layer_params(g) for g in groups) - replicated - routed
+    routed_read = sum(g.count * g.ffn.routed_read_params(tokens) for g in groups)
+    parts = [
+        Component("weights/layers", ComponentKind.WEIGHTS, split * wb, split * wb),
+        Component("weights/replicated", ComponentKind.WEIGHTS, replicated * wb,
+                  replicated * wb, is_replicated=True),
+    ]
+    if routed:
+        parts.append(Component("weights/routed_experts", ComponentKind.WEIGHTS, routed * wb,
+                               routed_read * wb))
+    return parts
+
+
+def _weight_components(model: ModelSpec, tokens: int, precision: Precision) -> list[Component]:
+    """Decoder layers, embedding and head for ``tokens`` tokens."""
+    wb = precision.weight_bytes
     embedding = model.embedding_params()
     # The embedding is gathered row by row; a tied embedding is read whole by the LM head.
     rows = model.vocab_size if model.tie_embeddings else min(tokens, model.vocab_size)
-    parts = [
-        Component("weights/layers", ComponentKind.WEIGHTS, layers * wb, layers * wb),
+    return [
+        *_layer_components(model, tokens, wb),
         Component("weights/embedding", ComponentKind.WEIGHTS, embedding * wb,
                   rows * model.hidden_size * wb),
         Component("weights/head", ComponentKind.WEIGHTS, model.head_params() * wb,
                   model.head_params() * wb),
     ]
-    if routed:
-        parts.insert(1, Component("weights/routed_experts", ComponentKind.WEIGHTS,
-                                  routed * wb, routed_read * wb))
-    return parts
 
 
 def _dense_flops_per_token(model: ModelSpec) -> int:
     """Matmul FLOPs of one token outside attention's QK^T and PV, LM head excluded."""
     return sum(
         g.count * (2 * model.attention.params() + g.ffn.flops_per_token())
+        for g in model.layer_groups
+    )
+
+
+def _replicated_flops_per_token(model: ModelSpec) -> int:
+    """Matmul FLOPs of one token in the replicated matrices (norms are not matmuls)."""
+    return sum(
+        g.count * 2 * (model.attention.replicated_params() + g.ffn.replicated_params())
         for g in model.layer_groups
     )
 
@@ -118,7 +137,8 @@ def decode_work(model: ModelSpec, batch: int, cache_tokens: int, precision: Prec
     )
     attention = model.n_layers * model.attention.decode_flops(cache_tokens)
     flops = batch * (_dense_flops_per_token(model) + attention + _head_flops(model))
-    return Work((*_weight_components(model, batch, precision), kv), flops, batch)
+    replicated = batch * _replicated_flops_per_token(model)
+    return Work((*_weight_components(model, batch, precision), kv), flops, batch, replicated)
 
 
 def prefill_work(model: ModelSpec, batch: int, prompt_len: int, precision: Precision) -> Work:
@@ -131,7 +151,8 @@ def prefill_work(model: ModelSpec, batch: int, prompt_len: int, precision: Preci
     pairs = batch * prompt_len * (prompt_len + 1) // 2
     attention = pairs * model.n_layers * model.attention.pair_flops()
     flops = tokens * _dense_flops_per_token(model) + attention + batch * _head_flops(model)
-    return Work((*_weight_components(model, tokens, precision), kv), flops, tokens)
+    replicated = tokens * _replicated_flops_per_token(model)
+    return Work((*_weight_components(model, tokens, precision), kv), flops, tokens, replicated)
 
 
 def activation_bytes_per_socket(

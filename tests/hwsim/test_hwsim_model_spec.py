@@ -42,8 +42,23 @@ def test_moe_touched_experts_uniform_routing():
     ffn = MoeFfn(hidden_size=8, expert_intermediate_size=4, n_routed=4, n_shared=1, top_k=2)
     assert ffn.touched_experts(1) == 2  # top-k exactly
     assert ffn.touched_experts(2) == 3  # 4 * (1 - (1/2)^2)
-    # 1 token reads 2 of 4 routed experts plus everything else
-    assert ffn.active_params(1) == 512 - 384 + 2 * 96
+    # 1 token reads 2 of 4 routed experts of 3*8*4 = 96 params each
+    assert ffn.routed_read_params(1) == 2 * 96
+
+
+def test_replicated_params_by_hand():
+    model = parse_config("tiny-ds", TINY_DEEPSEEK)
+    # q_a 8x4 + its norm 4 = 36; kv_a 8x(4+2) + its norm 4 = 52
+    assert model.attention.replicated_params() == 36 + 52
+    dense, moe = model.layer_groups
+    assert moe.ffn.replicated_params() == 4 * 8  # router: 4 experts x hidden 8
+    assert dense.ffn.replicated_params() == 0
+    assert model.replicated_layer_params(moe) == 88 + 32 + 2 * 8  # + the layer's two norms
+    assert parse_config("tiny", TINY_LLAMA).attention.replicated_params() == 0
+    deepseek = load_model_spec("deepseek-v3")
+    # q_a 1536 x (7168 + 1) + kv_a 7168 x (512 + 64) + 512: 15.1 M of 187 M attention params
+    assert deepseek.attention.replicated_params() == 11_011_584 + 4_129_280
+    assert deepseek.layer_groups[1].ffn.replicated_params() == 256 * 7168
 
 
 def test_published_parameter_counts():

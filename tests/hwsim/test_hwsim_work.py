@@ -21,13 +21,16 @@ def test_tiny_llama_decode_by_hand():
     model = parse_config("tiny", TINY_LLAMA)
     work = decode_work(model, batch=2, cache_tokens=10, precision=BF16)
     parts = _by_name(work)
-    assert parts["weights/layers"].read_bytes == 1184 * 2  # both layers, bf16
+    # both layers, bf16: 2 x 592 params, of which the 2 x 2 norms of 8 are replicated
+    assert parts["weights/layers"].read_bytes == (1184 - 32) * 2
+    assert parts["weights/replicated"].read_bytes == 32 * 2
     assert parts["weights/embedding"].read_bytes == 2 * 8 * 2  # two gathered rows
     assert parts["weights/head"].read_bytes == 264 * 2
     # KV: 2 sequences x 10 tokens x 16 elements x 2 bytes; the new token writes 2 x 16 x 2
     assert parts["kv_cache"].read_bytes == 640
     assert parts["kv_cache"].write_bytes == 64
-    assert work.bytes_moved == 2368 + 32 + 528 + 640 + 64
+    assert work.bytes_moved == 2368 + 32 + 528 + 640 + 64  # one copy of everything
+    assert work.replicated_flops == 0  # GQA splits every matmul by head
     # per token: 2 layers x (2*192 + 2*384) projections + 2 layers x 4*2*4*10 attention
     # + 2*32*8 LM head = 2304 + 640 + 512; two sequences
     assert work.flops == 2 * (2304 + 640 + 512)
@@ -49,12 +52,17 @@ def test_tiny_deepseek_decode_by_hand():
     # 1 token touches 2 of 4 routed experts (96 params each) in each of 2 MoE layers, fp8
     assert parts["weights/routed_experts"].resident_bytes == 2 * 384
     assert parts["weights/routed_experts"].read_bytes == 2 * 2 * 96
-    assert parts["weights/layers"].read_bytes == 584 + 2 * (712 - 384)
+    # replicated per layer: q_a 4*(8+1) + kv_a 8*(4+2)+4 = 88, norms 16, MoE router 4*8 = 32;
+    # dense layer 88 + 16 = 104, MoE layer 88 + 32 + 16 = 136
+    assert parts["weights/replicated"].read_bytes == 104 + 2 * 136
+    assert parts["weights/layers"].read_bytes == (584 - 104) + 2 * (712 - 384 - 136)
     # latent 4 + rope 2 per layer, 3 layers, 5 tokens, bf16 cache
     assert parts["kv_cache"].read_bytes == 5 * 18 * 2
     # attention (absorbed): per cached token per layer 2*2*(4+2) + 2*2*4 = 40
     # projections: 3 x 2*184 attention, dense 2*384, MoE 2*((2+1)*96 + 32) = 640 per layer
     assert work.flops == 3 * 2 * 184 + 2 * 384 + 2 * 640 + 3 * 40 * 5 + 2 * 16 * 8
+    # replicated matmuls: 3 layers x 2*88 down-projections + 2 MoE layers x 2*32 router
+    assert work.replicated_flops == 3 * 2 * 88 + 2 * 2 * 32
 
 
 def test_llama_8b_kernel_looping_table():
@@ -107,8 +115,21 @@ def test_per_socket_share(sharding, sockets, kv_share):
     socket = per_socket(work, model, SystemSpec(SN40L, sockets, sharding))
     parts = _by_name(socket)
     assert parts["kv_cache"].read_bytes == 640 * kv_share
-    assert parts["weights/layers"].read_bytes == 2368 / sockets
+    assert parts["weights/layers"].read_bytes == 2304 / sockets
+    assert parts["weights/replicated"].read_bytes == 64  # the norms, whole on every socket
     assert socket.flops == work.flops / sockets
+
+
+def test_replicated_weights_and_flops_per_socket():
+    model = parse_config("tiny-ds", TINY_DEEPSEEK)
+    work = decode_work(model, batch=2, cache_tokens=5, precision=Precision(weights=DType.FP8))
+    socket = per_socket(work, model, SystemSpec(SN40L, 4, KvSharding.SEQUENCE))
+    parts = _by_name(socket)
+    assert parts["weights/replicated"].resident_bytes == 104 + 2 * 136  # whole, see above
+    assert parts["weights/layers"].resident_bytes == (480 + 2 * 192) / 4
+    # 2 tokens x (3*2*88 + 2*2*32) = 1312 replicated FLOPs on every socket, the rest / 4
+    assert work.replicated_flops == 1312
+    assert socket.flops == (work.flops - 1312) / 4 + 1312
 
 
 def test_gqa_heads_replicate_beyond_kv_head_count():
