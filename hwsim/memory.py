@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hwsim.hardware import GIB, SocketSpec, Tier
-from hwsim.work import ComponentKind, Work
+from hwsim.work import ComponentKind, Kernel, Work
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Placement:
     tier: Tier
     resident_bytes: float
     read_bytes: float  # per step
+    kernel: Kernel = Kernel.DECODER  # the kernel that reads it
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,12 @@ class MemoryPlan:
     def used_bytes(self, tier: Tier) -> float:
         return sum(p.resident_bytes for p in self.placements if p.tier is tier)
 
-    def read_bytes(self, tier: Tier) -> float:
-        return sum(p.read_bytes for p in self.placements if p.tier is tier)
+    def read_bytes(self, tier: Tier, kernel: Kernel | None = None) -> float:
+        """Bytes one step reads from ``tier``; only those ``kernel`` reads, when given."""
+        return sum(
+            p.read_bytes for p in self.placements
+            if p.tier is tier and kernel in (None, p.kernel)
+        )
 
 
 _HINTS = {
@@ -91,12 +96,14 @@ def _serve(work: Work, socket: SocketSpec, ddr_spill: bool) -> tuple[list[Placem
         free -= in_hbm
         rest = c.resident_bytes - in_hbm
         if in_hbm:
-            placements.append(Placement(c.name, Tier.HBM, in_hbm, c.read_intensity * in_hbm))
+            placements.append(
+                Placement(c.name, Tier.HBM, in_hbm, c.read_intensity * in_hbm, c.kernel)
+            )
         if rest and ddr_spill:  # spilled weights are served from the DDR store copy
             store_copy = c.kind is ComponentKind.WEIGHTS
-            placements.append(
-                Placement(c.name, Tier.DDR, 0.0 if store_copy else rest, c.read_intensity * rest)
-            )
+            placements.append(Placement(
+                c.name, Tier.DDR, 0.0 if store_copy else rest, c.read_intensity * rest, c.kernel
+            ))
         elif rest:
             left_over += rest
     return placements, left_over

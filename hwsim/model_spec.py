@@ -145,6 +145,9 @@ class DenseFfn:
     def replicated_params(self) -> int:
         return 0
 
+    def touched_experts(self, tokens: int) -> float:
+        return 0.0  # no routing
+
     def routed_read_params(self, tokens: int) -> float:
         return 0.0
 

@@ -34,7 +34,8 @@ def _target_fields(target: SimTarget) -> Report:
 
 def _timing_fields(cost: StepCost | None) -> Report:
     if cost is None:
-        keys = ("step_time_s", "tokens_per_s_per_user", "tokens_per_s", "time_breakdown_s")
+        keys = ("step_time_s", "tokens_per_s_per_user", "tokens_per_s", "time_breakdown_s",
+                "kernel_calls")
         return dict.fromkeys(keys)
     time = cost.time
     breakdown = {tier.value: seconds for tier, seconds in time.tier_s.items()}
@@ -45,6 +46,7 @@ def _timing_fields(cost: StepCost | None) -> Report:
         "tokens_per_s_per_user": cost.tokens_per_s_per_user,
         "tokens_per_s": cost.tokens_per_s,
         "time_breakdown_s": breakdown,
+        "kernel_calls": time.kernel_calls,
     }
 
 
@@ -100,7 +102,8 @@ def _timing_lines(r: Report) -> list[str]:
     return [
         f"step time     {_ms(r['step_time_s'])} = max(memory {_ms(t['memory'])} [hbm"
         f" {_ms(t['hbm'])}, ddr {_ms(t['ddr'])}], compute {_ms(t['compute'])})"
-        f" + sync {_ms(t['sync'])} + collectives {_ms(t['collectives'])}",
+        f" + sync {_ms(t['sync'])} ({r['kernel_calls']} calls) + collectives"
+        f" {_ms(t['collectives'])}",
         f"tokens/s      {r['tokens_per_s_per_user']:,.1f} per user,"
         f" {r['tokens_per_s']:,.1f} aggregate",
     ]

@@ -23,9 +23,10 @@ from hwsim.memory import DoesNotFitError, MemoryPlan, plan_memory
 from hwsim.model_spec import ModelSpec
 from hwsim.policy import PolicyConfig
 from hwsim.sharding import per_socket
-from hwsim.timing import TimeBreakdown, step_time
+from hwsim.timing import KernelReads, TimeBreakdown, step_time
 from hwsim.work import (
     ComponentKind,
+    Kernel,
     Precision,
     Work,
     activation_bytes_per_socket,
@@ -152,9 +153,9 @@ class SimTarget:
             ddr_spill=ddr_spill,
         )
 
-    def _time(self, socket_work: Work, tier_reads: dict[Tier, float]) -> TimeBreakdown:
+    def _time(self, socket_work: Work, reads: KernelReads) -> TimeBreakdown:
         return step_time(
-            tier_reads=tier_reads,
+            reads=reads,
             flops=socket_work.flops,
             tokens=socket_work.tokens,
             model=self.model,
@@ -182,8 +183,12 @@ class SimTarget:
         work, socket_work, plan = self.plan(batch, context_len)
         if plan.shortfall is not None:
             raise DoesNotFitError(plan.shortfall)
-        reads = {tier: plan.read_bytes(tier) for tier in (Tier.HBM, Tier.DDR)}
-        reads[Tier.HBM] += sum(c.write_bytes for c in socket_work.components)  # new KV rows
+        reads = {
+            kernel: {tier: plan.read_bytes(tier, kernel) for tier in (Tier.HBM, Tier.DDR)}
+            for kernel in Kernel
+        }
+        new_kv = sum(c.write_bytes for c in socket_work.components)  # one K/V row per sequence
+        reads[Kernel.DECODER][Tier.HBM] += new_kv
         time = self._time(socket_work, reads)
         return StepCost(batch, self.policy.cache_tokens(context_len), work, socket_work, plan, time)
 
@@ -192,5 +197,5 @@ class SimTarget:
         _check_count("prompt_len", prompt_len)
         work = prefill_work(self.model, batch, prompt_len, self.precision)
         socket_work = per_socket(work, self.model, self.system)
-        time = self._time(socket_work, {Tier.HBM: socket_work.bytes_moved})
+        time = self._time(socket_work, {Kernel.DECODER: {Tier.HBM: socket_work.bytes_moved}})
         return PrefillCost(batch, prompt_len, work, time)

@@ -2,8 +2,8 @@
 
 A step's memory traffic is a list of named components (weights of the decoder layers, weights
 every socket keeps whole, routed experts, embedding, head, KV cache), each with the bytes it
-occupies and the bytes one step reads and writes. Activations stay on chip and are not counted
-as bytes moved.
+occupies and the bytes one step reads and writes, and the kernel that streams it. Activations
+stay on chip and are not counted as bytes moved.
 """
 
 from __future__ import annotations
@@ -21,6 +21,15 @@ class ComponentKind(StrEnum):
     KV_CACHE = "kv_cache"
 
 
+class Kernel(StrEnum):
+    """Which kernel of a decoder layer streams a component. Routed experts are gathered by
+    their own kernel, which can start only once the router has chosen them; its reads cannot
+    overlap the decoder kernel's (docs/hwsim.md, section 3)."""
+
+    DECODER = "decoder"
+    EXPERTS = "experts"
+
+
 @dataclass(frozen=True)
 class Component:
     name: str
@@ -29,6 +38,7 @@ class Component:
     read_bytes: float
     write_bytes: float = 0.0
     is_replicated: bool = False  # every socket holds and reads all of it under tensor parallel
+    kernel: Kernel = Kernel.DECODER
 
     @property
     def read_intensity(self) -> float:
@@ -87,7 +97,7 @@ def _layer_components(model: ModelSpec, tokens: int, wb: int) -> list[Component]
     ]
     if routed:
         parts.append(Component("weights/routed_experts", ComponentKind.WEIGHTS, routed * wb,
-                               routed_read * wb))
+                               routed_read * wb, kernel=Kernel.EXPERTS))
     return parts
 
 

@@ -30,6 +30,7 @@ def test_json_report_fields(capsys):
     assert report["flops_per_step"] == 17_156_800_512
     assert report["tokens_per_s"] == pytest.approx(1 / report["step_time_s"])
     assert report["tokens_per_s_per_user"] == report["tokens_per_s"]
+    assert report["kernel_calls"] == 2  # one looped call for the 32 layers, one for the head
     assert set(report["memory"]) == {"sram", "hbm", "ddr"}
     assert report["fits"] is True
     assert report["error"] is None

@@ -8,7 +8,7 @@ from hwsim.dtypes import DType
 from hwsim.hardware import GIB, SN40L, KvSharding, SystemSpec
 from hwsim.policy import PolicyConfig, PolicyKind
 from hwsim.sharding import per_socket
-from hwsim.work import ComponentKind, Precision, decode_work, prefill_work
+from hwsim.work import ComponentKind, Kernel, Precision, decode_work, prefill_work
 
 BF16 = Precision()
 
@@ -52,6 +52,7 @@ def test_tiny_deepseek_decode_by_hand():
     # 1 token touches 2 of 4 routed experts (96 params each) in each of 2 MoE layers, fp8
     assert parts["weights/routed_experts"].resident_bytes == 2 * 384
     assert parts["weights/routed_experts"].read_bytes == 2 * 2 * 96
+    assert parts["weights/routed_experts"].kernel is Kernel.EXPERTS
     # replicated per layer: q_a 4*(8+1) + kv_a 8*(4+2)+4 = 88, norms 16, MoE router 4*8 = 32;
     # dense layer 88 + 16 = 104, MoE layer 88 + 32 + 16 = 136
     assert parts["weights/replicated"].read_bytes == 104 + 2 * 136
