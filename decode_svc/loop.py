@@ -22,7 +22,7 @@ from snapstream.decode import Decoder
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CacheLayout
-from snapstream.sampling import sample_batch
+from snapstream.sampling import sample_row
 from snapstream.serving import metrics
 from snapstream.serving.errors import QueueFull
 
@@ -95,7 +95,8 @@ class DecodeLoop:
                 if self.stopped:
                     return
                 self._drop_cancelled()
-                self._admit()
+                failed = self._admit()
+            deliver(failed)
             for pool in list(self.pools.values()):
                 if pool.table.active:
                     try:
@@ -114,22 +115,33 @@ class DecodeLoop:
                     self._release(pool, seq)
         self.cancelled.clear()
 
-    def _admit(self) -> None:
+    def _admit(self) -> list[tuple[StreamSink, DecodeEvent]]:
+        """Moves waiting sequences into free rows; -> the error events of those that could not
+        be placed (each ends alone)."""
         still_waiting: deque[tuple[Sequence, SequenceCache]] = deque()
+        failed = []
         while self.waiting:
             seq, cache = self.waiting.popleft()
-            pool = self._pool_for(cache.layout) if self.running < self.slots else None
-            if pool is None or not pool.table.allocate(seq):
-                still_waiting.append((seq, cache))
+            try:
+                pool = self._pool_for(cache.layout) if self.running < self.slots else None
+                if pool is None or not pool.table.allocate(seq):
+                    still_waiting.append((seq, cache))
+                    continue
+                self.running += 1
+                pool.decoder.cache.insert(seq.row, cache)
+            except Exception as exc:
+                log.exception("placing %s into its slot failed", seq.request_id)
+                if seq.row >= 0:
+                    self._release(pool, seq)
+                failed.append((seq.sink, DecodeEvent(error=exc, at=time.perf_counter())))
                 continue
-            pool.decoder.cache.insert(seq.row, cache)
             seq.started_at = time.monotonic()
             metrics.QUEUE_TIME.labels("decode").observe(seq.started_at - seq.submitted_at)
-            self.running += 1
         self.waiting = still_waiting
         metrics.WAITING.labels("decode").set(len(self.waiting))
         metrics.RUNNING.labels("decode").set(self.running)
         metrics.SLOT_OCCUPANCY.set(self.running / self.slots)
+        return failed
 
     def _pool_for(self, layout: CacheLayout) -> Pool | None:
         if layout not in self.pools:
@@ -152,22 +164,35 @@ class DecodeLoop:
         logits, simulated_s = self.backend.step(
             pool.decoder, torch.tensor(tokens, device=self.engine.device),
             torch.tensor(positions, device=self.engine.device))
-        sampling = [None] * batch
+        emitting = []
         for seq in active:
             seq.next_position += 1
             seq.simulated_s += simulated_s
             if not seq.is_replaying:
-                sampling[seq.row] = seq.sampling
-        sampled = sample_batch(logits, sampling, positions=[p + 1 for p in positions])
+                emitting.append(seq)
+        greedy = logits.argmax(dim=-1).tolist()  # one host sync for every greedy row
+        events = [(seq.sink, self._next_event(pool, seq, logits, greedy)) for seq in emitting]
         metrics.STEP_TIME.observe(time.perf_counter() - start)
         if simulated_s:
             metrics.SIM_STEP_TIME.observe(simulated_s)
-        now, at = time.monotonic(), time.perf_counter()
-        deliver([(seq.sink, self._emit(pool, seq, sampled[seq.row], now, at))
-                 for seq in active if sampling[seq.row] is not None])
+        deliver(events)
 
-    def _emit(self, pool: Pool, seq: Sequence, token: int, now: float, at: float
-              ) -> DecodeEvent:
+    def _next_event(self, pool: Pool, seq: Sequence, logits: torch.Tensor, greedy: list[int]
+                    ) -> DecodeEvent:
+        """Samples and emits one row's token; a failure (sampling, stop handling) ends that
+        sequence alone, never its neighbours in the batch."""
+        try:
+            token = greedy[seq.row] if seq.sampling.is_greedy else sample_row(
+                logits[seq.row], seq.sampling, seq.next_position)
+            return self._emit(pool, seq, token)
+        except Exception as exc:
+            log.exception("decoding %s failed; its neighbours go on", seq.request_id)
+            with self.lock:
+                self._release(pool, seq)
+            return DecodeEvent(error=exc, at=time.perf_counter())
+
+    def _emit(self, pool: Pool, seq: Sequence, token: int) -> DecodeEvent:
+        now, at = time.monotonic(), time.perf_counter()
         seq.last_token = token
         seq.emitted += 1
         reason = seq.finish_reason(token)
@@ -186,6 +211,9 @@ class DecodeLoop:
         deliver([(seq.sink, DecodeEvent(error=exc, at=time.perf_counter())) for seq in failed])
 
     def _release(self, pool: Pool, seq: Sequence) -> None:
+        """Frees the sequence's row (a no-op when it holds none)."""
+        if not pool.table.holds(seq):
+            return
         pool.table.release(seq)
         pool.decoder.cache.clear(seq.row)
         self.running -= 1

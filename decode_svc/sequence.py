@@ -100,6 +100,9 @@ class SlotTable:
         self.rows[seq.row] = seq
         return True
 
+    def holds(self, seq: Sequence) -> bool:
+        return 0 <= seq.row < len(self.rows) and self.rows[seq.row] is seq
+
     def release(self, seq: Sequence) -> None:
-        if self.rows[seq.row] is seq:
+        if self.holds(seq):
             self.rows[seq.row] = None

@@ -44,7 +44,8 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
         received = time.monotonic()
         if self.draining:
             raise Unavailable("this decode worker is shutting down; use another one")
-        _validate(request)
+        _validate(request, self.loop.engine.config.vocab_size)
+        sampling = sampling_from_pb(request.sampling, SamplingParams())
         try:
             start = time.perf_counter()
             data = await self.store.get(request.blob_key)
@@ -56,11 +57,12 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             self.store.delete_soon(request.blob_key)  # unusable anywhere: do not leave it behind
             raise
         sink = StreamSink.here()
-        seq = _sequence(request, cache, sink)
+        seq = _sequence(request, sampling, cache, sink)
         reason, last = seq.finish_reason(seq.replay[-1]), DecodeEvent()
+        if reason is None:
+            # a worker that refuses the sequence (queue full) leaves its blob to the next one
+            self.loop.submit(seq, cache)
         try:
-            if reason is None:
-                self.loop.submit(seq, cache)
             while reason is None:
                 # one chunk carries every token produced since the last one was sent: one
                 # token per step while this stream keeps up, more when it falls behind
@@ -87,10 +89,9 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
                 self.store.delete_soon(request.blob_key)
 
 
-def _sequence(request: decode_pb2.DecodeRequest, cache: SequenceCache, sink: StreamSink
-              ) -> Sequence:
+def _sequence(request: decode_pb2.DecodeRequest, sampling: SamplingParams,
+              cache: SequenceCache, sink: StreamSink) -> Sequence:
     known = [request.first_token_id, *request.generated_token_ids]
-    sampling = sampling_from_pb(request.sampling, SamplingParams())
     return Sequence(
         request_id=request.request_id, prompt_len=cache.prompt_len,
         next_position=cache.next_position, replay=deque(known),
@@ -98,10 +99,17 @@ def _sequence(request: decode_pb2.DecodeRequest, cache: SequenceCache, sink: Str
         stop_ids=frozenset(sampling.stop_token_ids), sink=sink)
 
 
-def _validate(request: decode_pb2.DecodeRequest) -> None:
+def _validate(request: decode_pb2.DecodeRequest, vocab_size: int) -> None:
     if not request.blob_key:
         raise ValueError("blob_key is empty")
     if request.max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
     if 1 + len(request.generated_token_ids) > request.max_new_tokens:
         raise ValueError("generated_token_ids already exceed max_new_tokens")
+    token_fields = {"first_token_id": (request.first_token_id,),
+                    "generated_token_ids": request.generated_token_ids,
+                    "sampling.stop_token_ids": request.sampling.stop_token_ids}
+    for field, ids in token_fields.items():
+        bad = [i for i in ids if i >= vocab_size]
+        if bad:
+            raise ValueError(f"{field} {bad[:5]} are outside the vocabulary [0, {vocab_size})")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from kvstore import BlobStore, new_blob_key
 from kvstore.codec import BlobSpec, encode_blob
+from kvstore.stores.base import check_key
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling import SamplingParams, sample_batch
@@ -38,23 +39,18 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
                       ) -> prefill_pb2.PrefillResponse:
         if self.outstanding >= self.max_queue + 1:
             raise QueueFull(f"prefill queue is full ({self.max_queue} waiting); retry later")
-        ids = list(request.prompt_token_ids)
-        policy = policy_from_pb(request.policy, self.engine.default_policy)
-        sampling = sampling_from_pb(request.sampling, SamplingParams())
-        if request.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        ids, policy, sampling = self._resolve(request)
+        key = check_key(request.blob_key) if request.blob_key else new_blob_key()
         self.outstanding += 1
         metrics.WAITING.labels("prefill").set(self.outstanding)
         try:
             out = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self._run_model, ids, policy, sampling, request.max_new_tokens,
                 time.perf_counter())
-            key, start = new_blob_key(), time.perf_counter()
-            try:
-                await self.store.put(key, out.blob, ttl_s=self.blob_ttl_s)
-            except asyncio.CancelledError:  # the caller is gone: nobody will ask for this key
-                self.store.delete_soon(key)
-                raise
+            start = time.perf_counter()
+            # a caller that leaves (cancel, deadline) during the put leaves nothing behind: the
+            # store deletes what a cut-short put wrote
+            await self.store.put(key, out.blob, ttl_s=self.blob_ttl_s)
             store_s = time.perf_counter() - start
         finally:
             self.outstanding -= 1
@@ -65,6 +61,23 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             blob_key=key, blob_size=len(out.blob), first_token_id=out.first_token,
             prompt_tokens=len(ids), prefill_time=duration(out.prefill_s),
             compress_time=duration(out.compress_s), store_time=duration(store_s))
+
+    def _resolve(self, request: prefill_pb2.PrefillRequest
+                 ) -> tuple[list[int], CachePolicy, SamplingParams]:
+        """Every field checked on entry, before the request waits for the model (this RPC is
+        reachable without the router's validation); ValueError names the field."""
+        ids = list(request.prompt_token_ids)
+        policy = policy_from_pb(request.policy, self.engine.default_policy)
+        sampling = sampling_from_pb(request.sampling, SamplingParams())
+        if request.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        self.engine.check_prompt(ids)
+        try:
+            policy.check_context(self.engine.context_len)
+            policy.layout(len(ids), request.max_new_tokens, capacity=self.engine.context_len)
+        except ValueError as exc:
+            raise ValueError(f"policy: {exc}") from None
+        return ids, policy, sampling
 
     async def Release(self, request: prefill_pb2.ReleaseRequest, context
                       ) -> prefill_pb2.ReleaseResponse:

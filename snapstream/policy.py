@@ -107,12 +107,18 @@ class CachePolicy:
         return self.spec.is_fixed_size
 
     def check_context(self, context_len: int) -> None:
-        """ValueError when this policy cannot run on a model with ``context_len`` positions."""
-        if self.spec.is_fixed_size and self.budget > context_len:
+        """ValueError when this policy cannot run on a model with ``context_len`` positions.
+        Every size is bounded by it: the budget (except under ``full``, which keeps the whole
+        prompt and ignores the sizes), the window by the budget, and the pooling kernel by the
+        context (no prompt is longer, and pooling costs prompt length x kernel)."""
+        if self.spec.is_sized and self.budget > context_len:
             raise ValueError(
                 f"budget n_sink+n_topk+n_recent={self.budget} exceeds the model's context of "
                 f"{context_len} tokens; lower n_topk or n_recent"
             )
+        if self.kernel > context_len:
+            raise ValueError(f"kernel must be at most the model's context of {context_len} "
+                             f"tokens, got {self.kernel}")
 
     def layout(self, prompt_len: int, max_new_tokens: int, capacity: int | None = None
                ) -> CacheLayout:
@@ -149,6 +155,7 @@ def load_default_policy(file: Path) -> CachePolicy:
 
 class PolicyKind(Protocol):
     is_fixed_size: bool
+    is_sized: bool  # whether n_sink, n_topk and n_recent shape the layout
 
     def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
                capacity: int | None) -> CacheLayout: ...
@@ -157,6 +164,7 @@ class PolicyKind(Protocol):
 @dataclass(frozen=True)
 class _Full:
     is_fixed_size: bool = False
+    is_sized: bool = False
 
     def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
                capacity: int | None) -> CacheLayout:
@@ -167,6 +175,7 @@ class _Full:
 @dataclass(frozen=True)
 class _Streaming:
     is_fixed_size: bool = True
+    is_sized: bool = True
 
     def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
                capacity: int | None) -> CacheLayout:
@@ -177,6 +186,7 @@ class _Streaming:
 @dataclass(frozen=True)
 class _SnapKV:
     is_fixed_size: bool = False
+    is_sized: bool = True
 
     def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
                capacity: int | None) -> CacheLayout:
@@ -188,6 +198,7 @@ class _SnapKV:
 @dataclass(frozen=True)
 class _SnapStream:
     is_fixed_size: bool = True
+    is_sized: bool = True
 
     def layout(self, policy: CachePolicy, prompt_len: int, max_new_tokens: int,
                capacity: int | None) -> CacheLayout:

@@ -12,7 +12,12 @@ from snapstream.sampling_params import MAX_SEED, SamplingParams
 
 
 def _filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """logits (V,) float32 -> probabilities (V,) after temperature, top-k and top-p."""
+    """logits (V,) float64 -> probabilities (V,) after temperature, top-k and top-p.
+
+    In float64, ``logits / temperature`` stays finite for every temperature a request can carry
+    (the proto's float32: down to 1.4e-45, where float32 division overflows to inf and the
+    softmax to nan); softmax subtracts the maximum, so a tiny temperature becomes near-greedy.
+    """
     logits = logits / params.temperature
     if params.top_k:
         kth = logits.topk(min(params.top_k, logits.numel())).values[-1]
@@ -32,7 +37,7 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, position: int) -> i
     if params.seed is None:
         raise ValueError("sampling with temperature > 0 needs a seed (the engine assigns one)")
     generator = torch.Generator().manual_seed((params.seed * 1_000_003 + position) % MAX_SEED)
-    return int(torch.multinomial(_filtered_probs(logits.float().cpu(), params), 1,
+    return int(torch.multinomial(_filtered_probs(logits.double().cpu(), params), 1,
                                  generator=generator))
 
 

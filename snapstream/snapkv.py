@@ -9,7 +9,12 @@ import torch.nn.functional as F
 
 
 def _pool(votes: torch.Tensor, kernel: int, pooling: str) -> torch.Tensor:
-    """votes (H, P) -> pooled (H, P), stride 1, zero padding of kernel // 2 on both sides."""
+    """votes (H, P) -> pooled (H, P), stride 1, zero padding of kernel // 2 on both sides.
+
+    A kernel of 2P - 1 already spans the whole prompt from every position, so a wider one is
+    cut to that: the ranking is the same (avg only divides by a larger constant), and the cost
+    stays P x min(kernel, 2P - 1) whatever the request asks."""
+    kernel = min(kernel, 2 * votes.shape[-1] - 1)
     return POOLS[pooling](votes[:, None], kernel, stride=1, padding=kernel // 2)[:, 0]
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import secrets
@@ -26,34 +25,17 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
+from kvstore.stores.errors import BlobNotFound, StoreCorrupted, StoreUnavailable
+from kvstore.stores.janitor import Janitor
+from kvstore.stores.manifest import Manifest
+
 log = logging.getLogger(__name__)
 
-MANIFEST_FORMAT = 1
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,200}")
-
-
-class StoreError(Exception):
-    """Base class of the errors a blob store raises."""
-
-
-class BlobNotFound(StoreError):
-    """No readable blob under the key: never written, expired, deleted, or lost some chunks."""
-
-    def __init__(self, key: str, reason: str = "absent or expired") -> None:
-        super().__init__(f"blob {key!r} not found ({reason})")
-        self.key = key
-
-
-class StoreCorrupted(StoreError):
-    """The stored manifest or chunks do not add up to the blob that was put."""
-
-
-class StoreUnavailable(StoreError):
-    """The store server cannot be reached or refused to serve; the message names the URL."""
 
 
 def new_blob_key() -> str:
@@ -76,45 +58,6 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-@dataclass(frozen=True)
-class Manifest:
-    """What a reader needs to reassemble and check a blob; stored after its chunks."""
-
-    size: int
-    chunk_size: int
-    crc32: int
-    put_id: str  # names this put's chunks, so a put over an existing key never mixes chunks
-    expires_at: float  # unix seconds, writer's clock
-
-    def __post_init__(self) -> None:
-        if self.size < 0 or self.chunk_size <= 0:
-            raise ValueError(f"size {self.size} and chunk_size {self.chunk_size} out of range")
-
-    @property
-    def num_chunks(self) -> int:
-        return -(-self.size // self.chunk_size)
-
-    def chunk_sizes(self) -> list[int]:
-        full, tail = divmod(self.size, self.chunk_size)
-        return [self.chunk_size] * full + ([tail] if tail else [])
-
-    def to_bytes(self) -> bytes:
-        return json.dumps({"format": MANIFEST_FORMAT, **asdict(self)}).encode()
-
-    @classmethod
-    def from_bytes(cls, key: str, raw: bytes) -> Manifest:
-        try:
-            fields = json.loads(raw)
-            version = fields.pop("format")
-            manifest = cls(**fields)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise StoreCorrupted(f"blob {key!r}: unreadable manifest ({exc})") from exc
-        if version != MANIFEST_FORMAT:
-            raise StoreCorrupted(f"blob {key!r}: manifest format {version}, "
-                                f"this reader knows {MANIFEST_FORMAT}")
-        return manifest
-
-
 class BlobStore(ABC):
     """Async blob store. Open one with ``kvstore.open_store(url)``; close it when done."""
 
@@ -126,7 +69,7 @@ class BlobStore(ABC):
     def __init__(self, url: str, chunk_size: int) -> None:
         self.url = redact_url(url)
         self.chunk_size = chunk_size
-        self._deleting: set[asyncio.Task] = set()
+        self.janitor = Janitor()
 
     @classmethod
     @abstractmethod
@@ -139,26 +82,52 @@ class BlobStore(ABC):
         data is not copied before it is sent: do not modify it until put returns. Chunks go
         ``chunks_per_round_trip`` per round trip, ``round_trips_in_flight`` round trips at a
         time; the checksum is computed in a thread meanwhile (zlib releases the GIL).
+
+        A put that fails or is cancelled (a deadline) leaves nothing behind: no new round trip
+        starts, and once those in flight are answered, the janitor deletes this put's chunks
+        and, if it was written, its manifest (retrying while the server is away).
         """
         check_key(key)
         if not ttl_s > 0:
             raise ValueError(f"ttl_s must be > 0 seconds, got {ttl_s}")
         view = memoryview(data).cast("B")
-        expires_at = time.time() + ttl_s
-        checksum = asyncio.ensure_future(asyncio.to_thread(zlib.crc32, view))
         manifest = Manifest(size=len(view), chunk_size=self.chunk_size, crc32=0,
-                            put_id=secrets.token_hex(8), expires_at=expires_at)
+                            put_id=secrets.token_hex(8), expires_at=time.time() + ttl_s)
+        stop = asyncio.Event()
+        writing = asyncio.ensure_future(self._write(key, view, manifest, stop))
+        try:
+            await asyncio.shield(writing)
+        except BaseException:
+            stop.set()
+            self.janitor.soon(f"delete the failed put of blob {key!r}",
+                              lambda: self._discard_after(writing, key, manifest))
+            raise
+
+    async def _write(self, key: str, view: memoryview, manifest: Manifest,
+                     stop: asyncio.Event) -> None:
+        """Chunks, then the manifest; once ``stop`` is set, no new round trip starts."""
+        checksum = asyncio.ensure_future(asyncio.to_thread(zlib.crc32, view))
         chunks = [view[start:start + self.chunk_size]
                   for start in range(0, len(view), self.chunk_size)]
         try:
             with self._translate_errors():
                 await _in_groups(
-                    len(chunks), self.chunks_per_round_trip, self.round_trips_in_flight,
+                    len(chunks), self.chunks_per_round_trip, self.round_trips_in_flight, stop,
                     lambda group: self._write_chunks(key, manifest, group,
                                                      [chunks[i] for i in group]))
-                await self._write_manifest(key, replace(manifest, crc32=await checksum))
+                crc32 = await checksum
+                if not stop.is_set():
+                    await self._write_manifest(key, replace(manifest, crc32=crc32))
         finally:
             await asyncio.wait([checksum])  # never leave the thread reading data after return
+
+    async def _discard_after(self, writing: asyncio.Future, key: str, manifest: Manifest
+                             ) -> None:
+        await asyncio.wait([writing])  # the round trips in flight are answered (or failed)
+        if not writing.cancelled():
+            writing.exception()  # retrieved: the put already raised it to its caller
+        with self._translate_errors():
+            await self._discard(key, manifest)
 
     async def get(self, key: str) -> bytearray:
         """The blob under key, bit-exact; BlobNotFound if absent, expired or deleted.
@@ -212,17 +181,10 @@ class BlobStore(ABC):
             await self._delete(key)
 
     def delete_soon(self, key: str) -> None:
-        """Deletes the blob in a task of its own, which cancelling the caller does not stop (a
-        request being cancelled still cleans up after itself); a failure is logged, and the
-        blob's TTL removes it later."""
-        task = asyncio.ensure_future(self.delete(key))
-        self._deleting.add(task)
-        task.add_done_callback(self._deleted)
-
-    def _deleted(self, task: asyncio.Task) -> None:
-        self._deleting.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not delete a blob (its TTL will): %s", task.exception())
+        """Deletes the blob in a task of its own (:class:`~kvstore.stores.janitor.Janitor`),
+        which cancelling the caller does not stop and which retries while the server is away."""
+        check_key(key)
+        self.janitor.soon(f"delete blob {key!r}", lambda: self.delete(key))
 
     async def exists(self, key: str) -> bool:
         check_key(key)
@@ -272,6 +234,11 @@ class BlobStore(ABC):
     async def _delete(self, key: str) -> None: ...
 
     @abstractmethod
+    async def _discard(self, key: str, manifest: Manifest) -> None:
+        """Delete the chunks of the put ``manifest`` describes, and the manifest under key if
+        it is that put's (a later put's blob stays)."""
+
+    @abstractmethod
     async def _keys(self) -> list[str]: ...
 
     @contextlib.contextmanager
@@ -300,15 +267,17 @@ def _groups(count: int, group_size: int) -> list[range]:
     return [range(first, min(first + group_size, count)) for first in range(0, count, group_size)]
 
 
-async def _in_groups(count: int, group_size: int, in_flight: int,
+async def _in_groups(count: int, group_size: int, in_flight: int, stop: asyncio.Event,
                      operation: Callable[[range], Awaitable[None]]) -> None:
     """``operation(group)`` over ``range(count)`` cut into groups of ``group_size``, at most
-    ``in_flight`` groups at once; the first failure stops the others and is raised as it is."""
+    ``in_flight`` groups at once, none started once ``stop`` is set; the first failure stops
+    the others and is raised as it is."""
     gate = asyncio.Semaphore(in_flight)
 
     async def run(group: range) -> None:
         async with gate:
-            await operation(group)
+            if not stop.is_set():
+                await operation(group)
 
     tasks = [asyncio.ensure_future(run(group)) for group in _groups(count, group_size)]
     try:

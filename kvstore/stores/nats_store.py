@@ -126,6 +126,7 @@ class NatsBlobStore(BlobStore):
         await super().put(key, data, ttl_s)
 
     async def close(self) -> None:
+        await self.janitor.close()
         self._direct.close()
         with contextlib.suppress(*self.unavailable_errors):  # the server may be gone
             await self._client.close()
@@ -196,6 +197,16 @@ class NatsBlobStore(BlobStore):
         await self._purge(self._manifest_subject(key))
         await self._purge(f"{self._config.subject_prefix}.c.{key}.>")
 
+    async def _discard(self, key: str, manifest: Manifest) -> None:
+        await self._purge(self._chunk_subject(key, manifest.put_id, ">"))
+        try:
+            message = await self._js.get_msg(self._config.stream,
+                                             subject=self._manifest_subject(key), direct=True)
+        except nats.js.errors.NotFoundError:
+            return
+        if Manifest.put_id_of(message.data or b"") == manifest.put_id:
+            await self._purge(self._manifest_subject(key), up_to_seq=message.seq)
+
     async def _direct_get(self, key: str, subject: str) -> api.RawStreamMsg:
         try:
             return await self._js.get_msg(self._config.stream, subject=subject, direct=True)
@@ -210,12 +221,27 @@ class NatsBlobStore(BlobStore):
 
 async def _connect(config: NatsStoreConfig) -> nats.NATS:
     """Connect within connect_timeout_s, then reconnect forever after a loss (nats-py's default
-    gives up after two minutes and leaves the client closed for good)."""
+    gives up after two minutes and leaves the client closed for good). A failure names the
+    server's last complaint (a wrong password: "Authorization Violation")."""
+    errors: list[Exception] = []
+
+    async def record(exc: Exception) -> None:
+        errors.append(exc)
+        await _log_error(exc)
+
     try:
         return await asyncio.wait_for(
             nats.connect(config.url, connect_timeout=config.connect_timeout_s,
-                         max_reconnect_attempts=-1, error_cb=_log_error),
+                         max_reconnect_attempts=-1, error_cb=record),
             timeout=config.connect_timeout_s)
     except (TimeoutError, *NatsBlobStore.unavailable_errors) as exc:
+        last = f" (last error: {_describe(errors[-1])})" if errors else ""
         raise StoreUnavailable(f"KV store {redact_url(config.url)} unavailable: no connection "
-                               f"within {config.connect_timeout_s} s") from exc
+                               f"within {config.connect_timeout_s} s{last}") from exc
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if "authorization violation" in text.lower():
+        return f"{text}: check the user and password (or token) in the URL"
+    return text

@@ -110,6 +110,7 @@ class RedisBlobStore(BlobStore):
         return store
 
     async def close(self) -> None:
+        await self.janitor.close()
         self._bulk.close()
         await self._client.aclose()
 
@@ -161,3 +162,10 @@ class RedisBlobStore(BlobStore):
             return  # its chunks cannot be named; they expire with their TTL
         if names:
             await self._client.delete(*names)
+
+    async def _discard(self, key: str, manifest: Manifest) -> None:
+        await self._client.delete(*self._chunk_keys(key, manifest))
+        raw = await self._client.get(self._manifest_key(key))
+        if raw is not None and Manifest.put_id_of(raw) == manifest.put_id:
+            await self._client.delete(self._manifest_key(key))
+

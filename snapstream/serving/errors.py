@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -36,6 +37,37 @@ register_status(QueueFull, grpc.StatusCode.RESOURCE_EXHAUSTED)
 register_status(Unavailable, grpc.StatusCode.UNAVAILABLE)
 register_status(StoreUnavailable, grpc.StatusCode.UNAVAILABLE)
 register_status(BlobNotFound, grpc.StatusCode.NOT_FOUND)
+# generated servicer bases raise it for an RPC the service does not implement (Health/List)
+register_status(NotImplementedError, grpc.StatusCode.UNIMPLEMENTED)
+
+
+@dataclass(frozen=True)
+class Unparseable:
+    """Stands for a request body that does not parse (invalid UTF-8 in a string, truncated
+    bytes): the handler answers INVALID_ARGUMENT instead of gRPC's UNKNOWN."""
+
+    error: Exception
+
+
+def _lenient(deserializer: Callable[[bytes], object] | None
+             ) -> Callable[[bytes], object] | None:
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> object:
+        try:
+            return deserializer(data)
+        except Exception as exc:
+            return Unparseable(exc)
+
+    return parse
+
+
+async def _refuse_unparseable(request: object, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(request, Unparseable):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"the request body does not parse ({request.error}); send a valid "
+                            "protobuf message (strings must be UTF-8)")
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode | None:
@@ -55,6 +87,7 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
 
 def _wrap_unary(behavior: Callable) -> Callable:
     async def wrapper(request, context):
+        await _refuse_unparseable(request, context)
         try:
             return await behavior(request, context)
         except grpc.aio.AbortError:
@@ -67,6 +100,7 @@ def _wrap_unary(behavior: Callable) -> Callable:
 
 def _wrap_stream(behavior: Callable) -> Callable:
     async def wrapper(request, context):
+        await _refuse_unparseable(request, context)
         try:
             async for response in behavior(request, context):
                 yield response
@@ -85,10 +119,10 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
             return None
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary), handler.request_deserializer,
+                _wrap_unary(handler.unary_unary), _lenient(handler.request_deserializer),
                 handler.response_serializer)
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream), handler.request_deserializer,
+                _wrap_stream(handler.unary_stream), _lenient(handler.request_deserializer),
                 handler.response_serializer)
         return handler

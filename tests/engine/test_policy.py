@@ -67,3 +67,20 @@ def test_a_bad_checkpoint_policy_file_is_named(tmp_path, text, match):
     with pytest.raises(ValueError, match=match) as info:
         load_default_policy(tmp_path / POLICY_FILE)
     assert POLICY_FILE in str(info.value)
+
+
+def test_kernel_is_bounded_by_the_context_and_names_the_bound():
+    with pytest.raises(ValueError, match="kernel must be at most the model's context of 2048"):
+        CachePolicy(kernel=2**32 - 1).check_context(2048)
+    CachePolicy(kernel=2047).check_context(2048)
+
+
+@pytest.mark.parametrize("pooling", ["avg", "max"])
+def test_a_kernel_wider_than_the_prompt_pools_like_one_spanning_it(pooling):
+    """No int overflow and no cost beyond prompt x (2 prompt - 1), whatever the kernel."""
+    import torch
+
+    from snapstream.snapkv import _pool
+
+    votes = torch.rand(3, 40, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(_pool(votes, 2**32 - 1, pooling), _pool(votes, 79, pooling))

@@ -56,17 +56,18 @@ class Stack:
     loop: DecodeLoop
     engine: Engine
     decode_servicer: DecodeServicer
+    channel: grpc.aio.Channel  # to the stack's one server
 
 
 @contextlib.asynccontextmanager
 async def serving_stack(model_dir: Path, store_url: str,
-                        backend: BackendConfig = TORCH, slots: int = 4
+                        backend: BackendConfig = TORCH, slots: int = 4, max_queue: int = 16
                         ) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir)
     spec = BlobSpec.for_engine(engine)
     store = await open_store(store_url)
     loop = DecodeLoop(engine, make_backend(backend, engine.config), slots=slots,
-                      max_queue=16)
+                      max_queue=max_queue)
     server = grpc.aio.server(interceptors=[StatusInterceptor()])
     port = server.add_insecure_port("127.0.0.1:0")
     address = f"127.0.0.1:{port}"
@@ -88,7 +89,7 @@ async def serving_stack(model_dir: Path, store_url: str,
     try:
         yield Stack(generation_pb2_grpc.GenerationStub(channel),
                     prefill_pb2_grpc.PrefillStub(channel), decode_pb2_grpc.DecodeStub(channel),
-                    store, loop, engine, decode_servicer)
+                    store, loop, engine, decode_servicer, channel)
     finally:
         poller.cancel()
         await channel.close()
@@ -171,6 +172,10 @@ async def test_deadline_frees_its_slot_and_blob(model_dir, url):
     ({"prompt": "hi", "max_new_tokens": 0}, "max_new_tokens"),
     ({"prompt": "hi", "policy": common_pb2.CachePolicy(n_topk=5000)}, "budget"),
     ({"prompt": "hi", "policy": common_pb2.CachePolicy(kernel=4)}, "kernel"),
+    ({"prompt": "long " * 300, "policy": common_pb2.CachePolicy(
+        kernel=2**32 - 1, pooling=common_pb2.POOLING_MAX)}, "kernel must be at most"),
+    ({"prompt": "hi", "sampling": common_pb2.SamplingParams(temperature=float("nan"))},
+     "temperature"),
     ({"prompt": "hi", "sampling": common_pb2.SamplingParams(temperature=-1)}, "temperature"),
     ({"prompt": "hi", "sampling": common_pb2.SamplingParams(top_p=1.5)}, "top_p"),
     ({"prompt": "hi", "policy": common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_FULL),
