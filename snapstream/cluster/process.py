@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ class Child:
 
     def __init__(self, argv: tuple[str, ...], log_path: Path, env: dict[str, str]) -> None:
         self.log_path = log_path
+        self.started_at = time.monotonic()
         with log_path.open("ab") as log:
             self._popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT, env=env,
@@ -74,3 +76,13 @@ def free_ports(host: str) -> Iterator[Callable[[], int]]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` (nothing listens there)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

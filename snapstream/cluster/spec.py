@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from snapstream.cluster.restarts import RestartPolicy
 from snapstream.cluster.stores import STORE_SERVERS
 
 
@@ -31,6 +32,7 @@ class ClusterSpec:
     log_dir: Path | None = None
     start_timeout_s: float = 180.0
     drain_timeout_s: float = 10.0
+    restarts: RestartPolicy = field(default_factory=RestartPolicy)  # see restart_exited
 
     def __post_init__(self) -> None:
         if self.store not in STORE_SERVERS:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from snapstream.cluster.health import health_statuses, is_accepting
 from snapstream.cluster.plan import Member, plan_cluster
-from snapstream.cluster.process import Child, free_ports
+from snapstream.cluster.process import Child, free_ports, is_free
+from snapstream.cluster.restarts import Backoff
 from snapstream.cluster.spec import ClusterSpec
 from snapstream.cluster.stores import STORE_SERVERS
 
@@ -37,23 +38,24 @@ class LocalCluster:
         self.log_dir: Path | None = None
         self._stages: tuple[tuple[Member, ...], ...] = ()
         self._children: dict[str, Child] = {}
+        self._backoff: dict[str, Backoff] = {}
 
     def start(self) -> LocalCluster:
         if self._stages:
             raise ClusterError("this cluster was already started; make a new LocalCluster")
         self._check_store_binary()
+        self._check_ports_free()
         self.log_dir = self.spec.log_dir or Path(tempfile.mkdtemp(prefix="snapstream-cluster-"))
         (self.log_dir / "store").mkdir(parents=True, exist_ok=True)
         with free_ports(self.spec.host) as take_port:
             self._stages = plan_cluster(self.spec, self.log_dir / "store", take_port)
         deadline = time.monotonic() + self.spec.start_timeout_s
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self._backoff = {m.name: Backoff(self.spec.restarts) for stage in self._stages
+                         for m in stage}
         try:
             for stage in self._stages:
                 for member in stage:
-                    self._children[member.name] = Child(
-                        member.argv, self.log_dir / f"{member.name}.log",
-                        {**env, **dict(member.env)})
+                    self._children[member.name] = self._start_member(member)
                 for member in stage:
                     self._wait_ready(member, deadline)
         except BaseException:
@@ -74,6 +76,31 @@ class LocalCluster:
             for child in live:
                 child.kill()
         return {name: child.returncode for name, child in self._children.items()}
+
+    def restart_exited(self) -> list[str]:
+        """Supervision, called periodically (``snapstream up`` does, every second): a member
+        that has ended (a crash, or ``kill()``) is started again with its own command line
+        and ports after its backoff (1, 2, 4 ... 30 s; afresh once it ran 60 s). -> one line
+        per exit seen or restart done. Raises ClusterError for a member that exits at once
+        ``max_quick_exits`` times in a row."""
+        now, news = time.monotonic(), []
+        for member in (m for stage in self._stages for m in stage):
+            child, backoff = self._children.get(member.name), self._backoff[member.name]
+            if child is None:
+                continue
+            if backoff.is_due(now):
+                self._children[member.name] = self._start_member(member)
+                backoff.restarted()
+                news.append(f"{member.name} restarted (restart {backoff.restarts})")
+            elif backoff.restart_at is None and child.has_exited():
+                code = child.kill()
+                delay = backoff.on_exit(now, ran_s=now - child.started_at)
+                if delay is None:
+                    raise ClusterError(f"{member.name} keeps exiting (code {code}); "
+                                       f"{child.log_path} ends with:\n{child.log_tail()}")
+                news.append(f"{member.name} exited with code {code}; restarting in "
+                            f"{delay:.0f} s (log: {child.log_path})")
+        return news
 
     def kill(self, name: str) -> int:
         """SIGKILLs one member (to test failover); ``stop()`` leaves it alone."""
@@ -122,6 +149,19 @@ class LocalCluster:
         if shutil.which(binary) is None:
             raise ClusterError(f"{binary} is not on PATH; install it to run a {self.spec.store} "
                                "store (scripts/setup.sh does)")
+
+    def _start_member(self, member: Member) -> Child:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(member.env)}
+        return Child(member.argv, self.log_dir / f"{member.name}.log", env)
+
+    def _check_ports_free(self) -> None:
+        """A port another process listens on (a second ``snapstream up``) stops the start
+        before anything runs, instead of a member failing to bind."""
+        spec = self.spec
+        for port in (spec.router_port, spec.prefill_port, spec.store_port, *spec.decode_ports):
+            if port and not is_free(spec.host, port):
+                raise ClusterError(f"port {port} on {spec.host} is in use (another snapstream "
+                                   f"up?); stop it, or pass another port (0: any free one)")
 
     def _wait_ready(self, member: Member, deadline: float) -> None:
         child = self._children[member.name]

@@ -1,6 +1,6 @@
 """`snapstream up`: the whole cluster as local processes (KV store server, one prefill worker,
-decode workers, router) until Ctrl-C or SIGTERM; ``--demo`` streams a long-context passkey
-request through the client SDK once every service is healthy."""
+decode workers, router) until Ctrl-C or SIGTERM, restarting a member that exits; ``--demo``
+streams a long-context passkey request through the client SDK once every service is healthy."""
 
 from __future__ import annotations
 
@@ -111,14 +111,14 @@ def _print_endpoints(cluster: LocalCluster) -> None:
 
 
 def _watch(cluster: LocalCluster) -> int:
-    """Waits for a signal; a member that exits on its own stops the cluster with code 1."""
-    print("cluster running; Ctrl-C or SIGTERM stops it", file=sys.stderr, flush=True)
-    while not (crashed := cluster.exited()):
+    """Waits for a signal. A member that exits is started again after its backoff while the
+    others keep serving; one that keeps exiting at once stops the cluster (ClusterError)."""
+    print("cluster running; a member that exits is restarted; Ctrl-C or SIGTERM stops it",
+          file=sys.stderr, flush=True)
+    while True:
+        for news in cluster.restart_exited():
+            print(news, file=sys.stderr, flush=True)
         time.sleep(WATCH_INTERVAL_S)
-    for name, code in crashed.items():
-        print(f"error: {name} exited with code {code}; see {cluster.log_dir}/{name}.log",
-              file=sys.stderr)
-    return 1
 
 
 def _demo(router_address: str, context_len: int) -> None:

@@ -17,12 +17,20 @@ import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from kvstore.stores.errors import StoreError
 from snapstream.serving.errors import StatusInterceptor
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 2**20
 CHANNEL_OPTIONS = (("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES))
+# gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
+# take half of the new connections; without it, binding a port in use fails
+SERVER_OPTIONS = (*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0))
+
+
+class StartupError(Exception):
+    """The service cannot start (a port in use, a store it cannot reach): one line, exit 1."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ async def serve(
     drain: Callable[[float], Awaitable[None]],
 ) -> None:
     """Runs until SIGTERM/SIGINT, then stops taking work and lets ``drain`` finish what runs."""
-    server = grpc.aio.server(interceptors=[StatusInterceptor()], options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(interceptors=[StatusInterceptor()], options=SERVER_OPTIONS)
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -53,10 +61,15 @@ async def serve(
     if spec.reflection:
         reflection.enable_server_reflection(
             (*spec.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port(f"{spec.host}:{spec.port}")
+    port = _bind(server, spec)
     await server.start()
     if spec.metrics_port:
-        prometheus_client.start_http_server(spec.metrics_port, addr=spec.host)
+        try:
+            prometheus_client.start_http_server(spec.metrics_port, addr=spec.host)
+        except OSError as exc:
+            raise StartupError(f"cannot serve metrics on {spec.host}:{spec.metrics_port} "
+                               f"({exc.strerror}); choose another --metrics-port (0: none)"
+                               ) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -72,6 +85,16 @@ async def serve(
     await server.stop(grace=1.0)
 
 
+def _bind(server: grpc.aio.Server, spec: ServerSpec) -> int:
+    address = f"{spec.host}:{spec.port}"
+    try:
+        return server.add_insecure_port(address)
+    except RuntimeError:
+        raise StartupError(f"cannot listen on {address}: the port is in use (or the address "
+                           f"is not this host's); stop the other server or choose another "
+                           f"--port") from None
+
+
 async def wait_until_idle(is_busy: Callable[[], bool], timeout_s: float) -> None:
     """Polls ``is_busy`` until it is false or ``timeout_s`` has passed (draining)."""
     deadline = time.monotonic() + timeout_s
@@ -80,6 +103,11 @@ async def wait_until_idle(is_busy: Callable[[], bool], timeout_s: float) -> None
 
 
 def run(coro: Awaitable[None]) -> int:
+    """Runs a service; a failure to start is one line on stderr and exit code 1."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(coro)
+    try:
+        asyncio.run(coro)
+    except (StartupError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0

@@ -54,7 +54,8 @@ def add_model_setting(parser: argparse.ArgumentParser) -> None:
 
 
 def add_server_settings(parser: argparse.ArgumentParser, *, port: int, metrics_port: int) -> None:
-    add_setting(parser, "--host", default="0.0.0.0", help="address to listen on")
+    add_setting(parser, "--host", default="127.0.0.1",
+                help="address to listen on (0.0.0.0: every interface)")
     add_setting(parser, "--port", type=int, default=port, help="gRPC port")
     add_setting(parser, "--metrics-port", type=int, default=metrics_port,
                 help="Prometheus /metrics port (0 disables)")

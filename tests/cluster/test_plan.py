@@ -75,3 +75,18 @@ def test_model_workers_get_the_torch_thread_share_and_the_router_none() -> None:
 def test_spec_rejects_bad_fields_by_name(fields, message) -> None:
     with pytest.raises(ValueError, match=message):
         ClusterSpec(**fields)
+
+
+def test_a_port_in_use_stops_the_start_before_anything_runs(tmp_path: Path) -> None:
+    import socket
+
+    from snapstream.cluster import ClusterError, LocalCluster
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = LocalCluster(ClusterSpec(router_port=port, log_dir=tmp_path))
+        with pytest.raises(ClusterError, match=f"port {port} on 127.0.0.1 is in use"):
+            cluster.start()
+    assert cluster.pids == {}
