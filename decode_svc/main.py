@@ -6,10 +6,12 @@ import argparse
 import asyncio
 
 from snapstream.serving.settings import add_model_setting, add_server_settings, add_setting
+from snapstream.serving.tls import TlsFiles, add_tls_settings, tls_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50053, metrics_port=9103)
+    add_tls_settings(parser)
     add_model_setting(parser)
     add_setting(parser, "--dtype", default="float32", help="float32 or bfloat16")
     add_setting(parser, "--device", default="cpu")
@@ -28,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.slots < 1 or args.max_queue < 0:
         raise ValueError("--slots must be >= 1 and --max-queue >= 0")
-    return run_service(_serve(args))
+    return run_service(_serve(args, tls_from_args(args)))
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     from decode_svc.backends import BackendConfig, make_backend
     from decode_svc.loop import DecodeLoop
     from decode_svc.service import DecodeServicer
@@ -60,7 +62,8 @@ async def _serve(args: argparse.Namespace) -> None:
         await store.close()
 
     server_spec = ServerSpec("decode", args.host, args.port, args.metrics_port,
-                             args.drain_timeout_s, ("snapstream.v1.Decode",))
+                             args.drain_timeout_s, ("snapstream.v1.Decode",),
+                             tls=tls, require_client_cert=True)
     await serve(server_spec, lambda s: decode_pb2_grpc.add_DecodeServicer_to_server(servicer, s),
                 warmup, drain)
 

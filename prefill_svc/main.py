@@ -6,10 +6,12 @@ import argparse
 import asyncio
 
 from snapstream.serving.settings import add_model_setting, add_server_settings, add_setting
+from snapstream.serving.tls import TlsFiles, add_tls_settings, tls_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50052, metrics_port=9102)
+    add_tls_settings(parser)
     add_model_setting(parser)
     add_setting(parser, "--dtype", default="float32", help="float32 or bfloat16")
     add_setting(parser, "--device", default="cpu")
@@ -25,10 +27,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.blob_ttl_s <= 0 or args.max_queue < 0:
         raise ValueError("--blob-ttl-s must be > 0 and --max-queue >= 0")
-    return run_service(_serve(args))
+    return run_service(_serve(args, tls_from_args(args)))
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     from kvstore import open_store
     from kvstore.codec import BlobSpec
     from prefill_svc.service import PrefillServicer
@@ -51,6 +53,7 @@ async def _serve(args: argparse.Namespace) -> None:
         await store.close()
 
     server_spec = ServerSpec("prefill", args.host, args.port, args.metrics_port,
-                             args.drain_timeout_s, ("snapstream.v1.Prefill",))
+                             args.drain_timeout_s, ("snapstream.v1.Prefill",),
+                             tls=tls, require_client_cert=True)
     await serve(server_spec, lambda s: prefill_pb2_grpc.add_PrefillServicer_to_server(servicer, s),
                 warmup, drain)

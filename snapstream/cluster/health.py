@@ -7,14 +7,19 @@ import socket
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from snapstream.client.tls import TlsConfig
+
 UNREACHABLE = "UNREACHABLE"
 
 
-def health_statuses(address: str, services: tuple[str, ...],
-                    timeout_s: float = 1.0) -> dict[str, str]:
-    """Status name (SERVING, NOT_SERVING, ...) of each health service name at ``address``;
-    UNREACHABLE when the check fails (nothing listening yet, unknown name)."""
-    with grpc.insecure_channel(address) as channel:
+def health_statuses(address: str, services: tuple[str, ...], timeout_s: float = 1.0,
+                    tls: TlsConfig | None = None) -> dict[str, str]:
+    """Status name (SERVING, NOT_SERVING, ...) of each health service name at ``address``
+    (over TLS when ``tls`` is given); UNREACHABLE when the check fails (nothing listening yet,
+    unknown name, a TLS handshake refused)."""
+    channel = (grpc.insecure_channel(address) if tls is None else
+               grpc.secure_channel(address, tls.credentials(), options=tls.channel_options()))
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         return {service: _status(stub, service, timeout_s) for service in services}
 

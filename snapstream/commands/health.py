@@ -8,6 +8,7 @@ draining, unreachable, unknown service name).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _address(text: str) -> str:
@@ -23,11 +24,23 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service", default="",
                         help="health service name, e.g. snapstream.v1.Decode ('' = the server)")
     parser.add_argument("--timeout-s", type=float, default=3.0, help="deadline of the check")
+    parser.add_argument("--tls-ca", type=Path, default=None,
+                        help="check over TLS, trusting this PEM CA")
+    parser.add_argument("--tls-cert", type=Path, default=None,
+                        help="client certificate (PEM) for a service that requires one")
+    parser.add_argument("--tls-key", type=Path, default=None, help="its private key (PEM)")
+    parser.add_argument("--tls-server-name", default=None,
+                        help="name the server's certificate must carry, if not the host's")
 
 
 def run(args: argparse.Namespace) -> int:
+    from snapstream.client.tls import TlsConfig
     from snapstream.cluster.health import health_statuses
 
-    status = health_statuses(args.addr, (args.service,), args.timeout_s)[args.service]
+    tls = None
+    if args.tls_ca or args.tls_cert:
+        tls = TlsConfig(root_certificates=args.tls_ca, certificate_chain=args.tls_cert,
+                        private_key=args.tls_key, server_name_override=args.tls_server_name)
+    status = health_statuses(args.addr, (args.service,), args.timeout_s, tls)[args.service]
     print(f"{args.addr} {args.service or '(server)'}: {status}")
     return 0 if status == "SERVING" else 1

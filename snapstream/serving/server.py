@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from kvstore.stores.errors import StoreError
 from snapstream.serving.errors import StatusInterceptor
+from snapstream.serving.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 2**20
@@ -42,6 +43,8 @@ class ServerSpec:
     drain_timeout_s: float
     service_names: tuple[str, ...]  # full names, e.g. "snapstream.v1.Generation"
     reflection: bool = False
+    tls: TlsFiles | None = None  # None: plaintext
+    require_client_cert: bool = False  # mutual TLS (the internal services)
 
 
 async def serve(
@@ -77,7 +80,10 @@ async def serve(
     await warmup()
     for name in names:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    print(f"snapstream {spec.name} serving on {spec.host}:{port}", file=sys.stderr, flush=True)
+    security = "plaintext" if spec.tls is None else (
+        "mutual TLS" if spec.require_client_cert else "TLS")
+    print(f"snapstream {spec.name} serving on {spec.host}:{port} ({security})", file=sys.stderr,
+          flush=True)
     await stop.wait()
     log.info("%s draining for up to %.0f s", spec.name, spec.drain_timeout_s)
     await health_servicer.enter_graceful_shutdown()
@@ -88,7 +94,10 @@ async def serve(
 def _bind(server: grpc.aio.Server, spec: ServerSpec) -> int:
     address = f"{spec.host}:{spec.port}"
     try:
-        return server.add_insecure_port(address)
+        if spec.tls is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address,
+                                      spec.tls.server_credentials(spec.require_client_cert))
     except RuntimeError:
         raise StartupError(f"cannot listen on {address}: the port is in use (or the address "
                            f"is not this host's); stop the other server or choose another "

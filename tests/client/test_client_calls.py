@@ -3,8 +3,6 @@ typed errors from status codes, deadlines, cancellation and TLS."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from snapstream.client import (
     TlsConfig,
     Unavailable,
 )
+from snapstream.cluster.certs import ClusterCerts, make_cluster_certs
 from tests.client.fake_router import FakeRouter, serving
 
 
@@ -122,30 +121,22 @@ async def test_async_cancel_ends_the_stream_with_cancelled(address: str) -> None
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory) -> tuple[Path, Path]:
-    """A self-signed certificate for the name snapstream.test: (cert.pem, key.pem)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
-                    "/CN=snapstream.test", "-addext", "subjectAltName=DNS:snapstream.test",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    return cert, key
+def certificates(tmp_path_factory) -> ClusterCerts:
+    """A CA and a certificate it signed for the name snapstream.test."""
+    return make_cluster_certs(tmp_path_factory.mktemp("tls"), ("snapstream.test",))
 
 
-def test_tls_with_mutual_authentication(certificate: tuple[Path, Path]) -> None:
-    cert, key = certificate
+def test_tls_with_mutual_authentication(certificates: ClusterCerts) -> None:
+    ca, cert, key = certificates.ca, certificates.cert, certificates.key
     credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())],
-                                              root_certificates=cert.read_bytes(),
+                                              root_certificates=ca.read_bytes(),
                                               require_client_auth=True)
     with serving(FakeRouter(), credentials) as address:
-        tls = TlsConfig(root_certificates=cert, certificate_chain=cert, private_key=key,
+        tls = TlsConfig(root_certificates=ca, certificate_chain=cert, private_key=key,
                         server_name_override="snapstream.test")
         with SnapstreamClient(address, tls=tls, timeout_s=10) as client:
             assert client.generate("hi").text == "hi"
-        without_client_cert = TlsConfig(root_certificates=cert,
+        without_client_cert = TlsConfig(root_certificates=ca,
                                         server_name_override="snapstream.test")
         with SnapstreamClient(address, tls=without_client_cert, timeout_s=10) as client, \
                 pytest.raises(Unavailable):
