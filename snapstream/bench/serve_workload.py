@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from snapstream.data import TaskConfig, generate
+from snapstream.data import PromptSpec, TaskConfig, generate
 from snapstream.policy import CachePolicy
 from snapstream.tokenizer import Tokenizer
 
@@ -41,7 +41,7 @@ class ServeBenchConfig:
 
     concurrency: tuple[int, ...] = (1, 8, 32)
     requests: tuple[int, ...] = (16, 32, 64)
-    prompt_len: int = 1500  # bytes of the passkey prompt (one token per byte for the byte model)
+    prompt_len: int = 1500  # tokens of the passkey prompt
     max_new_tokens: int = 64
     policy: CachePolicy | None = None  # None: the model's default policy, as served
     slots: int = 32  # of the one decode worker, and of the in-process decode loop
@@ -96,10 +96,11 @@ Generate = Callable[[list[int]], Awaitable[RequestTrace]]
 
 
 def make_prompts(cfg: ServeBenchConfig, tokenizer: Tokenizer, count: int) -> list[list[int]]:
-    """Passkey retrieval prompts of ``cfg.prompt_len`` bytes, needles at varied depths."""
+    """Passkey retrieval prompts of ``cfg.prompt_len`` tokens, needles at varied depths."""
+    spec = PromptSpec(tokenizer)
     return [tokenizer.encode(generate("passkey", random.Random(cfg.seed * 100_003 + i),
                                       TaskConfig(context_len=cfg.prompt_len,
-                                                 depth=(i % 11) / 10)).prompt)
+                                                 depth=(i % 11) / 10), spec).prompt)
             for i in range(count)]
 
 

@@ -5,7 +5,6 @@ streams a long-context passkey request through the client SDK once every service
 from __future__ import annotations
 
 import argparse
-import random
 import signal
 import sys
 import time
@@ -38,11 +37,13 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="torch threads of each prefill/decode worker (0: torch's default)")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="where each service logs (default: a new temporary directory)")
+    parser.add_argument("--tls", action="store_true",
+                        help="make a local CA and certificate (in LOG_DIR/tls) and run the KV "
+                             "store TLS-only, its chunk paths included")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--demo", action="store_true",
-                        help="stream a long-context passkey request once the cluster is up")
-    parser.add_argument("--demo-context-len", type=int, default=1800,
-                        help="prompt length of the demo request in bytes (= tokens)")
+                        help="once the cluster is up, ask a question about a long document "
+                        "with the cache at 1/4 of the prompt (snapstream/demo.py)")
     parser.add_argument("--exit-after-demo", action="store_true",
                         help="stop the cluster after the demo instead of waiting for Ctrl-C")
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     spec = ClusterSpec(store=args.store, model=model, host=args.host, router_port=args.port,
                        decode_workers=args.decode_workers, slots=args.slots,
                        backend=args.backend, torch_threads=args.torch_threads,
-                       log_dir=args.log_dir,
+                       log_dir=args.log_dir, tls=args.tls,
                        start_timeout_s=args.start_timeout_s)
     cluster = LocalCluster(spec)
     with _signals_raise_interrupted():
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             cluster.start()
             _print_endpoints(cluster)
             if args.demo:
-                _demo(cluster.endpoints["router"], args.demo_context_len)
+                _demo(cluster.endpoints["router"], model)
             return 0 if args.exit_after_demo else _watch(cluster)
         except ClusterError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -102,11 +103,21 @@ def _ignore_signals() -> None:
 
 
 def _print_endpoints(cluster: LocalCluster) -> None:
+    """Every member's address (the store's without its password, which is in its
+    configuration file) and metrics URL; worker and metrics ports are free ones picked at
+    start."""
+    from kvstore.stores.base import redact_url
+
     metrics = cluster.metrics
     print(f"snapstream cluster is up; logs in {cluster.log_dir}")
     for name, address in cluster.endpoints.items():
         extra = f"metrics {metrics[name]}" if name in metrics else ""
+        if name == "store":
+            address = redact_url(address.split("?")[0])
+            extra = f"password in {cluster.store_config}"
         print(f"  {name:<9} {address:<28}  {extra}".rstrip())
+    if cluster.spec.tls:
+        print(f"  TLS       CA {cluster.log_dir}/tls/ca.pem")
     print(flush=True)
 
 
@@ -121,21 +132,12 @@ def _watch(cluster: LocalCluster) -> int:
         time.sleep(WATCH_INTERVAL_S)
 
 
-def _demo(router_address: str, context_len: int) -> None:
-    """A passkey hidden halfway into ``context_len`` bytes of filler, answered greedily."""
-    from snapstream.client import SnapstreamClient
-    from snapstream.data import MAX_ANSWER_LEN, TERMINATOR, TaskConfig, exact_match, generate
+def _demo(router_address: str, model: Path) -> None:
+    from snapstream.demo import QUESTION, demo_prompt, run_demo
 
-    sample = generate("passkey", random.Random(0), TaskConfig(context_len=context_len, depth=0.5))
-    print(f"demo: a passkey in {len(sample.prompt)} bytes of filler; the prompt ends with:")
-    print(sample.prompt[-200:], end="", flush=True)
-    with SnapstreamClient(router_address, timeout_s=DEMO_TIMEOUT_S) as client:
-        stream = client.generate_stream(sample.prompt, max_new_tokens=MAX_ANSWER_LEN + 1,
-                                        temperature=0.0, stop=TERMINATOR)
-        for chunk in stream:
-            print(chunk.text, end="", flush=True)
-        completion = stream.result()
-    verdict = "correct" if exact_match(completion.text, sample.answer) else "wrong"
-    print(f"\ndemo: answer {completion.text.strip()!r}, expected {sample.answer!r}: {verdict} "
-          f"(finish {completion.finish_reason}, {completion.prompt_tokens} prompt tokens, "
-          f"first token after {completion.time_to_first_token_s * 1e3:.0f} ms)", flush=True)
+    print(f"demo: a {len(demo_prompt())}-character document (the statistics module's "
+          f"documentation) with a fact in its middle; the question at its end: {QUESTION!r}",
+          flush=True)
+    report = run_demo(router_address, str(model), DEMO_TIMEOUT_S)
+    for line in report.lines():
+        print(f"demo: {line}", flush=True)

@@ -1,45 +1,43 @@
-"""Synthetic long-context retrieval data: RULER-style evaluation sets (passkey, multikey, kv,
-vartrack).
+"""Long-context retrieval data: RULER-style evaluation sets (passkey, niah, multikey,
+multivalue, kv, vartrack, realtext) sized in tokens of the model's tokenizer.
 
-Pure standard library. Filler is prose from this interpreter's standard library; facts and
-questions come in train and held-out wordings (``Split``), so evaluation can use filler and
-phrasings the model never saw. The prompt format and length rule are described in
-``snapstream.data.sample``.
+Filler is offline text (standard-library prose, the classic passkey noise). Prompts come raw or
+through the model's chat template (``prompt.PROMPT_FORMATS``); ``sample.verdict`` scores a
+generation by exact match of the needle values.
 """
 
 from snapstream.data.evalset import build_eval_set
-from snapstream.data.filler import FillerCorpus, filler_corpus
+from snapstream.data.filler import CORPORA, Corpus, corpus
+from snapstream.data.layout import PromptSpec
 from snapstream.data.phrasing import PHRASES, Phrases
+from snapstream.data.prompt import PROMPT_FORMATS
 from snapstream.data.sample import (
-    ANSWER_CUE,
     LENGTH_SLACK,
-    MAX_ANSWER_LEN,
-    TERMINATOR,
     Needle,
     Placement,
     Sample,
-    Split,
     TaskConfig,
     exact_match,
+    verdict,
 )
 from snapstream.data.tasks import TASKS, generate
 
 __all__ = [
-    "ANSWER_CUE",
+    "CORPORA",
     "LENGTH_SLACK",
-    "MAX_ANSWER_LEN",
     "PHRASES",
+    "PROMPT_FORMATS",
     "TASKS",
-    "TERMINATOR",
-    "FillerCorpus",
+    "Corpus",
     "Needle",
     "Phrases",
     "Placement",
+    "PromptSpec",
     "Sample",
-    "Split",
     "TaskConfig",
     "build_eval_set",
+    "corpus",
     "exact_match",
-    "filler_corpus",
     "generate",
+    "verdict",
 ]

@@ -1,10 +1,14 @@
-"""Filler text: English prose from the docstrings and comments of this interpreter's standard
-library (top-level modules, sorted by name), folded to ASCII and split into sentences.
+"""Haystacks, available offline, looked up by name in ``CORPORA``:
 
-Each module goes to the held-out corpus when the CRC-32 of its name is divisible by
-``HELDOUT_MODULUS``, to the train corpus otherwise; a sentence is kept only at its first
-occurrence, so the two corpora share no sentence. The corpus depends on the Python version;
-``FillerCorpus.fingerprint`` identifies it.
+- ``prose``: English prose from the docstrings and comments of this interpreter's standard
+  library (top-level modules in name order, each sentence kept at its first occurrence, folded
+  to ASCII), in document order. It depends on the Python version; ``Corpus.fingerprint``
+  identifies it.
+- ``classic``: the passkey test's repeated noise ("The grass is green. The sky is blue. ...").
+
+A sample's filler is a window of a corpus that starts at a sentence drawn from the sample's
+random generator and ends at a word end; the length fitter (layout.py) then only varies its
+length, so every length it tries shows the same text.
 """
 
 from __future__ import annotations
@@ -16,27 +20,27 @@ import random
 import re
 import sysconfig
 import unicodedata
-import zlib
-from bisect import bisect_left
-from collections.abc import Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, chain, groupby
 from pathlib import Path
 
-from snapstream.data.sample import LENGTH_SLACK, Split
-
-HELDOUT_MODULUS = 5
 MIN_SENTENCE_LEN = 40
 MAX_SENTENCE_LEN = 240
-MAX_WORD_LEN = LENGTH_SLACK
-RESERVED_WORDS = ("answer", "question", "passkey", "pass key", "var ", "->", "lookup", "table")
+MAX_WORD_LEN = 16
+MAX_WINDOW_CHARS = 80_000  # ~8k tokens of prose with room to spare
+RESERVED_WORDS = ("answer", "question", "passkey", "pass key", "magic number", "var ", "value",
+                  "key", "default")
+CLASSIC_NOISE = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+                 "There and back again.")
 
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _COMMENT = re.compile(r"^[ \t]*#[ \t]?(.*)$")
 _PLAIN_WORD = re.compile(r"^[(\"']?[A-Za-z][A-Za-z'-]*[)\"']?[.,;:!?]?[)\"']?$")
-_LONG_NUMBER = re.compile(r"\d{4}")
+_DIGIT = re.compile(r"\d")
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,10 @@ class FillerWindow:
 
 
 @dataclass(frozen=True)
-class FillerCorpus:
+class Corpus:
     """Sentences joined by single spaces; ``sentence_starts`` are ascending offsets in ``text``."""
 
-    split: Split
+    name: str
     text: str
     sentence_starts: tuple[int, ...]
 
@@ -60,55 +64,56 @@ class FillerCorpus:
     def fingerprint(self) -> str:
         return hashlib.sha256(self.text.encode("ascii")).hexdigest()[:16]
 
-    def window(self, rng: random.Random, length: int) -> FillerWindow:
-        """A window of at most ``length`` bytes and at least ``length - MAX_WORD_LEN``: it ends
-        at a sentence end drawn from ``rng`` and starts at a word start."""
-        if length > len(self.text):
-            raise ValueError(
-                f"context_len asks for {length} bytes of filler; the {self.split} corpus "
-                f"holds only {len(self.text)}"
-            )
-        first_fitting = bisect_left(self.sentence_starts, length + 1) - 1
-        end = self._sentence_end(rng.randrange(first_fitting, len(self.sentence_starts)))
-        start = end - length
-        if start > 0 and self.text[start - 1] != " ":
-            start = self.text.index(" ", start) + 1
+    def draw_start(self, rng: random.Random) -> int:
+        """A sentence start with at least ``MAX_WINDOW_CHARS`` of text after it."""
+        last = bisect_right(self.sentence_starts, len(self.text) - MAX_WINDOW_CHARS) - 1
+        if last < 0:
+            raise ValueError(f"the {self.name} corpus holds {len(self.text)} characters, fewer "
+                             f"than the {MAX_WINDOW_CHARS} a window may need")
+        return self.sentence_starts[rng.randrange(last + 1)]
+
+    def window(self, start: int, length: int) -> FillerWindow:
+        """At most ``length`` characters from ``start``, cut after the last whole word."""
+        if not 0 <= length <= MAX_WINDOW_CHARS:
+            raise ValueError(f"a filler window holds 0 to {MAX_WINDOW_CHARS} characters, "
+                             f"asked for {length}")
+        end = start + length
+        if end < len(self.text) and self.text[end] != " ":
+            end = max(start, self.text.rfind(" ", start, end))
         first = bisect_left(self.sentence_starts, start)
         stop = bisect_left(self.sentence_starts, end)
         inner = (offset - start for offset in self.sentence_starts[first:stop])
         boundaries = (*sorted({0, *inner}), end - start)
-        return FillerWindow(text=self.text[start:end], boundaries=boundaries)
-
-    def _sentence_end(self, index: int) -> int:
-        is_last = index + 1 == len(self.sentence_starts)
-        return len(self.text) if is_last else self.sentence_starts[index + 1] - 1
+        return FillerWindow(text=self.text[start:end], boundaries=tuple(sorted(set(boundaries))))
 
 
-@functools.cache
-def filler_corpus(split: Split) -> FillerCorpus:
-    """The corpus of one split, extracted once per process."""
-    sentences = _sentences_by_split()[Split(split)]
+def _joined(name: str, sentences: tuple[str, ...]) -> Corpus:
     starts = accumulate((len(sentence) + 1 for sentence in sentences[:-1]), initial=0)
-    return FillerCorpus(split=Split(split), text=" ".join(sentences), sentence_starts=tuple(starts))
+    return Corpus(name=name, text=" ".join(sentences), sentence_starts=tuple(starts))
+
+
+def _prose() -> Corpus:
+    seen: dict[str, None] = {}
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        seen.update(dict.fromkeys(_module_sentences(path)))
+    return _joined("prose", tuple(seen))
+
+
+def _classic() -> Corpus:
+    sentences = tuple(_SENTENCE_BREAK.split(CLASSIC_NOISE))
+    repeats = 2 * MAX_WINDOW_CHARS // len(CLASSIC_NOISE) + 1
+    return _joined("classic", sentences * repeats)
+
+
+CORPORA: dict[str, Callable[[], Corpus]] = {"prose": _prose, "classic": _classic}
 
 
 @functools.cache
-def _sentences_by_split() -> dict[Split, tuple[str, ...]]:
-    seen: set[str] = set()
-    by_split: dict[Split, list[str]] = {split: [] for split in Split}
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-        kept = by_split[module_split(path.stem)]
-        for sentence in _module_sentences(path):
-            if sentence not in seen:
-                seen.add(sentence)
-                kept.append(sentence)
-    return {split: tuple(sentences) for split, sentences in by_split.items()}
-
-
-def module_split(module_name: str) -> Split:
-    """The split every sentence of a standard-library module belongs to."""
-    is_heldout = zlib.crc32(module_name.encode()) % HELDOUT_MODULUS == 0
-    return Split.HELDOUT if is_heldout else Split.TRAIN
+def corpus(name: str) -> Corpus:
+    """A corpus by name, built once per process."""
+    if name not in CORPORA:
+        raise ValueError(f"corpus must be one of {', '.join(CORPORA)}, got {name!r}")
+    return CORPORA[name]()
 
 
 def _module_sentences(path: Path) -> Iterator[str]:
@@ -132,8 +137,8 @@ def _comment_blocks(source: str) -> Iterator[str]:
 
 
 def is_prose(sentence: str) -> bool:
-    """A filler sentence: ASCII prose of moderate length with short, plain words, no long
-    numbers (they would read as passkeys) and none of the words the tasks' phrasings use."""
+    """A filler sentence: ASCII prose of moderate length with short, plain words, no digits
+    (scoring reads words with digits as answers) and none of the words the tasks use."""
     words = sentence.split()
     return (
         MIN_SENTENCE_LEN <= len(sentence) <= MAX_SENTENCE_LEN
@@ -142,7 +147,7 @@ def is_prose(sentence: str) -> bool:
         and sentence[0].isupper()
         and sentence[-1] in ".!?"
         and max(map(len, words)) <= MAX_WORD_LEN
-        and not _LONG_NUMBER.search(sentence)
+        and not _DIGIT.search(sentence)
         and not any(word in sentence.lower() for word in RESERVED_WORDS)
         and sum(bool(_PLAIN_WORD.match(word)) for word in words) >= 0.9 * len(words)
     )

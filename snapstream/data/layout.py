@@ -1,10 +1,11 @@
-"""Assemble a prompt: filler of the right length, needles at their depths, the question placed
-before or after the context, the answer cue at the end.
+"""Assemble a prompt of a given number of tokens: needles at their depths in filler, the
+question before or after the context, the answer cue at the end.
 
-Length: each needle costs its length plus one joining space wherever it lands, so the filler
-budget is exact and only the cut of the filler at a word end loses bytes (at most
-``LENGTH_SLACK``). Depth: a needle goes to the filler boundary (sentence start, or either end)
-nearest to ``depth * len(filler)``; needles at one boundary keep their depth order.
+The length fitter varies only the number of filler characters (same window start, cut at a
+word end) and tokenizes the whole rendered prompt until it holds between ``context_len -
+LENGTH_SLACK`` and ``context_len`` tokens. Depth: a needle goes to the filler boundary
+(sentence start, or either end) nearest to ``depth * len(filler)``; needles at one boundary
+keep their depth order.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snapstream.data.filler import FillerWindow, filler_corpus
-from snapstream.data.sample import ANSWER_CUE, Needle, Placement, Sample, TaskConfig
+from snapstream.data.filler import MAX_WINDOW_CHARS, FillerWindow, corpus
+from snapstream.data.prompt import PromptParts, TokenizerLike, render
+from snapstream.data.sample import LENGTH_SLACK, Needle, Sample, TaskConfig
 
-MIN_FILLER_LEN = 64
+MAX_FIT_STEPS = 32
+FIRST_CHARS_PER_TOKEN = 4.0
 
 
 @dataclass(frozen=True)
@@ -29,63 +32,78 @@ class Insert:
     is_target: bool = False
 
 
-def _after(question: str, context: str) -> tuple[str, int]:
-    return f"{context}\n\n{question}{ANSWER_CUE}", 0
+@dataclass(frozen=True)
+class Draft:
+    """What a task draws: everything of a sample but the filler."""
+
+    intro: str
+    inserts: tuple[Insert, ...]
+    question: str
+    cue: str
+    answers: tuple[str, ...]
+    corpus: str = "prose"
 
 
-def _before(question: str, context: str) -> tuple[str, int]:
-    return f"{question}\n\n{context}\n{ANSWER_CUE}", len(question) + 2
+@dataclass(frozen=True)
+class PromptSpec:
+    """The tokenizer that measures prompts and the prompt format (prompt.PROMPT_FORMATS)."""
+
+    tokenizer: TokenizerLike
+    prompt_format: str = "raw"
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
 
 
-RENDERERS: dict[Placement, Callable[[str, str], tuple[str, int]]] = {
-    Placement.AFTER: _after,
-    Placement.BEFORE: _before,
-}
+def build_sample(task: str, draft: Draft, rng: random.Random, cfg: TaskConfig,
+                 spec: PromptSpec) -> Sample:
+    """Lay out ``draft`` in filler drawn from ``rng``, fitted to ``cfg.context_len`` tokens."""
+    source = corpus(draft.corpus)
+    start = source.draw_start(rng)
+
+    def parts_for(num_chars: int) -> tuple[PromptParts, list[int]]:
+        context, offsets = _insert(source.window(start, num_chars), draft.inserts)
+        parts = PromptParts(intro=draft.intro, context=context, question=draft.question,
+                            cue=draft.cue, placement=cfg.placement)
+        return parts, offsets
+
+    def count(num_chars: int) -> int:
+        return spec.count(render(spec.prompt_format, spec.tokenizer, parts_for(num_chars)[0]))
+
+    num_chars, num_tokens = _fit(count, cfg.context_len, task)
+    parts, offsets = parts_for(num_chars)
+    prompt = render(spec.prompt_format, spec.tokenizer, parts)
+    context_offset = prompt.index(parts.context)
+    needles = tuple(sorted(
+        (Needle(insert.text, context_offset + offset, insert.is_target)
+         for insert, offset in zip(draft.inserts, offsets, strict=True)),
+        key=lambda needle: needle.offset))
+    return Sample(task=task, prompt=prompt, answers=draft.answers, question=draft.question,
+                  cue=draft.cue, context_len=cfg.context_len, depth=cfg.depth,
+                  placement=cfg.placement, needles=needles, num_tokens=num_tokens)
 
 
-def build_sample(
-    *, task: str, rng: random.Random, cfg: TaskConfig, inserts: Sequence[Insert],
-    question: str, answer: str, followups: Sequence[tuple[str, str]] = (),
-) -> Sample:
-    """Lay out ``inserts`` in filler drawn from ``rng`` and wrap them with ``question``.
-    The first target insert whose text contains ``answer`` holds it (once). ``followups`` ask
-    about the other inserts; they follow the answer in training, never in the prompt."""
-    render = RENDERERS[cfg.placement]
-    fixed_len = _fixed_len(render, question, [insert.text for insert in inserts])
-    filler_len = cfg.context_len - fixed_len
-    if filler_len < MIN_FILLER_LEN:
-        raise ValueError(
-            f"context_len={cfg.context_len} is too small for {task}: question and needles take "
-            f"{fixed_len} bytes, leaving less than {MIN_FILLER_LEN} bytes of filler"
-        )
-    window = filler_corpus(cfg.split).window(rng, filler_len)
-    context, offsets = _insert(window, inserts)
-    prompt, context_offset = render(question, context)
-    needles = tuple(
-        Needle(text=insert.text, offset=context_offset + offset, is_target=insert.is_target)
-        for insert, offset in sorted(zip(inserts, offsets, strict=True), key=lambda p: p[1])
-    )
-    target = next(needle for needle in needles if needle.is_target and answer in needle.text)
-    return Sample(
-        task=task, prompt=prompt, answer=answer, question=question,
-        context_len=cfg.context_len, depth=cfg.depth, placement=cfg.placement, split=cfg.split,
-        needles=needles, answer_offset=target.offset + target.text.index(answer),
-        followups=tuple(followups),
-    )
-
-
-def context_len_for(question: str, needles: Sequence[str]) -> int:
-    """The shortest context_len at which ``question`` and ``needles`` fit in either placement
-    with the filler build_sample requires."""
-    fixed_len = max(_fixed_len(render, question, needles) for render in RENDERERS.values())
-    return fixed_len + MIN_FILLER_LEN
-
-
-def _fixed_len(render: Callable[[str, str], tuple[str, int]], question: str,
-               needles: Sequence[str]) -> int:
-    """Bytes of a prompt that are not filler: the question, the cue and each needle with the
-    space that joins it to the filler."""
-    return len(render(question, "")[0]) + sum(len(text) + 1 for text in needles)
+def _fit(count: Callable[[int], int], target: int, task: str) -> tuple[int, int]:
+    """The number of filler characters whose prompt holds ``target - LENGTH_SLACK`` to
+    ``target`` tokens, and that token count: secant steps, bisection where they overshoot."""
+    low_tokens = count(0)
+    if low_tokens > target - LENGTH_SLACK:
+        raise ValueError(f"context_len={target} is too small for {task}: the prompt without "
+                         f"filler already takes {low_tokens} tokens")
+    low, high = 0, MAX_WINDOW_CHARS  # characters known too few / an upper bound
+    goal = target - LENGTH_SLACK // 2
+    chars = round((goal - low_tokens) * FIRST_CHARS_PER_TOKEN)
+    for _ in range(MAX_FIT_STEPS):
+        chars = min(max(chars, low + 1), high - 1) if high - low > 1 else low
+        tokens = count(chars)
+        if target - LENGTH_SLACK <= tokens <= target:
+            return chars, tokens
+        low, high = (chars, high) if tokens < target - LENGTH_SLACK else (low, chars)
+        rate = (tokens - low_tokens) / chars if chars else 0.0
+        secant = chars + (goal - tokens) / rate if rate > 0 else (low + high) // 2
+        chars = round(secant) if low < secant < high else (low + high) // 2
+    raise ValueError(f"context_len={target}: no filler length fits {task} to within "
+                     f"{LENGTH_SLACK} tokens")
 
 
 def _insert(window: FillerWindow, inserts: Sequence[Insert]) -> tuple[str, list[int]]:
@@ -98,7 +116,7 @@ def _insert(window: FillerWindow, inserts: Sequence[Insert]) -> tuple[str, list[
     for i in order:
         filler = window.text[cursor : slots[i]]
         cursor = slots[i]
-        at_end = cursor == len(window.text)
+        at_end = cursor == len(window.text) and cursor > 0
         piece = f" {inserts[i].text}" if at_end else f"{inserts[i].text} "
         offsets[i] = written + len(filler) + int(at_end)
         pieces += [filler, piece]

@@ -1,89 +1,69 @@
-"""What a retrieval task is asked to build (``TaskConfig``) and what it returns (``Sample``).
+"""What a retrieval task is asked to build (``TaskConfig``), what it returns (``Sample``) and how
+a generation is scored.
 
-Prompt format (the model is byte level: one token = one UTF-8 byte, and every string here is
-ASCII, so character offsets are byte offsets):
-
-- ``placement="after"``:  ``{context}\\n\\n{question}\\nAnswer: ``
-- ``placement="before"``: ``{question}\\n\\n{context}\\n\\nAnswer: ``
-
-Every prompt ends with ``ANSWER_CUE``; the model is trained on ``prompt + answer + TERMINATOR``
-and a generation is scored by ``exact_match``. Length rule: ``context_len - LENGTH_SLACK <=
-len(prompt) <= context_len`` (filler is cut at a word boundary, words are at most
-``LENGTH_SLACK`` bytes long).
+Lengths are in tokens of the model's tokenizer: a sample's whole prompt (chat template and
+answer cue included) holds between ``context_len - LENGTH_SLACK`` and ``context_len`` tokens.
+Every prompt ends with the task's answer cue (``The pass key is``); the model's continuation is
+scored by :func:`verdict`: the first value-shaped words it writes (runs of letters and digits
+that hold a digit; every answer does) must be exactly the answers, in any order.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-ANSWER_CUE = "\nAnswer: "
-TERMINATOR = "\n"
 LENGTH_SLACK = 16
 MIN_CONTEXT_LEN = 128
-MAX_ANSWER_LEN = 7
 MAX_DISTRACTORS = 16
 MAX_HOPS = 8
+MAX_VALUES = 8
 
 
 class Placement(StrEnum):
     """Where the question goes: after the context (inside SnapKV's observation window) or
-    before it (the compression cannot see the question)."""
+    before it (the compression cannot see it; the answer cue then names no key either)."""
 
     AFTER = "after"
     BEFORE = "before"
 
 
-class Split(StrEnum):
-    """Which pool of filler text and phrasings to draw from; the two never share a string."""
-
-    TRAIN = "train"
-    HELDOUT = "heldout"
-
-
-def _coerce(enum: type[StrEnum], name: str, value: object) -> StrEnum:
-    allowed = tuple(member.value for member in enum)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-    return enum(value)
-
-
 @dataclass(frozen=True)
 class TaskConfig:
     """One sample's shape. ``depth`` in [0, 1] is the target needle's relative position in the
-    filler (0 = before all filler, 1 = after it). ``num_distractors`` counts distractor keys
-    (multikey), extra table rows (kv) or distractor chains (vartrack); ``num_hops`` counts the
-    copy statements of a vartrack chain. ``placement`` and ``split`` accept their string values.
-    """
+    filler. ``num_distractors`` counts distractor keys (multikey), extra rows (kv) or distractor
+    chains (vartrack); ``num_hops`` the copies of a vartrack chain; ``num_values`` the values of
+    the multivalue key. ``placement`` accepts its string value."""
 
     context_len: int
     depth: float = 0.5
     placement: Placement = Placement.AFTER
-    split: Split = Split.TRAIN
     num_distractors: int = 3
     num_hops: int = 2
+    num_values: int = 3
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "placement", _coerce(Placement, "placement", self.placement))
-        object.__setattr__(self, "split", _coerce(Split, "split", self.split))
+        allowed = tuple(p.value for p in Placement)
+        if self.placement not in allowed:
+            raise ValueError(f"placement must be one of {', '.join(allowed)}, "
+                             f"got {self.placement!r}")
+        object.__setattr__(self, "placement", Placement(self.placement))
         if self.context_len < MIN_CONTEXT_LEN:
-            raise ValueError(
-                f"context_len must be at least {MIN_CONTEXT_LEN} bytes, got {self.context_len}"
-            )
+            raise ValueError(f"context_len must be at least {MIN_CONTEXT_LEN} tokens, "
+                             f"got {self.context_len}")
         if not 0.0 <= self.depth <= 1.0:
             raise ValueError(f"depth must lie in [0, 1], got {self.depth}")
-        if not 0 <= self.num_distractors <= MAX_DISTRACTORS:
-            raise ValueError(
-                f"num_distractors must lie in [0, {MAX_DISTRACTORS}], got {self.num_distractors}"
-            )
-        if not 1 <= self.num_hops <= MAX_HOPS:
-            raise ValueError(f"num_hops must lie in [1, {MAX_HOPS}], got {self.num_hops}")
+        for name, low, high in (("num_distractors", 0, MAX_DISTRACTORS),
+                                ("num_hops", 1, MAX_HOPS), ("num_values", 1, MAX_VALUES)):
+            if not low <= getattr(self, name) <= high:
+                raise ValueError(f"{name} must lie in [{low}, {high}], got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
 class Needle:
-    """A statement inserted into the filler; ``offset`` is its first byte in the prompt.
-    ``is_target``: the answer needs it (it holds the answer, or links the asked vartrack chain).
+    """A statement inserted into the filler; ``offset`` is its first character in the prompt.
+    ``is_target``: the answer needs it (it holds an answer, or links the asked vartrack chain).
     """
 
     text: str
@@ -93,37 +73,40 @@ class Needle:
 
 @dataclass(frozen=True)
 class Sample:
-    """One prompt with its answer. ``prompt[answer_offset:answer_offset + len(answer)] ==
-    answer``; ``needles`` are in prompt order; ``question`` appears verbatim in the prompt.
-    ``followups``: (question, answer) pairs about the other facts of the context (training)."""
+    """One prompt and its answers. ``prompt`` ends with ``cue``; ``question`` appears verbatim in
+    it; ``num_tokens`` counts the prompt's tokens; ``needles`` are in prompt order."""
 
     task: str
     prompt: str
-    answer: str
+    answers: tuple[str, ...]
     question: str
+    cue: str
     context_len: int
     depth: float
     placement: Placement
-    split: Split
     needles: tuple[Needle, ...]
-    answer_offset: int
-    followups: tuple[tuple[str, str], ...] = ()
+    num_tokens: int
 
     @property
-    def target(self) -> str:
-        """What the model is trained to generate after the prompt."""
-        return self.answer + TERMINATOR
-
-    def training_segments(self) -> tuple[tuple[str, bool], ...]:
-        """The training text as ``(text, is_answer)`` pieces: the prompt, the answer, then each
-        follow-up question about another fact of the same context, cued and answered like the
-        first. Follow-ups multiply the answers a training sequence carries at almost no cost."""
-        segments = [(self.prompt, False), (self.target, True)]
-        for question, answer in self.followups:
-            segments += [(f"{question}{ANSWER_CUE}", False), (answer + TERMINATOR, True)]
-        return tuple(segments)
+    def answer(self) -> str:
+        return ", ".join(self.answers)
 
 
-def exact_match(generated: str, answer: str) -> bool:
-    """True when the generation up to the first ``TERMINATOR``, stripped, equals ``answer``."""
-    return generated.split(TERMINATOR, 1)[0].strip() == answer
+_VALUE = re.compile(r"[0-9A-Za-z]+")
+
+
+def verdict(answers: tuple[str, ...], generated: str, is_final: bool) -> bool | None:
+    """Exact match of the first ``len(answers)`` value-shaped words of ``generated`` with
+    ``answers`` (as a set); None while the text so far cannot tell (a word may still grow)."""
+    words = [m.group() for m in _VALUE.finditer(generated)
+             if is_final or m.end() < len(generated)]
+    values = [w for w in words if any(c.isdigit() for c in w)][: len(answers)]
+    if len(set(values)) < len(values) or not set(values) <= set(answers):
+        return False
+    if len(values) == len(answers):
+        return True
+    return False if is_final else None
+
+
+def exact_match(answers: tuple[str, ...], generated: str) -> bool:
+    return bool(verdict(answers, generated, is_final=True))

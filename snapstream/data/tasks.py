@@ -1,87 +1,86 @@
-"""RULER-style retrieval tasks, looked up by name in ``TASKS``.
+"""Retrieval tasks, looked up by name in ``TASKS``; each draws a :class:`Draft` from ``rng``.
 
-- ``passkey``: one number hidden in filler; asked for the number.
-- ``multikey``: ``1 + num_distractors`` facts ``key -> number`` whose keys share a word with the
-  asked one (``red-owl`` vs ``red-fox``); distractors sit at random depths.
+- ``passkey``: the classic passkey test: one number in the repeated grass-and-sky noise.
+- ``niah``: RULER's single needle: a magic number for a key, in standard-library prose.
+- ``multikey``: the same, with ``num_distractors`` needles for keys that share a word with the
+  asked one (``red-owl`` vs ``red-fox``) at random depths.
+- ``multivalue``: ``num_values`` magic numbers for one key (the first at ``depth``, the others
+  at random depths); all of them are asked for.
 - ``kv``: a table of ``1 + num_distractors`` rows ``key: VALUE``; asked for one key's value.
-- ``vartrack``: a chain ``A = number``, then ``num_hops`` copies ``B = A``, ``C = B``...,
+- ``vartrack``: a chain ``VAR A = number``, then ``num_hops`` copies ``VAR B = VAR A``...,
   plus ``num_distractors`` chains like it; asked for the number the chain's last variable holds.
-  The chain's first statement sits at ``depth`` and its copies at random depths after it.
+- ``realtext``: a sentence in the style of the documentation around it (a function's timeout)
+  inside standard-library prose.
 
-The needle holding the answer is placed at ``cfg.depth``. Target needles are those the answer
-needs: the one holding it, and for vartrack every statement of the asked chain. Follow-ups ask
-the same question about every distractor (passkey has none).
-
-Each task also names its largest sample (the longest wordings and values), so that
-``min_context_len`` can tell up front whether a context length fits every sample.
+The needle holding the answer sits at ``cfg.depth``.
 """
 
 from __future__ import annotations
 
-import functools
 import random
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from itertools import pairwise
 
-from snapstream.data import layout, values
-from snapstream.data.layout import Insert, build_sample
+from snapstream.data import values
+from snapstream.data.layout import Draft, Insert, PromptSpec, build_sample
 from snapstream.data.phrasing import PHRASES, Phrases
-from snapstream.data.sample import Sample, Split, TaskConfig
+from snapstream.data.sample import Placement, Sample, TaskConfig
 
 
-def passkey(rng: random.Random, cfg: TaskConfig) -> Sample:
-    phrases = PHRASES["passkey"][cfg.split]
-    fact, question = rng.choice(phrases.facts), rng.choice(phrases.questions)
-    answer = values.number(rng)
-    return build_sample(
-        task="passkey", rng=rng, cfg=cfg, question=question, answer=answer,
-        inserts=[Insert(fact.format(value=answer), cfg.depth, is_target=True)],
-    )
+def _cue(phrases: Phrases, cfg: TaskConfig, **names: str) -> str:
+    template = phrases.cue if cfg.placement is Placement.AFTER else phrases.blind_cue
+    return template.format(**names)
 
 
-def multikey(rng: random.Random, cfg: TaskConfig) -> Sample:
-    phrases = PHRASES["multikey"][cfg.split]
-    fact, question = rng.choice(phrases.facts), rng.choice(phrases.questions)
-    key = values.label(rng)
-    distractor_keys = values.distinct(
-        rng, lambda r: values.similar_label(r, key), cfg.num_distractors, exclude=(key,)
-    )
+def passkey(rng: random.Random, cfg: TaskConfig) -> Draft:
+    phrases, value = PHRASES["passkey"], values.number(rng)
+    return Draft(intro=phrases.intro, question=phrases.question, cue=_cue(phrases, cfg),
+                 answers=(value,), corpus="classic",
+                 inserts=(Insert(phrases.fact.format(value=value), cfg.depth, True),))
+
+
+def niah(rng: random.Random, cfg: TaskConfig) -> Draft:
+    phrases, key, value = PHRASES["niah"], values.label(rng), values.number(rng)
+    return Draft(intro=phrases.intro, question=phrases.question.format(key=key),
+                 cue=_cue(phrases, cfg, key=key), answers=(value,),
+                 inserts=(Insert(phrases.fact.format(key=key, value=value), cfg.depth, True),))
+
+
+def multikey(rng: random.Random, cfg: TaskConfig) -> Draft:
+    phrases, key = PHRASES["multikey"], values.label(rng)
+    others = values.distinct(rng, lambda r: values.similar_label(r, key), cfg.num_distractors,
+                             exclude=(key,))
     numbers = values.distinct(rng, values.number, 1 + cfg.num_distractors)
-    inserts = [Insert(fact.format(key=key, value=numbers[0]), cfg.depth, is_target=True)]
-    inserts += [
-        Insert(fact.format(key=other, value=number), rng.random())
-        for other, number in zip(distractor_keys, numbers[1:], strict=True)
-    ]
-    return build_sample(
-        task="multikey", rng=rng, cfg=cfg, inserts=inserts,
-        question=question.format(key=key), answer=numbers[0],
-        followups=[(question.format(key=other), number)
-                   for other, number in zip(distractor_keys, numbers[1:], strict=True)],
-    )
+    inserts = [Insert(phrases.fact.format(key=key, value=numbers[0]), cfg.depth, True)]
+    inserts += [Insert(phrases.fact.format(key=other, value=number), rng.random())
+                for other, number in zip(others, numbers[1:], strict=True)]
+    return Draft(intro=phrases.intro, question=phrases.question.format(key=key),
+                 cue=_cue(phrases, cfg, key=key), answers=(numbers[0],), inserts=tuple(inserts))
 
 
-def kv(rng: random.Random, cfg: TaskConfig) -> Sample:
-    phrases = PHRASES["kv"][cfg.split]
-    intro, row = rng.choice(phrases.intros), rng.choice(phrases.facts)
-    question = rng.choice(phrases.questions)
+def multivalue(rng: random.Random, cfg: TaskConfig) -> Draft:
+    phrases, key = PHRASES["multivalue"], values.label(rng)
+    numbers = values.distinct(rng, values.number, cfg.num_values)
+    depths = [cfg.depth, *(rng.random() for _ in numbers[1:])]
+    inserts = tuple(Insert(phrases.fact.format(key=key, value=number), depth, True)
+                    for number, depth in zip(numbers, depths, strict=True))
+    return Draft(intro=phrases.intro, question=phrases.question.format(key=key),
+                 cue=_cue(phrases, cfg, key=key), answers=numbers, inserts=inserts)
+
+
+def kv(rng: random.Random, cfg: TaskConfig) -> Draft:
+    phrases = PHRASES["kv"]
     keys = values.distinct(rng, values.kv_key, 1 + cfg.num_distractors)
     table = values.distinct(rng, values.kv_value, len(keys))
     asked = rng.randrange(len(keys))
-    rows = (row.format(key=key, value=value) for key, value in zip(keys, table, strict=True))
-    block = "\n".join((intro, *rows)) + "\n"
-    return build_sample(
-        task="kv", rng=rng, cfg=cfg, inserts=[Insert(block, cfg.depth, is_target=True)],
-        question=question.format(key=keys[asked]), answer=table[asked],
-        followups=[(question.format(key=key), value)
-                   for i, (key, value) in enumerate(zip(keys, table, strict=True)) if i != asked],
-    )
+    rows = "\n".join(phrases.fact.format(key=k, value=v) for k, v in zip(keys, table, strict=True))
+    return Draft(intro=phrases.intro, question=phrases.question.format(key=keys[asked]),
+                 cue=_cue(phrases, cfg, key=keys[asked]), answers=(table[asked],),
+                 inserts=(Insert(f"\n{rows}\n", cfg.depth, True),))
 
 
-def vartrack(rng: random.Random, cfg: TaskConfig) -> Sample:
-    phrases = PHRASES["vartrack"][cfg.split]
-    style = rng.randrange(len(phrases.facts))
-    question = rng.choice(phrases.questions)
+def vartrack(rng: random.Random, cfg: TaskConfig) -> Draft:
+    phrases = PHRASES["vartrack"]
     num_chains, chain_len = 1 + cfg.num_distractors, 1 + cfg.num_hops
     names = values.distinct(rng, values.var_name, num_chains * chain_len)
     numbers = values.distinct(rng, values.number, num_chains)
@@ -89,95 +88,41 @@ def vartrack(rng: random.Random, cfg: TaskConfig) -> Sample:
     for c, number in enumerate(numbers):
         chain = names[c * chain_len : (c + 1) * chain_len]
         root_depth = cfg.depth if c == 0 else rng.random()
-        inserts += _chain(rng, phrases, style, chain, number, root_depth, is_target=c == 0)
-    return build_sample(
-        task="vartrack", rng=rng, cfg=cfg, inserts=inserts,
-        question=question.format(name=names[chain_len - 1]), answer=numbers[0],
-        followups=[(question.format(name=names[(c + 1) * chain_len - 1]), number)
-                   for c, number in enumerate(numbers[1:], start=1)],
-    )
+        inserts += _chain(rng, phrases, chain, number, root_depth, is_target=c == 0)
+    asked = names[chain_len - 1]
+    return Draft(intro=phrases.intro, question=phrases.question.format(name=asked),
+                 cue=_cue(phrases, cfg, name=asked), answers=(numbers[0],),
+                 inserts=tuple(inserts))
 
 
-def _chain(
-    rng: random.Random, phrases: Phrases, style: int, names: tuple[str, ...], number: str,
-    root_depth: float, *, is_target: bool,
-) -> list[Insert]:
+def _chain(rng: random.Random, phrases: Phrases, names: tuple[str, ...], number: str,
+           root_depth: float, *, is_target: bool) -> list[Insert]:
     """``names[0] = number`` at ``root_depth``, then each name copies the previous one, in order,
     at random depths after it."""
-    statements = [phrases.facts[style].format(name=names[0], value=number)]
-    statements += [phrases.links[style].format(name=name, src=src) for src, name in pairwise(names)]
+    statements = [phrases.fact.format(name=names[0], value=number)]
+    statements += [phrases.link.format(name=name, src=src) for src, name in pairwise(names)]
     depths = [root_depth, *sorted(rng.uniform(root_depth, 1.0) for _ in names[1:])]
-    return [
-        Insert(text, depth, is_target=is_target)
-        for text, depth in zip(statements, depths, strict=True)
-    ]
+    return [Insert(text, depth, is_target)
+            for text, depth in zip(statements, depths, strict=True)]
 
 
-def _longest(texts: Iterable[str]) -> str:
-    return max(texts, key=len)
+def realtext(rng: random.Random, cfg: TaskConfig) -> Draft:
+    phrases, name, value = PHRASES["realtext"], values.function_name(rng), values.number(rng)
+    return Draft(intro=phrases.intro, question=phrases.question.format(name=name),
+                 cue=_cue(phrases, cfg, name=name), answers=(value,),
+                 inserts=(Insert(phrases.fact.format(name=name, value=value), cfg.depth, True),))
 
 
-def passkey_largest(phrases: Phrases, num_distractors: int, num_hops: int
-                    ) -> tuple[str, list[str]]:
-    fact = _longest(f.format(value=values.LONGEST_NUMBER) for f in phrases.facts)
-    return _longest(phrases.questions), [fact]
-
-
-def multikey_largest(phrases: Phrases, num_distractors: int, num_hops: int
-                     ) -> tuple[str, list[str]]:
-    key, value = values.LONGEST_LABEL, values.LONGEST_NUMBER
-    fact = _longest(f.format(key=key, value=value) for f in phrases.facts)
-    return _longest(q.format(key=key) for q in phrases.questions), [fact] * (1 + num_distractors)
-
-
-def kv_largest(phrases: Phrases, num_distractors: int, num_hops: int) -> tuple[str, list[str]]:
-    key, value = values.LONGEST_KV_KEY, values.LONGEST_KV_VALUE
-    row = _longest(f.format(key=key, value=value) for f in phrases.facts)
-    block = "\n".join((_longest(phrases.intros), *[row] * (1 + num_distractors))) + "\n"
-    return _longest(q.format(key=key) for q in phrases.questions), [block]
-
-
-def vartrack_largest(phrases: Phrases, num_distractors: int, num_hops: int
-                     ) -> tuple[str, list[str]]:
-    name, value = values.LONGEST_VAR_NAME, values.LONGEST_NUMBER
-    chains = ([fact.format(name=name, value=value)] + [link.format(name=name, src=name)] * num_hops
-              for fact, link in zip(phrases.facts, phrases.links, strict=True))
-    chain = max(chains, key=lambda statements: sum(len(s) + 1 for s in statements))
-    return (_longest(q.format(name=name) for q in phrases.questions),
-            chain * (1 + num_distractors))
-
-
-@dataclass(frozen=True)
-class Task:
-    """``generate`` builds a sample; ``largest`` gives the longest question and needles a
-    sample with ``num_distractors`` and ``num_hops`` can draw from ``phrases``."""
-
-    generate: Callable[[random.Random, TaskConfig], Sample]
-    largest: Callable[[Phrases, int, int], tuple[str, list[str]]]
-
-
-TASKS: dict[str, Task] = {
-    "passkey": Task(passkey, passkey_largest),
-    "multikey": Task(multikey, multikey_largest),
-    "kv": Task(kv, kv_largest),
-    "vartrack": Task(vartrack, vartrack_largest),
+TASKS: dict[str, Callable[[random.Random, TaskConfig], Draft]] = {
+    "passkey": passkey, "niah": niah, "multikey": multikey, "multivalue": multivalue,
+    "kv": kv, "vartrack": vartrack, "realtext": realtext,
 }
 
 
-def _task(task: str) -> Task:
+def generate(task: str, rng: random.Random, cfg: TaskConfig, spec: PromptSpec) -> Sample:
+    """One sample of ``task`` fitted to ``cfg.context_len`` tokens of ``spec``'s tokenizer;
+    everything random in it comes from ``rng``."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
-    return TASKS[task]
-
-
-def generate(task: str, rng: random.Random, cfg: TaskConfig) -> Sample:
-    """One sample of ``task``; everything random in it comes from ``rng``."""
-    return _task(task).generate(rng, cfg)
-
-
-@functools.cache
-def min_context_len(task: str, split: Split, num_distractors: int, num_hops: int) -> int:
-    """The shortest ``context_len`` at which every sample of ``task`` with these counts builds,
-    whatever wordings and values it draws."""
-    question, needles = _task(task).largest(PHRASES[task][split], num_distractors, num_hops)
-    return layout.context_len_for(question, needles)
+    draft = TASKS[task](rng, cfg)
+    return build_sample(task, draft, rng, cfg, spec)

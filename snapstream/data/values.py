@@ -2,8 +2,10 @@
 
 - ``number``: 5 to 7 digits, no leading zero (passkeys, multikey and vartrack values);
 - ``label``: ``adjective-noun`` (multikey keys, e.g. ``red-owl``);
-- ``kv_key``: 5 lowercase letters or digits; ``kv_value``: 6 uppercase letters or digits;
-- ``var_name``: 4 uppercase letters.
+- ``kv_key``: 6 lowercase letters; ``kv_value``: 6 uppercase letters and digits, at least one
+  digit (scoring reads value-shaped words: those that hold a digit);
+- ``var_name``: 4 uppercase letters;
+- ``function_name``: ``verb_noun`` (the real-text task's needle).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ NOUNS = (
 
 
 NUMBER_DIGITS = (5, 7)
-KV_KEY_LEN, KV_VALUE_LEN, VAR_NAME_LEN = 5, 6, 4
+VERBS = ("read", "parse", "open", "load", "fetch", "flush", "merge", "split", "encode", "scan")
+OBJECTS = ("frame", "record", "buffer", "header", "socket", "entry", "block", "token", "chunk")
+KV_KEY_LEN, KV_VALUE_LEN, VAR_NAME_LEN = 6, 6, 4
 
 
 def number(rng: random.Random) -> str:
@@ -44,22 +48,22 @@ def similar_label(rng: random.Random, like: str) -> str:
 
 
 def kv_key(rng: random.Random) -> str:
-    return "".join(rng.choices(string.ascii_lowercase + string.digits, k=KV_KEY_LEN))
+    return "".join(rng.choices(string.ascii_lowercase, k=KV_KEY_LEN))
 
 
 def kv_value(rng: random.Random) -> str:
-    return "".join(rng.choices(string.ascii_uppercase + string.digits, k=KV_VALUE_LEN))
+    chars = [rng.choice(string.digits),
+             *rng.choices(string.ascii_uppercase + string.digits, k=KV_VALUE_LEN - 1)]
+    rng.shuffle(chars)
+    return "".join(chars)
 
 
 def var_name(rng: random.Random) -> str:
     return "".join(rng.choices(string.ascii_uppercase, k=VAR_NAME_LEN))
 
 
-# the longest value of each shape, for the worst-case size of a sample (tasks.min_context_len)
-LONGEST_NUMBER = "9" * NUMBER_DIGITS[1]
-LONGEST_LABEL = f"{max(ADJECTIVES, key=len)}-{max(NOUNS, key=len)}"
-LONGEST_KV_KEY, LONGEST_KV_VALUE = "k" * KV_KEY_LEN, "V" * KV_VALUE_LEN
-LONGEST_VAR_NAME = "N" * VAR_NAME_LEN
+def function_name(rng: random.Random) -> str:
+    return f"{rng.choice(VERBS)}_{rng.choice(OBJECTS)}"
 
 
 def distinct(

@@ -1,202 +1,131 @@
-"""The four retrieval tasks: layout, lengths, depths, placements, answers, validation."""
+"""Every task builds prompts of the asked token count, with its needles, question and cue where
+they belong, reproducibly; verdict scores exact matches of the needle values."""
 
 import random
+import re
 
 import pytest
 
 from snapstream.data import (
-    ANSWER_CUE,
     LENGTH_SLACK,
-    MAX_ANSWER_LEN,
+    PHRASES,
     TASKS,
     Placement,
-    Sample,
-    Split,
     TaskConfig,
     exact_match,
     generate,
-    layout,
+    verdict,
 )
-from snapstream.data.tasks import min_context_len
+from tests.data.helpers import spec
 
-DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-def make(task: str, seed: int = 0, **overrides) -> Sample:
-    cfg = TaskConfig(**{"context_len": 1024, **overrides})
-    return generate(task, random.Random(seed), cfg)
+FORMATS = ("raw", "chat")
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_same_seed_same_sample_and_other_seed_another(task):
-    assert make(task, seed=7) == make(task, seed=7)
-    assert make(task, seed=7).prompt != make(task, seed=8).prompt
-
-
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("prompt_format", FORMATS)
+@pytest.mark.parametrize("task", list(TASKS))
 @pytest.mark.parametrize("placement", list(Placement))
-def test_answer_sits_at_its_offset_inside_the_target_needle(task, placement):
-    for seed in range(20):
-        sample = make(task, seed, placement=placement, depth=seed / 19)
-        start = sample.answer_offset
-        assert sample.prompt[start : start + len(sample.answer)] == sample.answer
-        holder = [n for n in sample.needles if n.offset <= start < n.offset + len(n.text)]
-        assert len(holder) == 1 and holder[0].is_target
+def test_prompt_fits_its_token_count_and_holds_the_answers(task, placement, prompt_format):
+    s = spec(prompt_format)
+    for context_len in (900, 2500):
+        cfg = TaskConfig(context_len=context_len, depth=0.4, placement=placement)
+        sample = generate(task, random.Random(f"{task}/{context_len}"), cfg, s)
+        assert context_len - LENGTH_SLACK <= sample.num_tokens <= context_len
+        assert sample.num_tokens == s.count(sample.prompt)
+        assert sample.prompt.endswith(sample.cue) and sample.question in sample.prompt
         for needle in sample.needles:
-            assert sample.prompt[needle.offset : needle.offset + len(needle.text)] == needle.text
-        assert sample.answer not in sample.question
+            assert sample.prompt[needle.offset:].startswith(needle.text)
+        targets = " ".join(n.text for n in sample.needles if n.is_target)
+        assert all(answer in targets for answer in sample.answers)
+        question_first = sample.prompt.index(sample.question) < sample.needles[0].offset
+        assert question_first == (placement is Placement.BEFORE)
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_prompt_length_is_within_slack_of_context_len(task):
-    for i, context_len in enumerate(range(384, 4300, 131)):
-        placement = list(Placement)[i % 2]
-        split = list(Split)[i // 2 % 2]
-        sample = make(task, i, context_len=context_len, placement=placement, split=split)
-        assert context_len - LENGTH_SLACK <= len(sample.prompt.encode()) <= context_len
-        assert sample.context_len == context_len
+def test_chat_format_opens_the_assistant_turn_with_the_cue():
+    sample = generate("niah", random.Random(0), TaskConfig(context_len=600), spec("chat"))
+    assert sample.prompt.startswith("<|im_start|>system\n")
+    assert sample.prompt.endswith(f"<|im_end|>\n<|im_start|>assistant\n{sample.cue}")
+    raw = generate("niah", random.Random(0), TaskConfig(context_len=600), spec("raw"))
+    assert raw.prompt.endswith(f"\n\nAnswer: {raw.cue}")
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_answer_offset_grows_with_depth(task):
-    offsets = [make(task, 3, context_len=2048, depth=d).answer_offset for d in DEPTHS]
-    assert offsets == sorted(set(offsets))
+@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
+def test_target_needle_sits_at_its_depth(depth):
+    sample = generate("realtext", random.Random(3), TaskConfig(context_len=1500, depth=depth),
+                      spec())
+    context = sample.prompt.split("\n\n")[1]
+    offset = sample.needles[0].offset - sample.prompt.index(context)
+    assert abs(offset / len(context) - depth) < 0.1
 
 
-def test_passkey_lands_near_the_requested_depth():
-    for depth in DEPTHS:
-        sample = make("passkey", 5, context_len=2048, depth=depth)
-        (needle,) = sample.needles
-        filler_len = len(sample.prompt) - len(f"\n\n{sample.question}{ANSWER_CUE}")
-        filler_len -= len(needle.text) + 1
-        assert abs(needle.offset - depth * filler_len) <= 121  # half the longest sentence
+def test_before_placement_cue_names_no_key():
+    for task in ("niah", "multikey", "kv", "vartrack", "realtext", "multivalue"):
+        after = generate(task, random.Random(5), TaskConfig(context_len=900), spec())
+        before = generate(task, random.Random(5),
+                          TaskConfig(context_len=900, placement="before"), spec())
+        assert before.cue == PHRASES[task].blind_cue
+        template_words = set(re.sub(r"\{\w+\}", " ", PHRASES[task].cue).split())
+        keys = set(after.cue.split()) - template_words
+        assert keys and all(key in after.question for key in keys)
+        assert not any(key in before.cue for key in keys)
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_question_after_the_context_ends_the_prompt(task):
-    sample = make(task, 1, placement="after")
-    assert sample.placement is Placement.AFTER
-    assert sample.prompt.endswith(f"\n\n{sample.question}{ANSWER_CUE}")
-    question_at = sample.prompt.rindex(sample.question)
-    assert all(n.offset + len(n.text) < question_at for n in sample.needles)
+def test_multikey_distractors_share_a_word_and_multivalue_asks_every_value():
+    cfg = TaskConfig(context_len=1200, num_distractors=4, num_values=4)
+    multikey = generate("multikey", random.Random(1), cfg, spec())
+    assert len(multikey.needles) == 5 and len(multikey.answers) == 1
+    multivalue = generate("multivalue", random.Random(1), cfg, spec())
+    assert len(multivalue.answers) == 4 == len(set(multivalue.answers))
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_question_before_the_context_stays_out_of_the_last_window(task):
-    sample = make(task, 1, placement="before")
-    assert sample.prompt.startswith(f"{sample.question}\n\n")
-    assert sample.prompt.endswith(f"\n{ANSWER_CUE}")
-    assert all(n.offset > len(sample.question) for n in sample.needles)
-    assert sample.question not in sample.prompt[len(sample.question) :]
-
-
-@pytest.mark.parametrize("task", TASKS)
-def test_text_is_ascii_and_answers_are_short_and_checkable(task):
-    for seed in range(10):
-        sample = make(task, seed, split=list(Split)[seed % 2])
-        assert sample.prompt.isascii() and sample.answer.isascii()
-        assert 0 < len(sample.answer) <= MAX_ANSWER_LEN
-        assert sample.target == sample.answer + "\n"
-        assert exact_match(f" {sample.answer} \nmore text", sample.answer)
-        assert not exact_match(sample.answer + "0\n", sample.answer)
-
-
-def test_vartrack_chain_leads_from_the_asked_variable_to_the_answer():
-    sample = make("vartrack", 2, num_hops=3, num_distractors=2)
+def test_vartrack_chain_is_in_order():
+    cfg = TaskConfig(context_len=1500, num_hops=3, num_distractors=2, depth=0.2)
+    sample = generate("vartrack", random.Random(2), cfg, spec())
     chain = [n.text for n in sample.needles if n.is_target]
-    assert len(chain) == 4 and sample.answer in chain[0]
-    assert len(sample.needles) == 12
-    asked = sample.question.split()[-1].rstrip("?")
-    assert asked in chain[-1]
+    assert len(chain) == 4 and chain[0].endswith(f"= {sample.answers[0]}.")
+    assert sample.question.split("VAR ")[1].split()[0] in chain[-1]
 
 
-def test_multikey_distractors_share_a_word_with_the_asked_key():
-    sample = make("multikey", 4, num_distractors=5)
-    key = next(word for word in sample.question.split() if "-" in word).rstrip("?.,")
-    adjective, noun = key.split("-")
-    distractors = [n.text for n in sample.needles if not n.is_target]
-    assert len(distractors) == 5
-    assert all(adjective in text or noun in text for text in distractors)
+def test_same_rng_same_sample_and_passkey_uses_the_classic_noise():
+    cfg = TaskConfig(context_len=500)
+    first = generate("passkey", random.Random(7), cfg, spec())
+    assert first == generate("passkey", random.Random(7), cfg, spec())
+    assert first != generate("passkey", random.Random(8), cfg, spec())
+    assert "The grass is green. The sky is blue." in first.prompt
 
 
-def test_kv_table_holds_one_row_per_key():
-    sample = make("kv", 6, num_distractors=7)
-    (block,) = sample.needles
-    assert block.text.count("\n") == 1 + 8
+def test_too_short_a_context_says_so():
+    with pytest.raises(ValueError, match="too small for vartrack"):
+        generate("vartrack", random.Random(0),
+                 TaskConfig(context_len=128, num_distractors=16, num_hops=8), spec())
 
 
-@pytest.mark.parametrize(
-    ("overrides", "field"),
-    [
-        ({"context_len": 64}, "context_len"),
-        ({"depth": 1.5}, "depth"),
-        ({"depth": -0.1}, "depth"),
-        ({"placement": "middle"}, "placement"),
-        ({"split": "test"}, "split"),
-        ({"num_distractors": -1}, "num_distractors"),
-        ({"num_hops": 0}, "num_hops"),
-    ],
-)
-def test_bad_config_names_the_field(overrides, field):
+@pytest.mark.parametrize(("field", "value"), [
+    ("context_len", 64), ("depth", 1.5), ("placement", "middle"), ("num_distractors", 17),
+    ("num_hops", 0), ("num_values", 0),
+])
+def test_task_config_names_the_bad_field(field, value):
     with pytest.raises(ValueError, match=field):
-        TaskConfig(**{"context_len": 1024, **overrides})
-
-
-def test_placement_and_split_accept_their_string_values():
-    cfg = TaskConfig(context_len=512, placement="before", split="heldout")
-    assert cfg.placement is Placement.BEFORE and cfg.split is Split.HELDOUT
-
-
-def test_needles_too_big_for_the_context_name_context_len():
-    with pytest.raises(ValueError, match="context_len"):
-        make("vartrack", context_len=256, num_distractors=8, num_hops=4)
-    with pytest.raises(ValueError, match="context_len"):
-        make("passkey", context_len=200_000, split="heldout")
+        TaskConfig(**{"context_len": 512, field: value})
 
 
 def test_unknown_task_is_named():
-    with pytest.raises(ValueError, match="task"):
-        generate("haystack", random.Random(0), TaskConfig(context_len=512))
+    with pytest.raises(ValueError, match="task must be one of"):
+        generate("sudoku", random.Random(0), TaskConfig(context_len=512), spec())
 
 
-@pytest.mark.parametrize("task", ["multikey", "kv", "vartrack"])
-def test_followups_ask_about_every_distractor_and_the_context_answers_them(task):
-    for seed in range(10):
-        sample = make(task, seed, num_distractors=seed % 4)
-        assert len(sample.followups) == seed % 4
-        answers = [answer for _, answer in sample.followups]
-        assert sample.answer not in answers and len(set(answers)) == len(answers)
-        for question, answer in sample.followups:
-            assert question != sample.question
-            assert sample.prompt.count(answer) == 1
-            assert question not in sample.prompt
-
-
-def test_passkey_has_no_followups():
-    assert make("passkey").followups == ()
-
-
-def test_training_segments_alternate_cues_and_answers():
-    sample = make("kv", 5, num_distractors=2)
-    segments = sample.training_segments()
-    assert segments[0] == (sample.prompt, False)
-    assert segments[1] == (sample.answer + "\n", True)
-    for (cue, cue_is_answer), (answer, is_answer), (question, expected) in zip(
-        segments[2::2], segments[3::2], sample.followups, strict=True
-    ):
-        assert cue == question + ANSWER_CUE and not cue_is_answer
-        assert answer == expected + "\n" and is_answer
-
-
-@pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("split", list(Split))
-def test_min_context_len_holds_every_sample_and_is_a_tight_bound(task, split):
-    for num_distractors, num_hops in [(0, 1), (2, 1), (3, 2), (6, 4)]:
-        bound = min_context_len(task, split, num_distractors, num_hops)
-        needs = [
-            layout.context_len_for(sample.question, [needle.text for needle in sample.needles])
-            for seed in range(150) for placement in Placement
-            for sample in [make(task, seed, context_len=bound, split=split, placement=placement,
-                                num_distractors=num_distractors, num_hops=num_hops)]
-        ]  # each sample builds at the bound, and the largest of them comes close to it
-        assert 0.9 * bound <= max(needs) <= bound
+@pytest.mark.parametrize(("answers", "text", "is_final", "expected"), [
+    (("12345",), " 12345.", False, True),
+    (("12345",), " 1234", False, None),  # the number may still grow
+    (("12345",), " 1234", True, False),
+    (("12345",), " 123456", True, False),
+    (("12345",), " 54321 or 12345", False, False),
+    (("12345",), ": the pass key is 12345\n", False, True),  # words without digits are skipped
+    (("A7BQ2Z",), ' "A7BQ2Z"', False, True),
+    (("111", "222"), " 222, 111 and", False, True),
+    (("111", "222"), " 222, 222,", False, False),
+    (("111", "222"), " 111", True, False),
+    (("111", "222"), " 111, 2", False, None),
+])
+def test_verdict(answers, text, is_final, expected):
+    assert verdict(answers, text, is_final) is expected
+    assert exact_match(answers, text) is bool(verdict(answers, text, True))

@@ -1,0 +1,106 @@
+"""The README's demo: a question about a long real document, answered through the cluster with
+the SnapStream cache at a quarter of the prompt.
+
+The document is the documentation of a standard-library module (every public function's and
+method's docstring, in source order), which every Python has offline. One sentence is planted
+in its middle and the question at the end asks for it, so the answer sits mid-document: a
+cache that keeps only the recent tokens (StreamingLLM) loses it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+
+MODULE = "statistics"
+FACT = "The statistics module was reviewed by the team in room 5820."
+QUESTION = "In which room did the team review the statistics module? The team reviewed it in room"
+ANSWER = "5820"
+BUDGET_FRACTION = 4  # the cache keeps at most 1/4 of the prompt's tokens
+
+
+def documentation(module_name: str) -> str:
+    """The module's docstring, then each public function, class and method with its signature
+    and docstring, in definition order."""
+    module = importlib.import_module(module_name)
+    parts = [f"Documentation of the Python module {module_name}", inspect.getdoc(module) or ""]
+    for name, member in vars(module).items():
+        if name.startswith("_") or getattr(member, "__module__", None) != module_name:
+            continue
+        if inspect.isfunction(member) or inspect.isclass(member):
+            parts += _documented(name, member)
+        if inspect.isclass(member):
+            parts += [text for method, fn in vars(member).items()
+                      if not method.startswith("_") and inspect.isfunction(fn)
+                      for text in _documented(f"{name}.{method}", fn)]
+    return "\n\n".join(parts)
+
+
+def _documented(name: str, member: object) -> list[str]:
+    doc = inspect.getdoc(member)
+    if not doc:
+        return []
+    try:
+        signature = str(inspect.signature(member))
+    except (TypeError, ValueError):
+        signature = "(...)"
+    return [f"{name}{signature}\n{doc}"]
+
+
+def demo_prompt() -> str:
+    """The document with :data:`FACT` between its middle paragraphs, then the question."""
+    paragraphs = documentation(MODULE).split("\n\n")
+    middle = len(paragraphs) // 2
+    return "\n\n".join([*paragraphs[:middle], FACT, *paragraphs[middle:], QUESTION])
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    answer: str
+    is_correct: bool
+    prompt_tokens: int
+    kept_tokens: int
+    kv_bytes_kept: int
+    kv_bytes_full: int
+    ttft_s: float
+    tokens_per_s: float
+
+    def lines(self) -> list[str]:
+        mib = 2**20
+        return [
+            f"answer: {self.answer!r} (expected {ANSWER!r}: "
+            f"{'correct' if self.is_correct else 'wrong'})",
+            f"prompt: {self.prompt_tokens} tokens; KV cache kept: {self.kept_tokens} tokens per "
+            f"layer and head ({self.kept_tokens / self.prompt_tokens:.0%} of the prompt)",
+            f"KV bytes: {self.kv_bytes_kept / mib:.1f} MiB kept vs {self.kv_bytes_full / mib:.1f}"
+            f" MiB for the full cache ({self.kv_bytes_full / self.kv_bytes_kept:.1f}x smaller)",
+            f"time to first token: {self.ttft_s:.2f} s; decode: {self.tokens_per_s:.1f} tokens/s",
+        ]
+
+
+def run_demo(router_address: str, model: str | None, timeout_s: float) -> DemoReport:
+    """Sends the demo request through the router and measures it. ``model``: the served
+    checkpoint, read here (torch-free) to size the budget and the full cache's bytes."""
+    from snapstream.checkpoints import open_checkpoint
+    from snapstream.client import SnapstreamClient
+
+    checkpoint = open_checkpoint(model)
+    prompt = demo_prompt()
+    prompt_tokens = len(checkpoint.tokenizer().encode(prompt))
+    n_sink, n_recent = 4, 256
+    n_topk = prompt_tokens // BUDGET_FRACTION - n_sink - n_recent
+    with SnapstreamClient(router_address, timeout_s=timeout_s) as client:
+        completion = client.generate(prompt, max_new_tokens=8, temperature=0.0, stop="\n",
+                                     policy="snapstream", n_sink=n_sink, n_topk=n_topk,
+                                     n_recent=n_recent)
+    config = checkpoint.config
+    per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 4  # float32
+    decode_s = max(completion.decode_time_s, 1e-9)
+    return DemoReport(
+        answer=completion.text.strip(), is_correct=completion.text.strip().startswith(ANSWER),
+        prompt_tokens=completion.prompt_tokens, kept_tokens=completion.kv_cache_slots,
+        kv_bytes_kept=completion.kv_cache_slots * per_token,
+        kv_bytes_full=completion.prompt_tokens * per_token,
+        ttft_s=completion.time_to_first_token_s,
+        tokens_per_s=max(completion.completion_tokens - 1, 0) / decode_s)
