@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Self
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from kvstore.stores.errors import BlobNotFound, StoreCorrupted, StoreUnavailable
 from kvstore.stores.janitor import Janitor
@@ -61,7 +61,7 @@ def redact_url(url: str) -> str:
 class BlobStore(ABC):
     """Async blob store. Open one with ``kvstore.open_store(url)``; close it when done."""
 
-    scheme: ClassVar[str]
+    schemes: ClassVar[tuple[str, ...]]  # the plain one, then the TLS one
     chunks_per_round_trip: ClassVar[int]  # chunks written or read per round trip
     round_trips_in_flight: ClassVar[int]  # of one put or get, each on its own connection
     unavailable_errors: ClassVar[tuple[type[BaseException], ...]]
@@ -290,19 +290,28 @@ STORES: dict[str, type[BlobStore]] = {}
 
 
 def register_store(cls: type[BlobStore]) -> type[BlobStore]:
-    """Class decorator: make cls the back end of URLs with scheme ``cls.scheme``."""
-    if cls.scheme in STORES:
-        raise ValueError(f"KV store scheme {cls.scheme!r} is already registered "
-                         f"to {STORES[cls.scheme].__name__}")
-    STORES[cls.scheme] = cls
+    """Class decorator: make cls the back end of URLs with the schemes ``cls.schemes``."""
+    for scheme in cls.schemes:
+        if scheme in STORES:
+            raise ValueError(f"KV store scheme {scheme!r} is already registered "
+                             f"to {STORES[scheme].__name__}")
+        STORES[scheme] = cls
     return cls
 
 
+URL_OPTIONS = ("tls_ca_file",)  # store options a URL may carry in its query
+
+
 async def open_store(url: str, **options: Any) -> BlobStore:
-    """Open the store a URL names (``redis://host:6379/0``, ``nats://host:4222``)."""
-    scheme = urlsplit(url).scheme
-    if scheme not in STORES:
+    """Open the store a URL names (``redis://host:6379/0``, ``nats://host:4222``; over TLS
+    ``rediss://`` and ``tls://``, with ``?tls_ca_file=/path/ca.pem`` to trust a private CA)."""
+    parts = urlsplit(url)
+    if parts.scheme not in STORES:
         known = ", ".join(f"{name}://" for name in sorted(STORES))
-        raise ValueError(f"unknown KV store URL scheme {scheme!r} in {redact_url(url)!r}; "
+        raise ValueError(f"unknown KV store URL scheme {parts.scheme!r} in {redact_url(url)!r}; "
                          f"expected one of {known}")
-    return await STORES[scheme].open(url, **options)
+    query = parse_qsl(parts.query)
+    options = {**{k: v for k, v in query if k in URL_OPTIONS}, **options}
+    url = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query
+                                                     if k not in URL_OPTIONS])))
+    return await STORES[parts.scheme].open(url, **options)

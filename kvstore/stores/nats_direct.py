@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -44,6 +45,7 @@ class NatsAddress:
     port: int
     user: str | None = None
     password: str | None = None
+    tls: ssl.SSLContext | None = None  # tls://: TLS after the server's plaintext INFO
 
     def credentials(self) -> dict[str, str]:
         if self.user is None:
@@ -75,6 +77,8 @@ class JetStreamConnection:
         info = await self._sock.read_line()
         if not info.startswith(b"INFO "):
             raise ConnectionAbortedError(f"not a NATS server: {info[:80]!r}")
+        if address.tls is not None:
+            await self._sock.start_tls(address.tls, address.host)
         options = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
                    "protocol": 1, "lang": "python", "version": "snapstream-direct-get",
                    **address.credentials()}

@@ -22,10 +22,12 @@ import asyncio
 import contextlib
 import logging
 import re
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 import nats
 import nats.errors
@@ -41,7 +43,7 @@ from kvstore.stores.base import (
     register_store,
 )
 from kvstore.stores.nats_direct import JetStreamConnection, NatsAddress, NatsError
-from kvstore.stores.sockets import ConnectionPool
+from kvstore.stores.sockets import ConnectionPool, client_tls
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,11 @@ class NatsStoreConfig:
     max_ttl_s: float = 3600.0
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 5.0  # per JetStream request (one chunk, one manifest)
+    tls_ca_file: str | None = None  # tls://: the CA of the server's certificate
+
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        return client_tls(self.tls_ca_file) if urlsplit(self.url).scheme == "tls" else None
 
     def __post_init__(self) -> None:
         if self.chunk_size is not None and self.chunk_size <= 0:
@@ -82,7 +89,7 @@ async def _log_error(exc: Exception) -> None:
 
 @register_store
 class NatsBlobStore(BlobStore):
-    scheme = "nats"
+    schemes = ("nats", "tls")
     chunks_per_round_trip = CHUNKS_PER_ROUND_TRIP
     round_trips_in_flight = ROUND_TRIPS_IN_FLIGHT
     unavailable_errors = (
@@ -100,6 +107,7 @@ class NatsBlobStore(BlobStore):
         self._client = client
         self._js = client.jetstream(timeout=config.request_timeout_s)
         self._direct = ConnectionPool(self._open_direct, max_idle=IDLE_DIRECT_CONNECTIONS)
+        self._tls = config.tls
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -183,7 +191,7 @@ class NatsBlobStore(BlobStore):
         if url is None:
             raise ConnectionRefusedError("nats-py is not connected (reconnecting)")
         address = NatsAddress(host=url.hostname or "localhost", port=url.port or 4222,
-                              user=url.username, password=url.password)
+                              user=url.username, password=url.password, tls=self._tls)
         return await JetStreamConnection.open(address, self._config.stream,
                                               self._config.connect_timeout_s,
                                               self._config.request_timeout_s)
@@ -232,7 +240,8 @@ async def _connect(config: NatsStoreConfig) -> nats.NATS:
     try:
         return await asyncio.wait_for(
             nats.connect(config.url, connect_timeout=config.connect_timeout_s,
-                         max_reconnect_attempts=-1, error_cb=record),
+                         max_reconnect_attempts=-1, error_cb=record,
+                         **({"tls": config.tls} if config.tls is not None else {})),
             timeout=config.connect_timeout_s)
     except (TimeoutError, *NatsBlobStore.unavailable_errors) as exc:
         last = f" (last error: {_describe(errors[-1])})" if errors else ""

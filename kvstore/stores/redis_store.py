@@ -15,10 +15,12 @@ together at put start + ttl_s; Redis expires them on its own clock.
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 import redis.asyncio
 import redis.exceptions
@@ -34,7 +36,7 @@ from kvstore.stores.base import (
     register_store,
 )
 from kvstore.stores.resp import RespAddress, RespConnection, RespError
-from kvstore.stores.sockets import ConnectionPool
+from kvstore.stores.sockets import ConnectionPool, client_tls
 
 DEFAULT_CHUNK_SIZE = 8 << 20
 MAX_CHUNK_SIZE = 512 << 20  # Redis bulk strings stop at 512 MiB
@@ -54,6 +56,11 @@ class RedisStoreConfig:
     prefix: str = "snapstream"
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 5.0  # per socket read or write
+    tls_ca_file: str | None = None  # rediss://: the CA of the server's certificate
+
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        return client_tls(self.tls_ca_file) if urlsplit(self.url).scheme == "rediss" else None
 
     def __post_init__(self) -> None:
         if not 0 < self.chunk_size <= MAX_CHUNK_SIZE:
@@ -72,7 +79,7 @@ def _milliseconds_left(manifest: Manifest) -> int:
 
 @register_store
 class RedisBlobStore(BlobStore):
-    scheme = "redis"
+    schemes = ("redis", "rediss")
     chunks_per_round_trip = CHUNKS_PER_ROUND_TRIP
     round_trips_in_flight = ROUND_TRIPS_IN_FLIGHT
     unavailable_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
@@ -85,7 +92,8 @@ class RedisBlobStore(BlobStore):
         options = client.connection_pool.connection_kwargs
         address = RespAddress(host=options.get("host", "localhost"),
                               port=int(options.get("port", 6379)), db=int(options.get("db", 0)),
-                              username=options.get("username"), password=options.get("password"))
+                              username=options.get("username"), password=options.get("password"),
+                              tls=config.tls)
         self._bulk = ConnectionPool(
             lambda: RespConnection.open(address, config.connect_timeout_s,
                                         config.request_timeout_s),
@@ -97,7 +105,8 @@ class RedisBlobStore(BlobStore):
         # a pooled connection dies with a server restart; every command here is idempotent, so
         # a command that finds its connection closed is sent again on a fresh one
         retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), RECONNECT_RETRIES)
-        client = redis.asyncio.from_url(url, socket_connect_timeout=config.connect_timeout_s,
+        tls = {"ssl_ca_certs": config.tls_ca_file} if config.tls is not None else {}
+        client = redis.asyncio.from_url(url, **tls, socket_connect_timeout=config.connect_timeout_s,
                                         socket_timeout=config.request_timeout_s, retry=retry,
                                         retry_on_error=[redis.exceptions.ConnectionError])
         store = cls(config, client)

@@ -9,6 +9,7 @@ delete, scan) stay on redis-py; this module only moves chunks.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ class RespAddress:
     db: int = 0
     username: str | None = None
     password: str | None = None
+    tls: ssl.SSLContext | None = None  # rediss://: TLS from the first byte
 
 
 def _command(*args: bytes) -> bytes:
@@ -43,6 +45,8 @@ class RespConnection:
     async def open(cls, address: RespAddress, connect_timeout_s: float,
                    io_timeout_s: float) -> RespConnection:
         async def setup(sock: BulkSocket) -> RespConnection:
+            if address.tls is not None:
+                await sock.start_tls(address.tls, address.host)
             connection = cls(sock)
             await connection._handshake(address)
             return connection

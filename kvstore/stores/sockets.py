@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
@@ -18,14 +19,21 @@ T = TypeVar("T")
 CRLF = b"\r\n"
 MAX_LINE = 64 << 10  # longest protocol line accepted
 SCRATCH_SIZE = 4096
+TLS_WRITE = 1 << 20  # plaintext handed to the TLS layer at once (its ciphertext is buffered)
+TLS_READ = 256 << 10  # ciphertext received at once
 
 
 class BulkSocket:
+    """Over TLS (:meth:`start_tls`) each payload is still sent from where it lies and decrypted
+    straight into place, through an ``ssl.SSLObject`` between the socket and memory BIOs."""
+
     def __init__(self, sock: socket.socket, io_timeout_s: float) -> None:
         self._sock, self._timeout = sock, io_timeout_s
         self._loop = asyncio.get_running_loop()
         self._scratch = bytearray(SCRATCH_SIZE)
         self._pending = bytearray()  # received, not yet consumed
+        self._tls: ssl.SSLObject | None = None
+        self._tls_in, self._tls_out = ssl.MemoryBIO(), ssl.MemoryBIO()
 
     @classmethod
     async def open(cls, host: str, port: int, connect_timeout_s: float, io_timeout_s: float,
@@ -44,9 +52,32 @@ class BulkSocket:
     def close(self) -> None:
         self._sock.close()
 
+    async def start_tls(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        """The TLS handshake; from now on every byte is encrypted (Redis: at once; NATS: after
+        the server's plaintext INFO)."""
+        if self._pending:
+            raise ConnectionAbortedError("the server sent data before the TLS handshake")
+        self._tls = context.wrap_bio(self._tls_in, self._tls_out,
+                                     server_hostname=server_hostname)
+        async with asyncio.timeout(self._timeout):
+            while True:
+                try:
+                    self._tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    await self._flush_tls()
+                    await self._receive_tls()
+            await self._flush_tls()
+
     async def send(self, data: bytes | memoryview) -> None:
         async with asyncio.timeout(self._timeout):
-            await self._loop.sock_sendall(self._sock, data)
+            if self._tls is None:
+                await self._loop.sock_sendall(self._sock, data)
+                return
+            view = memoryview(data).cast("B")
+            for start in range(0, len(view), TLS_WRITE):
+                self._tls.write(view[start:start + TLS_WRITE])
+                await self._flush_tls()
 
     async def read_line(self) -> bytes:
         """The next line, without its CRLF."""
@@ -84,10 +115,32 @@ class BulkSocket:
 
     async def _receive(self, into: memoryview) -> int:
         async with asyncio.timeout(self._timeout):
-            n = await self._loop.sock_recv_into(self._sock, into)
+            if self._tls is None:
+                n = await self._loop.sock_recv_into(self._sock, into)
+            else:
+                n = await self._decrypt_into(into)
         if n == 0:
             raise ConnectionResetError("the server closed the connection")
         return n
+
+    async def _decrypt_into(self, into: memoryview) -> int:
+        while True:
+            try:
+                return self._tls.read(len(into), into)
+            except ssl.SSLWantReadError:
+                await self._receive_tls()
+            except ssl.SSLZeroReturnError:
+                return 0
+
+    async def _receive_tls(self) -> None:
+        data = await self._loop.sock_recv(self._sock, TLS_READ)
+        if not data:
+            raise ConnectionResetError("the server closed the connection")
+        self._tls_in.write(data)
+
+    async def _flush_tls(self) -> None:
+        if self._tls_out.pending:
+            await self._loop.sock_sendall(self._sock, self._tls_out.read())
 
 
 async def _connect(host: str, port: int) -> socket.socket:
@@ -153,3 +206,9 @@ class ConnectionPool(Generic[C]):
     def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
+
+
+def client_tls(ca_file: str | None) -> ssl.SSLContext:
+    """A client context that checks the server's certificate and name against ``ca_file``
+    (a PEM CA; None: the system's CAs)."""
+    return ssl.create_default_context(cafile=ca_file)

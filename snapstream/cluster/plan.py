@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapstream.cluster.spec import ClusterSpec
-from snapstream.cluster.stores import STORE_SERVERS
+from snapstream.cluster.stores import STORE_SERVERS, StoreAccess
 
 # service kind -> the gRPC service its health check names
 SERVICE_NAMES = {"prefill": "snapstream.v1.Prefill", "decode": "snapstream.v1.Decode",
@@ -29,31 +29,34 @@ class Member:
     service: str | None = None
     metrics_port: int | None = None
     env: tuple[tuple[str, str], ...] = ()  # set on top of the cluster's environment
+    files: tuple[tuple[Path, str], ...] = ()  # written (mode 0600) before each start
 
 
-def plan_cluster(spec: ClusterSpec, store_dir: Path,
-                 free_port: Callable[[], int]) -> tuple[tuple[Member, ...], ...]:
+def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int],
+                 access: StoreAccess) -> tuple[tuple[Member, ...], ...]:
     """Stages in start order: the store; the prefill and decode workers; the router. Members of
     a stage start together; stopping runs the stages backwards. Ports given as 0 in ``spec``
-    come from ``free_port()``."""
+    come from ``free_port()``. The store requires ``access``'s password (and TLS with its
+    certificates); the workers get its URL in their environment, not on their command line."""
 
     def port(requested: int) -> int:
         return requested or free_port()
 
     store = STORE_SERVERS[spec.store]
     store_port = port(spec.store_port)
-    store_url = store.url(spec.host, store_port)
-    store_member = Member("store", (store.binary, *store.arguments(spec.host, store_port,
-                                                                   store_dir)),
-                          store_url, store_port)
+    store_url = store.url(spec.host, store_port, access)
+    config = store_dir / store.config_name
+    store_member = Member("store", store.argv(config), store_url, store_port,
+                          files=((config, store.config(spec.host, store_port, store_dir,
+                                                       access)),))
     model = ("--model", str(spec.model)) if spec.model is not None else ()
+    store_env = (("SNAPSTREAM_STORE", store_url),)
     prefill = _service(spec, "prefill", "prefill", port(spec.prefill_port), free_port(),
-                       (*model, "--store", store_url))
+                       model, store_env)
     decode_ports = spec.decode_ports or (0,) * spec.decode_workers
     decodes = tuple(
         _service(spec, f"decode-{i}", "decode", port(requested), free_port(),
-                 (*model, "--store", store_url, "--slots", str(spec.slots),
-                  "--backend", spec.backend))
+                 (*model, "--slots", str(spec.slots), "--backend", spec.backend), store_env)
         for i, requested in enumerate(decode_ports))
     router = _service(spec, "router", "router", port(spec.router_port), free_port(),
                       (*model, "--prefill-addrs", prefill.address,
@@ -62,12 +65,12 @@ def plan_cluster(spec: ClusterSpec, store_dir: Path,
 
 
 def _service(spec: ClusterSpec, name: str, kind: str, port: int, metrics_port: int,
-             flags: tuple[str, ...]) -> Member:
+             flags: tuple[str, ...], env: tuple[tuple[str, str], ...] = ()) -> Member:
     argv = (sys.executable, "-m", "snapstream.cli", "serve", kind, "--host", spec.host,
             "--port", str(port), "--metrics-port", str(metrics_port),
             "--drain-timeout-s", str(spec.drain_timeout_s), *flags)
     # torch sizes its thread pool from OMP_NUM_THREADS, as in the Kubernetes deployments
     runs_model = kind in ("prefill", "decode") and spec.torch_threads
-    env = (("OMP_NUM_THREADS", str(spec.torch_threads)),) if runs_model else ()
+    threads = (("OMP_NUM_THREADS", str(spec.torch_threads)),) if runs_model else ()
     return Member(name, argv, f"{spec.host}:{port}", port, SERVICE_NAMES[kind], metrics_port,
-                  env)
+                  (*threads, *env))

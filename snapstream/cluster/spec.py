@@ -32,6 +32,7 @@ class ClusterSpec:
     log_dir: Path | None = None
     start_timeout_s: float = 180.0
     drain_timeout_s: float = 10.0
+    tls: bool = False  # the store speaks only TLS, with a CA and certificate made at start
     restarts: RestartPolicy = field(default_factory=RestartPolicy)  # see restart_exited
 
     def __post_init__(self) -> None:

@@ -4,18 +4,20 @@ them in order, leaving no process behind."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import tempfile
 import time
 from pathlib import Path
 
+from snapstream.cluster.certs import make_cluster_certs
 from snapstream.cluster.health import health_statuses, is_accepting
 from snapstream.cluster.plan import Member, plan_cluster
 from snapstream.cluster.process import Child, free_ports, is_free
 from snapstream.cluster.restarts import Backoff
 from snapstream.cluster.spec import ClusterSpec
-from snapstream.cluster.stores import STORE_SERVERS
+from snapstream.cluster.stores import STORE_SERVERS, StoreAccess
 
 POLL_INTERVAL_S = 0.1
 STOP_GRACE_S = 5.0  # on top of the drain timeout: closing the server and the store client
@@ -48,7 +50,8 @@ class LocalCluster:
         self.log_dir = self.spec.log_dir or Path(tempfile.mkdtemp(prefix="snapstream-cluster-"))
         (self.log_dir / "store").mkdir(parents=True, exist_ok=True)
         with free_ports(self.spec.host) as take_port:
-            self._stages = plan_cluster(self.spec, self.log_dir / "store", take_port)
+            self._stages = plan_cluster(self.spec, self.log_dir / "store", take_port,
+                                        self._store_access())
         deadline = time.monotonic() + self.spec.start_timeout_s
         self._backoff = {m.name: Backoff(self.spec.restarts) for stage in self._stages
                          for m in stage}
@@ -114,6 +117,12 @@ class LocalCluster:
         return {m.name: m.address for stage in self._stages for m in stage}
 
     @property
+    def store_config(self) -> Path:
+        """The store server's configuration file (it holds the password)."""
+        (store,) = self._stages[0]
+        return store.files[0][0]
+
+    @property
     def metrics(self) -> dict[str, str]:
         """Service name -> its Prometheus /metrics URL."""
         return {m.name: f"http://{self.spec.host}:{m.metrics_port}/metrics"
@@ -150,7 +159,19 @@ class LocalCluster:
             raise ClusterError(f"{binary} is not on PATH; install it to run a {self.spec.store} "
                                "store (scripts/setup.sh does)")
 
+    def _store_access(self) -> StoreAccess:
+        """A new password for the store and, with ``spec.tls``, a new CA and certificate
+        (in ``log_dir/tls``)."""
+        certs = None
+        if self.spec.tls:
+            hosts = tuple(dict.fromkeys((self.spec.host, "127.0.0.1", "localhost")))
+            certs = make_cluster_certs(self.log_dir / "tls", hosts)
+        return StoreAccess(password=secrets.token_urlsafe(24), certs=certs)
+
     def _start_member(self, member: Member) -> Child:
+        for path, text in member.files:
+            path.touch(mode=0o600)
+            path.write_text(text)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(member.env)}
         return Child(member.argv, self.log_dir / f"{member.name}.log", env)
 

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
 import pytest
 
+from snapstream.client import SnapstreamClient
 from snapstream.cluster import ClusterError, ClusterSpec, LocalCluster
 from tests.cluster.helpers import process_trees, still_running
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("store", ["redis", "nats"])
-def test_cluster_serves_then_stops_leaving_no_process(store: str, tiny_model: Path,
+@pytest.mark.parametrize(("store", "tls"), [("redis", False), ("nats", True)])
+def test_cluster_serves_then_stops_leaving_no_process(store: str, tls: bool, tiny_model: Path,
                                                       tmp_path: Path) -> None:
-    spec = ClusterSpec(store=store, model=tiny_model, router_port=0, slots=2, log_dir=tmp_path)
+    spec = ClusterSpec(store=store, model=tiny_model, router_port=0, slots=2, log_dir=tmp_path,
+                       tls=tls)
     with LocalCluster(spec) as cluster:
         assert set(cluster.endpoints) == {"store", "prefill", "decode-0", "decode-1", "router"}
-        assert cluster.endpoints["store"].startswith(f"{store}://127.0.0.1:")
+        scheme = {"redis": "redis", "nats": "tls" if tls else "nats"}[store]
+        assert re.match(f"{scheme}://[a-z]*:[^@]{{32}}@127.0.0.1:", cluster.endpoints["store"])
+        assert cluster.store_config.stat().st_mode & 0o777 == 0o600
+        with SnapstreamClient(cluster.endpoints["router"], timeout_s=60) as client:
+            assert client.generate("through the store " * 4, max_new_tokens=6).completion_tokens
         health = cluster.health()
         assert set(health) == {"prefill", "decode-0", "decode-1", "router"}
         assert all(status == "SERVING" for checks in health.values()

@@ -9,11 +9,15 @@ from pathlib import Path
 import pytest
 
 from snapstream.cluster import ClusterSpec, plan_cluster
+from snapstream.cluster.certs import make_cluster_certs
+from snapstream.cluster.stores import StoreAccess
+
+ACCESS = StoreAccess(password="pw-1")
 
 
-def _plan(spec: ClusterSpec):
+def _plan(spec: ClusterSpec, access: StoreAccess = ACCESS):
     ports = itertools.count(41000)
-    return plan_cluster(spec, Path("/data"), lambda: next(ports))
+    return plan_cluster(spec, Path("/data"), lambda: next(ports), access)
 
 
 def _flags(argv: tuple[str, ...]) -> dict[str, str]:
@@ -31,8 +35,9 @@ def test_router_gets_every_worker_and_workers_get_the_store() -> None:
         ClusterSpec(store="nats", model=Path("/m"), decode_workers=2, slots=3,
                     backend="sn40l-sim", router_port=50051))
     (store,) = store
-    assert store.address == "nats://127.0.0.1:41000"
-    assert store.argv[0] == "nats-server" and "-js" in store.argv
+    assert store.address == "nats://snapstream:pw-1@127.0.0.1:41000"
+    assert store.argv == ("nats-server", "-js", "-c", "/data/nats.conf")
+    assert 'password: "pw-1"' in store.files[0][1]
     assert router.address == "127.0.0.1:50051"
     assert router.argv[:5] == (sys.executable, "-m", "snapstream.cli", "serve", "router")
     flags = _flags(router.argv)
@@ -40,8 +45,9 @@ def test_router_gets_every_worker_and_workers_get_the_store() -> None:
     assert flags["--decode-addrs"] == ",".join(d.address for d in decodes)
     for decode in decodes:
         flags = _flags(decode.argv)
-        assert (flags["--store"], flags["--slots"], flags["--backend"], flags["--model"]) == (
-            store.address, "3", "sn40l-sim", "/m")
+        assert (flags["--slots"], flags["--backend"], flags["--model"]) == ("3", "sn40l-sim", "/m")
+        assert dict(decode.env)["SNAPSTREAM_STORE"] == store.address
+        assert "pw-1" not in " ".join(decode.argv)  # not on a command line: ps shows those
     assert router.service == "snapstream.v1.Generation" and store.service is None
 
 
@@ -59,9 +65,19 @@ def test_without_a_model_the_services_serve_the_embedded_one() -> None:
 
 def test_model_workers_get_the_torch_thread_share_and_the_router_none() -> None:
     (store,), workers, (router,) = _plan(ClusterSpec(torch_threads=1))
-    assert all(dict(m.env) == {"OMP_NUM_THREADS": "1"} for m in workers)
+    assert all(dict(m.env)["OMP_NUM_THREADS"] == "1" for m in workers)
     assert store.env == router.env == ()
-    assert all(m.env == () for stage in _plan(ClusterSpec()) for m in stage)
+    assert all("OMP_NUM_THREADS" not in dict(m.env) for stage in _plan(ClusterSpec())
+               for m in stage)
+
+
+def test_a_tls_store_is_configured_tls_only_and_its_url_trusts_the_cluster_ca(
+        tmp_path: Path) -> None:
+    certs = make_cluster_certs(tmp_path, ("127.0.0.1",))
+    (redis,), _, _ = _plan(ClusterSpec(), StoreAccess(password="pw-1", certs=certs))
+    assert redis.address == f"rediss://:pw-1@127.0.0.1:41000/0?tls_ca_file={certs.ca}"
+    config = redis.files[0][1]
+    assert "port 0\ntls-port 41000" in config and "requirepass pw-1" in config
 
 
 @pytest.mark.parametrize(("fields", "message"), [

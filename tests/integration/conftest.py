@@ -83,10 +83,31 @@ SERVER_KINDS: dict[str, tuple[str, Callable[[int, Path], list[str]], str]] = {
                    lambda port, workdir: ["-js", "-a", "127.0.0.1", "-p", str(port),
                                           "-sd", str(workdir / "jetstream"), "--auth", "t0ken"],
                    "nats://t0ken@127.0.0.1:{port}"),
+    "redis-tls": ("redis-server",
+                  lambda port, workdir: ["--port", "0", "--tls-port", str(port), "--bind",
+                                         "127.0.0.1", "--save", "", "--appendonly", "no",
+                                         "--dir", str(workdir), "--requirepass", "s3cret",
+                                         *_tls_flags(workdir, "--tls-cert-file", "--tls-key-file"),
+                                         "--tls-auth-clients", "no"],
+                  "rediss://:s3cret@127.0.0.1:{port}/0?tls_ca_file={workdir}/tls/ca.pem"),
+    "nats-tls": ("nats-server",
+                 lambda port, workdir: ["-js", "-a", "127.0.0.1", "-p", str(port),
+                                        "-sd", str(workdir / "jetstream"), "--user", "snap",
+                                        "--pass", "s3cret", "--tls",
+                                        *_tls_flags(workdir, "--tlscert", "--tlskey")],
+                 "tls://snap:s3cret@127.0.0.1:{port}?tls_ca_file={workdir}/tls/ca.pem"),
     "nats-without-jetstream": ("nats-server",
                                lambda port, workdir: ["-a", "127.0.0.1", "-p", str(port)],
                                "nats://127.0.0.1:{port}"),
 }
+
+
+def _tls_flags(workdir: Path, cert_flag: str, key_flag: str) -> list[str]:
+    """A CA and a server certificate for 127.0.0.1 in ``workdir/tls``."""
+    from snapstream.cluster.certs import make_cluster_certs
+
+    certs = make_cluster_certs(workdir / "tls", ("127.0.0.1", "localhost"))
+    return [cert_flag, str(certs.cert), key_flag, str(certs.key)]
 
 
 def start_server(kind: str, workdir: Path) -> Server:
@@ -100,7 +121,7 @@ def start_server(kind: str, workdir: Path) -> Server:
     argv = [binary, *arguments(port, workdir)]
     process = _launch(argv, log_path)
     _wait_accepting(process, port, log_path)
-    return Server(url.format(port=port), process, argv, log_path)
+    return Server(url.format(port=port, workdir=workdir), process, argv, log_path)
 
 
 def _launch(argv: list[str], log_path: Path) -> subprocess.Popen:
