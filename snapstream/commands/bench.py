@@ -9,6 +9,7 @@ BENCHMARKS: dict[str, str] = {
     "engine": "snapstream.bench.engine_cli",
     "serve": "snapstream.bench.serve_cli",
     "peers": "snapstream.bench.peers.cli",
+    "faults": "snapstream.bench.faults.cli",
 }
 
 
