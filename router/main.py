@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
 from snapstream.serving.settings import (
     add_model_setting,
@@ -15,6 +16,8 @@ from snapstream.serving.settings import (
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50051, metrics_port=9101)
+    add_setting(parser, "--http-port", type=int, default=8000,
+                help="port of the OpenAI-compatible HTTP API, on --host (0 disables it)")
     add_model_setting(parser)
     add_setting(parser, "--prefill-addrs", type=address_list, default=("127.0.0.1:50052",),
                 help="prefill workers: host:port list; a DNS name may resolve to many")
@@ -57,6 +60,7 @@ def load_served_model(path, default_policy: str, default_max_new_tokens: int):
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    from router.generation import Generation
     from router.service import GenerationServicer
     from router.workers import WorkerPool, poll_decode_stats
     from snapstream.serving.server import ServerSpec, serve, wait_until_idle
@@ -67,7 +71,10 @@ async def _serve(args: argparse.Namespace) -> None:
                          "least_outstanding")
     decode = WorkerPool("decode", args.decode_addrs, decode_pb2_grpc.DecodeStub,
                         "most_free_slots")
-    servicer = GenerationServicer(model, prefill, decode)
+    generation = Generation(model, prefill, decode)
+    servicer = GenerationServicer(generation)
+    is_ready = asyncio.Event()
+    http = _http_server(args, generation, is_ready)
     poller: list[asyncio.Task] = []
 
     async def warmup() -> None:
@@ -75,9 +82,17 @@ async def _serve(args: argparse.Namespace) -> None:
         await decode.refresh()
         poller.append(asyncio.create_task(
             poll_decode_stats(decode, args.stats_interval_s, args.resolve_interval_s)))
+        if http is not None:
+            await http.start()
+            print(f"snapstream router OpenAI API on {http.base_url}", file=sys.stderr,
+                  flush=True)
+        is_ready.set()
 
     async def drain(timeout_s: float) -> None:
-        await wait_until_idle(lambda: servicer.active > 0, timeout_s)
+        is_ready.clear()  # HTTP /health says 503, as gRPC health says NOT_SERVING
+        await wait_until_idle(lambda: generation.active > 0, timeout_s)
+        if http is not None:
+            await http.stop()
         for task in poller:
             task.cancel()
         await prefill.close()
@@ -87,3 +102,13 @@ async def _serve(args: argparse.Namespace) -> None:
                       ("snapstream.v1.Generation",), reflection=True)
     await serve(spec, lambda s: generation_pb2_grpc.add_GenerationServicer_to_server(servicer, s),
                 warmup, drain)
+
+
+def _http_server(args: argparse.Namespace, generation, is_ready: asyncio.Event):
+    """The OpenAI API's server (not yet listening), or None with ``--http-port 0``."""
+    if not args.http_port:
+        return None
+    from router.openai_api.app import create_app
+    from router.openai_api.server import HttpServer
+
+    return HttpServer(create_app(generation, is_ready.is_set), args.host, args.http_port)

@@ -11,8 +11,9 @@ from prometheus_client import Counter, Gauge, Histogram
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZE_BUCKETS = tuple(2.0**k for k in range(10, 32, 2))
 
-REQUESTS = Counter("snapstream_requests_total", "Requests by service and outcome",
-                   ["service", "outcome"])
+REQUESTS = Counter("snapstream_requests_total",
+                   "Requests by service, API (grpc, openai) and outcome",
+                   ["service", "api", "outcome"])
 TIME_TO_FIRST_TOKEN = Histogram("snapstream_time_to_first_token_seconds",
                                 "Request received to first token sent", buckets=LATENCY_BUCKETS)
 INTER_TOKEN_LATENCY = Histogram("snapstream_inter_token_latency_seconds",

@@ -62,8 +62,8 @@ def test_compose_topology_serves_through_the_router(store, stop_signal, model_di
             check_both_decode_replicas_serve(stub, topology)
             victim = check_stream_survives_its_decode_worker(stub, topology, stop_signal)
         metrics = scrape(router.address(9101))
-        assert re.search(r'snapstream_requests_total\{outcome="ok",service="router"\} [1-9]',
-                         metrics)
+        assert re.search(r'snapstream_requests_total\{api="grpc",outcome="ok",'
+                         r'service="router"\} [1-9]', metrics)
         failovers = 1 if stop_signal == signal.SIGKILL else 0  # a drained stream ends in place
         assert f"snapstream_decode_failovers_total {failovers}.0" in metrics
     assert topology.strays == []

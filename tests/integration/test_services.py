@@ -17,6 +17,7 @@ from decode_svc.service import DecodeServicer
 from kvstore import BlobStore, open_store
 from kvstore.codec import BlobSpec
 from prefill_svc.service import PrefillServicer
+from router.generation import Generation
 from router.main import load_served_model
 from router.service import GenerationServicer
 from router.workers import WorkerPool, poll_decode_stats
@@ -57,12 +58,13 @@ class Stack:
     engine: Engine
     decode_servicer: DecodeServicer
     channel: grpc.aio.Channel  # to the stack's one server
+    router: Generation  # the router's generation path, which the servicer serves
 
 
 @contextlib.asynccontextmanager
 async def serving_stack(model_dir: Path, store_url: str,
-                        backend: BackendConfig = TORCH, slots: int = 4, max_queue: int = 16
-                        ) -> AsyncIterator[Stack]:
+                        backend: BackendConfig = TORCH, slots: int = 4, max_queue: int = 16,
+                        prefill_queue: int = 8) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir)
     spec = BlobSpec.for_engine(engine)
     store = await open_store(store_url)
@@ -75,11 +77,11 @@ async def serving_stack(model_dir: Path, store_url: str,
     decode = WorkerPool("decode", (address,), decode_pb2_grpc.DecodeStub, "most_free_slots")
     model = load_served_model(model_dir, "snapstream", 16)
     prefill_pb2_grpc.add_PrefillServicer_to_server(
-        PrefillServicer(engine, store, spec, blob_ttl_s=60, max_queue=8), server)
+        PrefillServicer(engine, store, spec, blob_ttl_s=60, max_queue=prefill_queue), server)
     decode_servicer = DecodeServicer(loop, store, spec)
     decode_pb2_grpc.add_DecodeServicer_to_server(decode_servicer, server)
-    generation_pb2_grpc.add_GenerationServicer_to_server(
-        GenerationServicer(model, prefill, decode), server)
+    router = Generation(model, prefill, decode)
+    generation_pb2_grpc.add_GenerationServicer_to_server(GenerationServicer(router), server)
     await server.start()
     loop.start()
     await prefill.refresh()
@@ -89,7 +91,7 @@ async def serving_stack(model_dir: Path, store_url: str,
     try:
         yield Stack(generation_pb2_grpc.GenerationStub(channel),
                     prefill_pb2_grpc.PrefillStub(channel), decode_pb2_grpc.DecodeStub(channel),
-                    store, loop, engine, decode_servicer, channel)
+                    store, loop, engine, decode_servicer, channel, router)
     finally:
         poller.cancel()
         await channel.close()

@@ -8,7 +8,7 @@ import threading
 
 from decode_svc.loop import deliver
 from decode_svc.sequence import DecodeEvent, StreamSink
-from router.service import _until_stop
+from router.generation import TextChunk, until_stop
 from router.text import TextStream
 from tests.tiny_models import tiny_snapstream_tokenizer
 
@@ -59,13 +59,13 @@ def test_a_chunk_ends_at_the_token_that_completes_a_stop_string():
     tokenizer = tiny_snapstream_tokenizer()
     text = TextStream(tokenizer, stop=("lo w",))
     tokens = tokenizer.encode("hello world")
-    kept, delta = _until_stop(tokens, text)
-    assert kept == tokens[: len("hello w") - 1]  # "he" is one token of the tiny vocabulary
-    assert delta == "hel" and text.stopped
+    chunk = until_stop(tokens, text)
+    assert chunk.token_ids == tuple(tokens[: len("hello w") - 1])  # "he": one tiny token
+    assert chunk.text == "hel" and text.stopped
 
 
 def test_a_chunk_without_a_stop_string_keeps_every_token():
     tokenizer = tiny_snapstream_tokenizer()
     text = TextStream(tokenizer, stop=("xyz",))
     tokens = tokenizer.encode("héllo")  # é is two bytes: whole in one chunk
-    assert _until_stop(tokens, text) == (tokens, "héllo")
+    assert until_stop(tokens, text) == TextChunk(tuple(tokens), "héllo")

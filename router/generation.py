@@ -1,0 +1,240 @@
+"""The router's one generation path, shared by the gRPC and the OpenAI HTTP APIs:
+resolve -> prefill -> decode stream (with failover) -> text chunks, then a Completion.
+
+The request arrives as the native ``GenerateRequest`` (the HTTP API converts its bodies into
+one), so both APIs share one validator; what comes out are domain events, which each API
+frames its own way. Cancelling the consumer (a gRPC cancel, an HTTP client that leaves)
+cancels the prefill or decode call in flight, and the blob is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from router.request import ResolvedRequest, ServedModel, resolve
+from router.text import TextStream
+from router.workers import WorkerPool
+from snapstream.serving import metrics
+from snapstream.serving.convert import FINISH_FROM_PB, policy_to_pb, sampling_to_pb
+from snapstream.serving.errors import QueueFull, Unavailable
+from snapstream.v1 import decode_pb2, generation_pb2, prefill_pb2
+
+log = logging.getLogger(__name__)
+# a decode stream that ends with one of these is resumed on another decode worker
+FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
+                  grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED,
+                  grpc.StatusCode.RESOURCE_EXHAUSTED}
+RELEASE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """Tokens generated since the previous chunk and their text (never half a character)."""
+
+    token_ids: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The last event of a generation."""
+
+    finish_reason: str  # length, stop_token, stop_string, context_length
+    prompt_tokens: int
+    completion_tokens: int
+    time_to_first_token_s: float  # request received to first token sent
+    decode_time_s: float  # first token to last token
+    simulated_decode_time_s: float  # on the sn40l-sim back end's accelerator, else 0
+    kv_cache_bytes: int
+    kv_cache_slots: int
+
+
+Event = TextChunk | Completion
+
+
+@dataclass
+class Progress:
+    """What the client already has: resuming elsewhere replays exactly these tokens."""
+
+    tokens: list[int] = field(default_factory=list)
+    complete: decode_pb2.DecodeComplete | None = None
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+class Generation:
+    """``generate`` is the one way the router serves a request; ``active`` counts the
+    generations in flight (draining waits for it)."""
+
+    def __init__(self, model: ServedModel, prefill: WorkerPool, decode: WorkerPool) -> None:
+        self.model, self.prefill, self.decode = model, prefill, decode
+        self.active = 0
+        self.releasing: set[asyncio.Task] = set()
+
+    async def generate(self, request: generation_pb2.GenerateRequest, *, api: str,
+                       deadline: float | None = None) -> AsyncIterator[Event]:
+        """Raises ValueError (before any event) for a request that does not resolve;
+        ``deadline`` is a ``time.monotonic()`` time, None for none."""
+        received = time.monotonic()
+        req = resolve(request, self.model)
+        self.active += 1
+        metrics.RUNNING.labels("router").inc()
+        outcome = "error"
+        try:
+            async for event in self._generate(req, received, deadline):
+                if isinstance(event, Completion):  # the last event: the caller may stop here
+                    outcome = "ok"
+                yield event
+        finally:
+            self.active -= 1
+            metrics.RUNNING.labels("router").dec()
+            metrics.REQUESTS.labels("router", api, outcome).inc()
+            metrics.END_TO_END.labels("router").observe(time.monotonic() - received)
+
+    async def _generate(self, req: ResolvedRequest, received: float, deadline: float | None
+                        ) -> AsyncIterator[Event]:
+        prefilled = await self._prefill(req, _remaining(deadline))
+        progress = Progress(tokens=[prefilled.first_token_id])
+        try:
+            text = TextStream(self.model.tokenizer, req.stop)
+            first_sent = last_sent = time.monotonic()
+            metrics.TIME_TO_FIRST_TOKEN.observe(first_sent - received)
+            yield TextChunk((prefilled.first_token_id,), text.push([prefilled.first_token_id]))
+            sent = 1
+            finish = _finish_after_prefill(req, prefilled.first_token_id, text)
+            if finish is None:
+                async for tokens in self._decode(req, prefilled, progress, deadline):
+                    now = time.monotonic()
+                    metrics.INTER_TOKEN_LATENCY.observe(now - last_sent)
+                    last_sent = now
+                    chunk = until_stop(tokens, text)
+                    sent += len(chunk.token_ids)
+                    yield chunk
+                    if text.stopped:
+                        finish = "stop_string"
+                        break
+                finish = finish or FINISH_FROM_PB[progress.complete.finish_reason]
+            tail = text.finish()
+            if tail:
+                yield TextChunk((), tail)
+            simulated = (progress.complete.simulated_decode_time.ToNanoseconds() / 1e9
+                         if progress.complete else 0.0)
+            yield Completion(
+                finish_reason=finish, prompt_tokens=len(req.prompt_ids), completion_tokens=sent,
+                time_to_first_token_s=first_sent - received, decode_time_s=last_sent - first_sent,
+                simulated_decode_time_s=simulated, kv_cache_bytes=prefilled.blob_size,
+                kv_cache_slots=req.cache_slots)
+        finally:
+            if progress.complete is None:  # no decode stream consumed the blob to its end
+                self._release_soon(prefilled.blob_key)
+
+    def _release_soon(self, blob_key: str) -> None:
+        """Deletes a blob through a prefill worker (the router has no store client), in a task
+        of its own, so that a cancelled request still does it."""
+        task = asyncio.ensure_future(self._release(blob_key))
+        self.releasing.add(task)
+        task.add_done_callback(self.releasing.discard)
+
+    async def _release(self, blob_key: str) -> None:
+        try:
+            worker = self.prefill.pick()
+            await worker.stub.Release(prefill_pb2.ReleaseRequest(blob_key=blob_key),
+                                      timeout=RELEASE_TIMEOUT_S)
+        except (Unavailable, grpc.aio.AioRpcError) as err:
+            log.warning("could not release blob %s (its TTL will remove it): %s", blob_key, err)
+
+    async def _prefill(self, req: ResolvedRequest, timeout: float | None
+                       ) -> prefill_pb2.PrefillResponse:
+        """On the least busy prefill worker; a full or unreachable one passes the request on.
+        QueueFull when every worker was full, Unavailable when none could be reached."""
+        message = prefill_pb2.PrefillRequest(
+            request_id=req.request_id, prompt_token_ids=list(req.prompt_ids),
+            policy=policy_to_pb(req.policy), sampling=sampling_to_pb(req.sampling),
+            max_new_tokens=req.max_new_tokens)
+        tried: set[str] = set()
+        full: set[str] = set()
+        while True:
+            try:
+                worker = self.prefill.pick(exclude=tried)
+            except Unavailable:
+                if full and full == tried:
+                    raise QueueFull(f"every prefill worker's queue is full ({len(full)} "
+                                    "tried); retry later") from None
+                raise
+            with self.prefill.track(worker):
+                try:
+                    return await worker.stub.Prefill(message, timeout=timeout)
+                except grpc.aio.AioRpcError as err:
+                    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        full.add(worker.address)
+                    elif err.code() == grpc.StatusCode.UNAVAILABLE:
+                        worker.mark_failed()
+                    else:
+                        raise
+                    tried.add(worker.address)
+
+    async def _decode(self, req: ResolvedRequest, prefilled, progress: Progress,
+                      deadline: float | None) -> AsyncIterator[list[int]]:
+        """Yields the new tokens of each chunk; resumes on another worker when a stream breaks."""
+        tried: set[str] = set()
+        while progress.complete is None:
+            worker = self.decode.pick(exclude=tried)
+            call = worker.stub.Decode(decode_pb2.DecodeRequest(
+                request_id=req.request_id, blob_key=prefilled.blob_key,
+                first_token_id=progress.tokens[0], generated_token_ids=progress.tokens[1:],
+                sampling=sampling_to_pb(req.sampling), max_new_tokens=req.max_new_tokens),
+                timeout=_remaining(deadline))
+            with self.decode.track(worker):
+                try:
+                    async for message in call:
+                        if message.HasField("complete"):
+                            progress.complete = message.complete
+                        elif message.chunk.token_ids:
+                            tokens = list(message.chunk.token_ids)
+                            progress.tokens += tokens
+                            yield tokens
+                    if progress.complete is None:
+                        raise _broken(worker.address)
+                except grpc.aio.AioRpcError as err:
+                    if err.code() not in FAILOVER_CODES:
+                        raise
+                    log.warning("decode worker %s failed (%s); resuming %s after %d tokens",
+                                worker.address, err.code().name, req.request_id,
+                                len(progress.tokens))
+                    metrics.FAILOVERS.inc()
+                    worker.mark_failed()
+                    tried.add(worker.address)
+                finally:
+                    call.cancel()
+
+
+def _broken(address: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                grpc.aio.Metadata(), f"decode stream from {address} ended early")
+
+
+def until_stop(tokens: list[int], text: TextStream) -> TextChunk:
+    """The tokens up to and including the one that completes a stop string (all if none does),
+    and their text."""
+    deltas = []
+    for i, token in enumerate(tokens):
+        deltas.append(text.push([token]))
+        if text.stopped:
+            return TextChunk(tuple(tokens[: i + 1]), "".join(deltas))
+    return TextChunk(tuple(tokens), "".join(deltas))
+
+
+def _finish_after_prefill(req: ResolvedRequest, first: int, text: TextStream) -> str | None:
+    if text.stopped:
+        return "stop_string"
+    if first in req.sampling.stop_token_ids:
+        return "stop_token"
+    return "length" if req.max_new_tokens == 1 else None
