@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from snapstream.cluster.spec import ClusterSpec
@@ -30,6 +30,7 @@ class Member:
     metrics_port: int | None = None
     env: tuple[tuple[str, str], ...] = ()  # set on top of the cluster's environment
     files: tuple[tuple[Path, str], ...] = ()  # written (mode 0600) before each start
+    http_port: int | None = None  # the router's OpenAI API
 
 
 def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int],
@@ -58,10 +59,11 @@ def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int
         _service(spec, f"decode-{i}", "decode", port(requested), free_port(),
                  (*model, "--slots", str(spec.slots), "--backend", spec.backend), store_env)
         for i, requested in enumerate(decode_ports))
+    http_port = port(spec.http_port)
     router = _service(spec, "router", "router", port(spec.router_port), free_port(),
-                      (*model, "--prefill-addrs", prefill.address,
+                      (*model, "--http-port", str(http_port), "--prefill-addrs", prefill.address,
                        "--decode-addrs", ",".join(d.address for d in decodes)))
-    return (store_member,), (prefill, *decodes), (router,)
+    return (store_member,), (prefill, *decodes), (replace(router, http_port=http_port),)
 
 
 def _service(spec: ClusterSpec, name: str, kind: str, port: int, metrics_port: int,

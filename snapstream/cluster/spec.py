@@ -22,6 +22,7 @@ class ClusterSpec:
     model: Path | None = None
     host: str = "127.0.0.1"
     router_port: int = 50051
+    http_port: int = 0  # the router's OpenAI HTTP API (`snapstream up` asks for 8000)
     prefill_port: int = 0
     decode_ports: tuple[int, ...] = ()
     store_port: int = 0
@@ -51,7 +52,8 @@ class ClusterSpec:
         if self.decode_ports and len(self.decode_ports) != self.decode_workers:
             raise ValueError(f"decode_ports must be empty or hold decode_workers "
                              f"({self.decode_workers}) ports, got {self.decode_ports}")
-        ports = (self.router_port, self.prefill_port, self.store_port, *self.decode_ports)
+        ports = (self.router_port, self.http_port, self.prefill_port, self.store_port,
+                 *self.decode_ports)
         if any(not 0 <= port < 65536 for port in ports):
             raise ValueError(f"ports must lie in [0, 65535], got {ports}")
         if self.start_timeout_s <= 0 or self.drain_timeout_s <= 0:

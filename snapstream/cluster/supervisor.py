@@ -123,6 +123,12 @@ class LocalCluster:
         return store.files[0][0]
 
     @property
+    def openai_url(self) -> str:
+        """Base URL of the router's OpenAI-compatible HTTP API."""
+        (router,) = self._stages[-1]
+        return f"http://{self.spec.host}:{router.http_port}/v1"
+
+    @property
     def metrics(self) -> dict[str, str]:
         """Service name -> its Prometheus /metrics URL."""
         return {m.name: f"http://{self.spec.host}:{m.metrics_port}/metrics"
@@ -179,7 +185,8 @@ class LocalCluster:
         """A port another process listens on (a second ``snapstream up``) stops the start
         before anything runs, instead of a member failing to bind."""
         spec = self.spec
-        for port in (spec.router_port, spec.prefill_port, spec.store_port, *spec.decode_ports):
+        for port in (spec.router_port, spec.http_port, spec.prefill_port, spec.store_port,
+                     *spec.decode_ports):
             if port and not is_free(spec.host, port):
                 raise ClusterError(f"port {port} on {spec.host} is in use (another snapstream "
                                    f"up?); stop it, or pass another port (0: any free one)")

@@ -30,6 +30,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     parser.add_argument("--port", type=int, default=50051, help="router port (0: a free port)")
+    parser.add_argument("--http-port", type=int, default=8000,
+                        help="port of the router's OpenAI-compatible HTTP API (0: a free port)")
     parser.add_argument("--decode-workers", type=int, default=2)
     parser.add_argument("--slots", type=int, default=8, help="decode slots per worker")
     parser.add_argument("--backend", default="torch", help="decode back end: torch or sn40l-sim")
@@ -55,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
     model = args.model or default_model_path()  # fails fast, in one line, when not installed
     spec = ClusterSpec(store=args.store, model=model, host=args.host, router_port=args.port,
-                       decode_workers=args.decode_workers, slots=args.slots,
+                       http_port=args.http_port, decode_workers=args.decode_workers,
+                       slots=args.slots,
                        backend=args.backend, torch_threads=args.torch_threads,
                        log_dir=args.log_dir, tls=args.tls,
                        start_timeout_s=args.start_timeout_s)
@@ -116,6 +119,7 @@ def _print_endpoints(cluster: LocalCluster) -> None:
             address = redact_url(address.split("?")[0])
             extra = f"password in {cluster.store_config}"
         print(f"  {name:<9} {address:<28}  {extra}".rstrip())
+    print(f"  {'openai':<9} {cluster.openai_url}")
     if cluster.spec.tls:
         print(f"  TLS       CA {cluster.log_dir}/tls/ca.pem")
     print(flush=True)

@@ -25,11 +25,16 @@ def cluster_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def router_address(cluster_model: Path, tmp_path_factory: pytest.TempPathFactory
-                   ) -> Iterator[str]:
-    model = cluster_model
-    spec = ClusterSpec(store="redis", model=model, router_port=0, decode_workers=1, slots=2,
-                       log_dir=tmp_path_factory.mktemp("cluster-logs"), drain_timeout_s=5.0)
-    with LocalCluster(spec) as cluster:
-        yield cluster.endpoints["router"]
-        assert cluster.exited() == {}, "a member crashed during the client tests"
+def cluster(cluster_model: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[LocalCluster]:
+    spec = ClusterSpec(store="redis", model=cluster_model, router_port=0, decode_workers=1,
+                       slots=2, log_dir=tmp_path_factory.mktemp("cluster-logs"),
+                       drain_timeout_s=5.0)
+    with LocalCluster(spec) as started:
+        yield started
+        assert started.exited() == {}, "a member crashed during the client tests"
+
+
+@pytest.fixture(scope="session")
+def router_address(cluster: LocalCluster) -> str:
+    return cluster.endpoints["router"]

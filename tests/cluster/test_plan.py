@@ -106,3 +106,12 @@ def test_a_port_in_use_stops_the_start_before_anything_runs(tmp_path: Path) -> N
         with pytest.raises(ClusterError, match=f"port {port} on 127.0.0.1 is in use"):
             cluster.start()
     assert cluster.pids == {}
+
+
+def test_the_router_serves_the_openai_api_on_its_own_port() -> None:
+    stages = _plan(ClusterSpec(router_port=0))
+    members, (router,) = [m for stage in stages for m in stage], stages[-1]
+    assert _flags(router.argv)["--http-port"] == str(router.http_port)
+    assert router.http_port not in {m.port for m in members} | {m.metrics_port for m in members}
+    *_, (given,) = _plan(ClusterSpec(http_port=8000))
+    assert (given.http_port, _flags(given.argv)["--http-port"]) == (8000, "8000")

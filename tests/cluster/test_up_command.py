@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import selectors
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,12 +37,16 @@ def _read_until(process: subprocess.Popen, marker: str, timeout_s: float) -> str
 
 def test_sigterm_stops_every_member(tiny_model: Path, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "snapstream.cli", "up", "--store", "redis", "--model",
-               str(tiny_model), "--port", "0", "--slots", "2", "--log-dir", str(tmp_path)]
+               str(tiny_model), "--port", "0", "--http-port", "0", "--slots", "2",
+               "--log-dir", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         printed = _read_until(process, "snapstream cluster is up", START_TIMEOUT_S)
         members = descendants(process.pid)
         assert len(members) == 5, members  # store, prefill, 2 decode, router
+        base_url = re.search(r"  openai    (http://127\.0\.0\.1:\d+/v1)\n", printed).group(1)
+        with urllib.request.urlopen(f"{base_url}/models", timeout=10) as response:
+            assert json.load(response)["data"][0]["id"] == tiny_model.name
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, process.stderr.read().decode()
     finally:
