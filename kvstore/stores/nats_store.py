@@ -229,28 +229,39 @@ class NatsBlobStore(BlobStore):
 
 async def _connect(config: NatsStoreConfig) -> nats.NATS:
     """Connect within connect_timeout_s, then reconnect forever after a loss (nats-py's default
-    gives up after two minutes and leaves the client closed for good). A failure names the
-    server's last complaint (a wrong password: "Authorization Violation")."""
+    gives up after two minutes and leaves the client closed for good). A server that refuses
+    the credentials fails it at once; a failure names the server's last complaint."""
     errors: list[Exception] = []
+    refused = asyncio.Event()
 
     async def record(exc: Exception) -> None:
         errors.append(exc)
         await _log_error(exc)
+        if AUTH_VIOLATION in str(exc).lower():
+            refused.set()
 
+    connect = asyncio.ensure_future(nats.connect(
+        config.url, connect_timeout=config.connect_timeout_s, max_reconnect_attempts=-1,
+        error_cb=record, **({"tls": config.tls} if config.tls is not None else {})))
+    watch = asyncio.ensure_future(refused.wait())
+    done, _ = await asyncio.wait({connect, watch}, timeout=config.connect_timeout_s,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    watch.cancel()
     try:
-        return await asyncio.wait_for(
-            nats.connect(config.url, connect_timeout=config.connect_timeout_s,
-                         max_reconnect_attempts=-1, error_cb=record,
-                         **({"tls": config.tls} if config.tls is not None else {})),
-            timeout=config.connect_timeout_s)
-    except (TimeoutError, *NatsBlobStore.unavailable_errors) as exc:
+        if connect not in done:
+            connect.cancel()
+        return await connect
+    except (asyncio.CancelledError, nats.errors.Error, *NatsBlobStore.unavailable_errors) as exc:
         last = f" (last error: {_describe(errors[-1])})" if errors else ""
         raise StoreUnavailable(f"KV store {redact_url(config.url)} unavailable: no connection "
                                f"within {config.connect_timeout_s} s{last}") from exc
 
 
+AUTH_VIOLATION = "authorization violation"
+
+
 def _describe(exc: Exception) -> str:
     text = str(exc).strip() or type(exc).__name__
-    if "authorization violation" in text.lower():
+    if AUTH_VIOLATION in text.lower():
         return f"{text}: check the user and password (or token) in the URL"
     return text
