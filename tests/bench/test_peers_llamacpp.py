@@ -9,9 +9,9 @@ import urllib.request
 import pytest
 
 from snapstream.bench.peers import recipes
-from snapstream.bench.peers.models import RUNNERS
 from snapstream.bench.peers.process import RunnerProcess
 from snapstream.bench.peers.prompts import model_path
+from snapstream.bench.peers.runners import RUNNERS
 from snapstream.bench.peers.systems import get_system
 from snapstream.bench.peers.venvs import find_venv
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
 from snapstream.bench.peers.process import RunnerError, RunnerProcess
+from snapstream.bench.peers.runners import RUNNERS
 from snapstream.bench.peers.runners.peer_protocol import (
     ProtocolError,
     Reply,
@@ -94,8 +98,6 @@ RUNNER = """
 
 @pytest.fixture
 def toy_runner(tmp_path):
-    from snapstream.bench.peers.models import RUNNERS
-
     script = tmp_path / "run_toy.py"
     script.write_text(textwrap.dedent(RUNNER.format(protocol_dir=str(RUNNERS))))
     return script
@@ -125,3 +127,29 @@ def test_runner_process_kills_a_runner_that_times_out(toy_runner, tmp_path):
         with pytest.raises(RunnerError, match="no reply to 'sleep' within 1 s; killed it"):
             runner.call("sleep", timeout_s=1, s=30)
         assert runner._proc.poll() is not None
+
+
+def test_a_runner_dies_with_the_process_that_started_it(toy_runner, tmp_path):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from snapstream.bench.peers.process import RunnerProcess
+            runner = RunnerProcess(sys.executable, {str(toy_runner)!r}, {str(tmp_path / "t.log")!r})
+            print(runner.pid, flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True)
+    runner_pid = int(parent.stdout.readline())
+    parent.kill()  # no clean-up code runs in the parent
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(runner_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(runner_pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

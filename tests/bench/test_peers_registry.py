@@ -9,7 +9,7 @@ import pytest
 
 from snapstream.bench.peers import recipes
 from snapstream.bench.peers.bench import PeersBenchConfig
-from snapstream.bench.peers.models import RUNNERS
+from snapstream.bench.peers.runners import RUNNERS
 from snapstream.bench.peers.systems import (
     SYSTEMS,
     Budget,

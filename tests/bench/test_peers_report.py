@@ -16,7 +16,8 @@ from snapstream.bench.report import write_section
 
 
 def _point(decode, ttft, tokens, passkey=True):
-    return {"decode_ms_per_token": decode, "ttft_ms": ttft, "peak_rss_bytes": 300 * 2**20,
+    return {"decode_ms_per_token": decode, "ttft_ms": ttft, "other_cores_busy": [0.1, 0.5, 0.2],
+            "peak_rss_bytes": 300 * 2**20,
             "kv_bytes": 24 * 2**20, "kv_note": "from the shape", "token_ids": tokens,
             "passkey_found": passkey}
 
@@ -55,9 +56,9 @@ def test_render_writes_one_row_per_measured_point_and_names_failures():
     rows = [line for line in body.splitlines() if line.startswith("| 1024") or
             line.startswith("| 4096")]
     assert rows == [
-        "| 1024 | llama.cpp | 10.0 | 1.00× | 0.55 | 1.00× | 300.0 | 24.0 | yes | 3/4 |",
-        "| 1024 | transformers | 30.0 | 3.00× | 1.10 | 2.00× | 300.0 | 24.0 | no | 4/4 |",
-        "| 4096 | llama.cpp | 20.0 | 1.00× | 2.10 | 1.00× | 300.0 | 24.0 | yes | — |",
+        "| 1024 | llama.cpp | 10.0 | 1.00× | 0.55 | 1.00× | 300.0 | 24.0 | yes | 3/4 | 0.2 |",
+        "| 1024 | transformers | 30.0 | 3.00× | 1.10 | 2.00× | 300.0 | 24.0 | no | 4/4 | 0.2 |",
+        "| 4096 | llama.cpp | 20.0 | 1.00× | 2.10 | 1.00× | 300.0 | 24.0 | yes | — | 0.2 |",
     ]
     assert "Command: `snapstream " in body
     assert "torch==2.13.0+cpu, transformers==5.2.0 (built in 15.5 min)" in body

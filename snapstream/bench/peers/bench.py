@@ -14,11 +14,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from snapstream.bench.peers.models import RUNNERS
 from snapstream.bench.peers.process import RunnerError, RunnerProcess
 from snapstream.bench.peers.prompts import Prompt, load_tokenizer, model_path, passkey_prompts
+from snapstream.bench.peers.runners import RUNNERS
 from snapstream.bench.peers.systems import Budget, PeerSystem, get_system
 from snapstream.bench.peers.venvs import Echo, PeerBuildError, Venv, ensure_venv, peers_root
+from snapstream.bench.serve_profile import machine_cpu_s, process_cpu_s
 
 WARMUP_TOKENS = 256
 
@@ -62,17 +63,29 @@ class Peer:
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, budget: Budget,
                  timeout_s: float) -> dict | None:
-        """One measurement, or None once this system has failed (the failure is kept)."""
+        """One measurement, or None once this system has failed (the failure is kept). The
+        reply gains ``other_cores_busy``: the cores that processes other than this runner and
+        this process kept busy meanwhile (other people's jobs on a shared machine)."""
         if self.failure:
             return None
+        before = self._cpu_s()
         try:
-            return self.runner.call(
+            reply = self.runner.call(
                 "generate", timeout_s=timeout_s, prompt_ids=prompt_ids,
                 max_new_tokens=max_new_tokens,
                 options=self.system.generate_options(len(prompt_ids), budget))
         except RunnerError as exc:
             self.failure = str(exc)
             return None
+        wall, machine, ours = (after - first for after, first in zip(self._cpu_s(), before,
+                                                                      strict=True))
+        reply["other_cores_busy"] = (machine - ours) / wall
+        return reply
+
+    def _cpu_s(self) -> tuple[float, float, float]:
+        """(wall, machine busy, this runner + this process) in seconds."""
+        ours = process_cpu_s(self.runner.pid) + time.process_time()
+        return time.perf_counter(), machine_cpu_s(), ours
 
 
 def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
@@ -141,7 +154,8 @@ def _measure(peers: list[Peer], prompts: list[Prompt], cfg: PeersBenchConfig,
                     continue
                 peer.results.setdefault(len(prompt.token_ids), []).append(reply)
                 echo(f"{where}: TTFT {reply['ttft_ms'] / 1e3:.2f} s, decode "
-                     f"{reply['decode_ms_per_token']:.1f} ms/token {progress}")
+                     f"{reply['decode_ms_per_token']:.1f} ms/token, other jobs kept "
+                     f"{reply['other_cores_busy']:.1f} cores busy {progress}")
 
 
 def _summary(peer: Peer, prompts: list[Prompt], tokenizer) -> dict:
@@ -154,6 +168,7 @@ def _summary(peer: Peer, prompts: list[Prompt], tokenizer) -> dict:
         points[len(prompt.token_ids)] = {
             "decode_ms_per_token": [r["decode_ms_per_token"] for r in replies],
             "ttft_ms": [r["ttft_ms"] for r in replies],
+            "other_cores_busy": [r["other_cores_busy"] for r in replies],
             "peak_rss_bytes": max(r["peak_rss_bytes"] for r in replies),
             "kv_bytes": replies[-1]["kv_bytes"], "kv_note": replies[-1]["kv_note"],
             "token_ids": replies[0]["token_ids"], "text": text,

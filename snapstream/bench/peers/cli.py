@@ -34,6 +34,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+    import sys
     from dataclasses import replace
 
     from snapstream.bench.peers.bench import PeersBenchConfig, run_peers_bench
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         systems=tuple(args.systems.split(",")), lengths=_ints(args.lengths),
         max_new_tokens=args.max_new_tokens, rounds=args.rounds, n_threads=args.threads,
         budget=replace(defaults.budget, total=args.budget))
+    # SIGTERM unwinds like Ctrl-C, so the runners get stopped on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = run_peers_bench(cfg)
     body = render(results, cfg, args.baseline)
     print(body)

@@ -15,9 +15,9 @@ import shutil
 import time
 from pathlib import Path
 
+from snapstream.bench.peers.runners import RUNNERS
 from snapstream.bench.peers.venvs import COMPLETE_MARKER, Echo, Venv, peers_root, run_logged
 
-RUNNERS = Path(__file__).parent / "runners"
 EXPORT_SCRIPT = RUNNERS / "export_openvino.py"
 
 

@@ -1,14 +1,17 @@
 """A runner process: started with a peer venv's python, spoken to in JSON lines, killed on exit.
 
 Replies are read by a thread into a queue, so every request has a timeout; a runner that dies
-or stops answering raises ``RunnerError`` with the tail of its log (its stderr).
+or stops answering raises ``RunnerError`` with the tail of its log (its stderr). A runner is
+killed with this process, even when this process is killed outright.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import queue
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -28,6 +31,7 @@ class RunnerProcess:
 
     def __init__(self, python: Path, script: Path, log_path: Path,
                  env: Mapping[str, str] | None = None, start_timeout_s: float = 120.0) -> None:
+        script, log_path = Path(script), Path(log_path)
         self.name = script.stem
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,12 +40,16 @@ class RunnerProcess:
         child_env.pop("PYTHONPATH", None)  # the runner must not see the project's packages
         self._proc = subprocess.Popen(
             [str(python), "-u", str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._log, env=child_env, text=True, bufsize=1)
+            stderr=self._log, env=child_env, text=True, bufsize=1, preexec_fn=_die_with_parent)
         self._replies: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._next_id = 0
         self.hello = self.call("hello", timeout_s=start_timeout_s)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
 
     def call(self, op: str, timeout_s: float = 600.0, **args) -> dict:
         """Send one request and wait for its reply; its ``result`` or a ``RunnerError``."""
@@ -96,6 +104,12 @@ class RunnerProcess:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel kills it when this process dies, however it dies."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int) -> list[str]:

@@ -43,7 +43,8 @@ def _row(name: str, point: dict, base: dict | None, ref: dict | None) -> list[ob
     return [name, f"{median(decode):.1f}", "—" if ratio is None else f"{ratio:.2f}×",
             f"{median(ttft) / 1e3:.2f}", "—" if ttft_ratio is None else f"{ttft_ratio:.2f}×",
             _mib(point["peak_rss_bytes"]), _mib(point["kv_bytes"]),
-            "yes" if point["passkey_found"] else "no", same]
+            "yes" if point["passkey_found"] else "no", same,
+            f"{median(point['other_cores_busy']):.1f}"]
 
 
 def results_table(results: dict, baseline: str) -> str:
@@ -59,7 +60,7 @@ def results_table(results: dict, baseline: str) -> str:
     return markdown_table(
         ["prompt tokens", "system", "decode ms/token", f"decode / {baseline}", "TTFT s",
          f"TTFT / {baseline}", "peak RSS MiB", "KV MiB/seq", "passkey in output",
-         f"first tokens = {REFERENCE}"], rows)
+         f"first tokens = {REFERENCE}", "other jobs' cores"], rows)
 
 
 def _versions(summary: dict) -> str:
@@ -110,7 +111,9 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
         "then their median. Budget for the compressing systems: "
         f"{budget.total} tokens (sinks {budget.n_sink}, recent {budget.n_recent}, SnapKV window "
         f"{budget.window}). Peak RSS is the runner process's high-water mark so far (it includes "
-        "shorter prompts run before). Passkey: the output text contains it.", "",
+        "shorter prompts run before). Passkey: the output text contains it. Other jobs' "
+        "cores: how many cores processes outside the benchmark kept busy during the "
+        f"measurement (median; the machine has {os.cpu_count()}).", "",
         results_table(results, baseline), "",
         "Systems:", "",
     ]

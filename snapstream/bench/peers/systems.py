@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapstream.bench.peers import recipes
-from snapstream.bench.peers.models import RUNNERS, openvino_ir
+from snapstream.bench.peers.models import openvino_ir
+from snapstream.bench.peers.runners import RUNNERS
 from snapstream.bench.peers.venvs import Echo, Venv, VenvSpec
 
 
@@ -131,7 +132,8 @@ register(PeerSystem(
     venv=recipes.OPENVINO, runner="run_openvino.py", prepare=_openvino_model))
 register(PeerSystem(
     name="openvino-evict",
-    label="OpenVINO GenAI ContinuousBatchingPipeline, fp32 IR, cache eviction (SnapKV scores)",
+    label="OpenVINO GenAI ContinuousBatchingPipeline, fp32 IR, cache eviction to the budget "
+          "(SnapKV scores at prefill, NORM_SUM after; sinks rounded up to one 32-token block)",
     venv=recipes.OPENVINO, runner="run_openvino.py", prepare=_openvino_model,
     load_options=_eviction))
 register(PeerSystem(
@@ -139,5 +141,6 @@ register(PeerSystem(
     venv=recipes.KVPRESS, runner="run_hf.py"))
 register(PeerSystem(
     name="kvpress-snapkv",
-    label="kvpress SnapKVPress on transformers, fp32, prompt compressed to the budget",
+    label="kvpress SnapKVPress on transformers, fp32: the prompt's cache compressed to the "
+          "budget (its SnapKV window plus the top-scored tokens; no sinks), growing in decode",
     venv=recipes.KVPRESS, runner="run_hf.py", generate_options=_snapkv_press))
