@@ -80,11 +80,13 @@ def test_workers_share_one_store_and_the_router_finds_them_by_service_name():
     assert environment(nats["decode"])["SNAPSTREAM_STORE"] == NATS_URL
 
 
-def test_only_the_router_publishes_a_port():
+def test_only_the_router_publishes_its_ports_grpc_and_openai_http():
     published = {name for name, service in COMPOSE["services"].items() if service.get("ports")}
     assert published == {"router"}
     router = COMPOSE["services"]["router"]
-    assert router["ports"] == [f"50051:{environment(router)['SNAPSTREAM_PORT']}"]
+    env = environment(router)
+    assert router["ports"] == [f"50051:{env['SNAPSTREAM_PORT']}",
+                               f"8000:{env['SNAPSTREAM_HTTP_PORT']}"]
 
 
 def test_services_start_once_their_dependencies_are_healthy():

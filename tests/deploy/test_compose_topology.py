@@ -8,6 +8,7 @@ fails here: every service parses its environment as the container would.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import re
 import signal
@@ -59,6 +60,7 @@ def test_compose_topology_serves_through_the_router(store, stop_signal, model_di
             check_info(stub, model_dir)
             check_streamed_generation(stub)
             check_bad_request(stub)
+            check_openai_api(router.address(8000), model_dir)
             check_both_decode_replicas_serve(stub, topology)
             victim = check_stream_survives_its_decode_worker(stub, topology, stop_signal)
         metrics = scrape(router.address(9101))
@@ -92,6 +94,19 @@ def check_bad_request(stub) -> None:
         list(stub.Generate(generation_pb2.GenerateRequest(prompt=""), timeout=10))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "prompt" in caught.value.details()
+
+
+def check_openai_api(address: str, model_dir: Path) -> None:
+    with urllib.request.urlopen(f"http://{address}/health", timeout=10) as response:
+        assert response.status == 200
+    body = {"model": model_dir.name, "prompt": "Hello from compose!", "max_tokens": 12}
+    request = urllib.request.Request(f"http://{address}/v1/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        completion = json.load(response)
+    assert completion["usage"]["completion_tokens"] == 12
+    assert completion["choices"][0]["finish_reason"] == "length"
 
 
 def check_both_decode_replicas_serve(stub, topology: Topology) -> None:

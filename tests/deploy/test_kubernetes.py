@@ -160,7 +160,7 @@ def test_the_store_url_comes_from_the_secret_and_matches_the_store_credentials(d
     assert url.password == secret_value(dev, secret, "redis-password")
 
 
-@pytest.mark.parametrize("name", SERVICES)
+@pytest.mark.parametrize("name", ["prefill", "decode"])
 def test_probes_are_native_grpc_on_the_services_port(dev, name):
     spec = container(dev, name)
     port = int(environment(dev, name)["SNAPSTREAM_PORT"])
@@ -168,6 +168,16 @@ def test_probes_are_native_grpc_on_the_services_port(dev, name):
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert spec[probe]["grpc"]["port"] == port, probe
     assert spec["readinessProbe"]["grpc"]["service"] == GRPC_NAMES[name]
+
+
+def test_router_is_ready_when_its_openai_api_says_so_and_alive_by_grpc(dev):
+    spec, env = container(dev, "router"), environment(dev, "router")
+    grpc_port, http_port = int(env["SNAPSTREAM_PORT"]), int(env["SNAPSTREAM_HTTP_PORT"])
+    assert {"name": "grpc", "containerPort": grpc_port} in spec["ports"]
+    assert {"name": "http", "containerPort": http_port} in spec["ports"]
+    for probe in ("startupProbe", "livenessProbe"):  # /health says 503 while draining
+        assert spec[probe]["grpc"]["port"] == grpc_port, probe
+    assert spec["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -197,13 +207,13 @@ def test_router_reaches_every_worker_pod_through_headless_services(dev):
         assert service["ports"][0]["port"] == int(environment(dev, name)["SNAPSTREAM_PORT"])
 
 
-def test_only_the_router_is_exposed_and_only_its_grpc_port():
+def test_only_the_router_is_exposed_and_only_its_grpc_and_http_ports():
     for rendered, exposed_type in ((render(BASE), "LoadBalancer"), (render(DEV), "NodePort")):
         services = {o["metadata"]["name"]: o["spec"] for o in rendered if o["kind"] == "Service"}
         exposed = {name for name, spec in services.items()
                    if spec.get("type", "ClusterIP") != "ClusterIP"}
         assert exposed == {"router"} and services["router"]["type"] == exposed_type
-        assert [port["port"] for port in services["router"]["ports"]] == [50051]
+        assert [port["port"] for port in services["router"]["ports"]] == [50051, 8000]
 
 
 def test_every_container_has_requests_and_limits(dev):
@@ -233,7 +243,7 @@ def test_decode_scales_with_an_autoscaler_that_owns_its_replica_count(dev):
 
 def test_network_policies_expose_only_the_router_and_guard_the_stores(dev):
     labels = {name: pod_labels(dev, name) for name in (*SERVICES, "redis", "nats")}
-    allowed = [(None, "router", 50051), ("router", "prefill", 50052),
+    allowed = [(None, "router", 50051), (None, "router", 8000), ("router", "prefill", 50052),
                ("router", "decode", 50053), ("prefill", "redis", 6379),
                ("decode", "redis", 6379), ("prefill", "nats", 4222), ("decode", "nats", 4222)]
     denied = [(None, "prefill", 50052), (None, "decode", 50053), (None, "redis", 6379),

@@ -105,7 +105,8 @@ def _container_ports(kind: str, service: dict) -> list[int]:
     command = service.get("command", [])
     if kind == "snapstream":
         args = parse_serve(command, environment(service))
-        return [port for port in (args.port, args.metrics_port) if port]
+        return [port for port in (args.port, args.metrics_port, getattr(args, "http_port", 0))
+                if port]
     if kind == "redis":
         return [6379]
     if kind == "nats":
@@ -132,6 +133,8 @@ def _prepare(instance: Instance, instances: dict[str, list[Instance]], workdir: 
         env |= {"SNAPSTREAM_HOST": LOCAL, "SNAPSTREAM_PORT": str(instance.ports[args.port])}
         if args.metrics_port:
             env["SNAPSTREAM_METRICS_PORT"] = str(instance.ports[args.metrics_port])
+        if getattr(args, "http_port", 0):  # the router's OpenAI API
+            env["SNAPSTREAM_HTTP_PORT"] = str(instance.ports[args.http_port])
         env |= overrides
         instance.argv = [*_entrypoint(instance.compose), *command]
     elif instance.kind == "redis":
