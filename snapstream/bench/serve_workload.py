@@ -17,6 +17,10 @@ from snapstream.policy import CachePolicy
 from snapstream.tokenizer import Tokenizer
 
 PERCENTILES = (50, 90, 99)
+# in-process: the engine and decode loop in this process; router: a local cluster through the
+# gRPC client SDK; openai: an OpenAI-compatible server (the cluster's own, or openai_url)
+SYSTEMS = ("in-process", "router", "openai")
+DEFAULT_SYSTEMS = ("in-process", "router")
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,8 @@ class Slo:
 class ServeBenchConfig:
     """``requests[i]`` requests are sent at ``concurrency[i]`` (closed loop: each of the
     ``concurrency`` clients sends its next request when its previous one has finished), by each
-    system in each of ``rounds`` rounds."""
+    of ``systems`` in each of ``rounds`` rounds. ``openai_url`` (``http://HOST:PORT/v1``) is
+    the server the openai system drives; None: the local cluster's router."""
 
     concurrency: tuple[int, ...] = (1, 8, 32)
     requests: tuple[int, ...] = (16, 32, 64)
@@ -51,6 +56,8 @@ class ServeBenchConfig:
     warmup: int = 2  # requests per system before measuring, not recorded
     slo: Slo = field(default_factory=Slo)
     seed: int = 0
+    systems: tuple[str, ...] = DEFAULT_SYSTEMS
+    openai_url: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.concurrency) != len(self.requests):
@@ -63,6 +70,13 @@ class ServeBenchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        unknown = [name for name in self.systems if name not in SYSTEMS]
+        if unknown or not self.systems or len(set(self.systems)) != len(self.systems):
+            raise ValueError(f"systems: name each of {', '.join(SYSTEMS)} at most once, got "
+                             f"{','.join(self.systems)}")
+        if self.openai_url is not None and "openai" not in self.systems:
+            raise ValueError("openai_url is the server of the openai system: add openai to "
+                             "systems")
 
     @property
     def max_queue(self) -> int:

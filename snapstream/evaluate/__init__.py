@@ -3,10 +3,13 @@
 - :mod:`~snapstream.evaluate.budget`: budgets (fraction of the context or token count) and the
   rule that splits one into ``n_sink | n_topk | n_recent``;
 - :mod:`~snapstream.evaluate.config`: :class:`EvalConfig`, the sample grid and its runs;
-- :mod:`~snapstream.evaluate.shared_prefill`: an engine that runs each prompt's forward once
-  for all its policies;
+- :mod:`~snapstream.evaluate.forward`: a prompt's forward, run once and compressed into any
+  policy's layout (SnapKV scores computed per (window, kernel, pooling) when first asked);
+- :mod:`~snapstream.evaluate.lockstep`: greedy decoding of a group of prompts under one
+  layout, scored as it goes;
 - :mod:`~snapstream.evaluate.runner`, :mod:`~snapstream.evaluate.results`,
-  :mod:`~snapstream.evaluate.plots`: decode and score, CSV/JSON, figures.
+  :mod:`~snapstream.evaluate.plots`: the grid, CSV/JSON, figures;
+- :mod:`~snapstream.evaluate.sweep`: the cache-policy sweep that picks a model's default.
 
 This package imports no torch or matplotlib itself; the modules that need them do.
 """

@@ -5,8 +5,9 @@ an absolute token count (``256``, any integer). The split, for a budget of ``B``
 
 - ``n_sink = min(n_sink, B - 1)`` (default 4),
 - ``window = min(window, B - n_sink)`` (SnapKV observation window, default 32),
-- ``n_recent = min(B - n_sink, max(window, round(B * recent_fraction)))`` (default 0.25), so
-  the ring always holds the observation window, i.e. the question when it comes last,
+- ``n_recent = min(B - n_sink, max(window, round(B * recent_fraction)))`` (default 0.25; 0
+  keeps the window alone), so the ring always holds the observation window, i.e. the question
+  when it comes last,
 - ``n_topk = B - n_sink - n_recent`` (SnapKV picks; ``streaming`` spends them on its ring).
 
 Every policy at one budget holds the same number of tokens; ``full`` ignores the budget.
@@ -70,9 +71,17 @@ class SplitRule:
             raise ValueError(f"n_sink must be >= 0, got {self.n_sink}")
         if self.window < 1:
             raise ValueError(f"window must be >= 1, got {self.window}")
-        if not 0.0 < self.recent_fraction <= 1.0:
-            raise ValueError(f"recent_fraction must lie in (0, 1], got {self.recent_fraction}")
+        if not 0.0 <= self.recent_fraction <= 1.0:
+            raise ValueError(f"recent_fraction must lie in [0, 1], got {self.recent_fraction}")
         CachePolicy(kernel=self.kernel, pooling=self.pooling)  # their checks name the field
+
+    @classmethod
+    def from_policy(cls, policy: CachePolicy) -> SplitRule:
+        """The rule that splits any budget the way ``policy`` splits its own (a model's
+        default policy: its ring's share of the budget, sinks, window and pooling)."""
+        return cls(n_sink=policy.n_sink, window=policy.window,
+                   recent_fraction=round(policy.n_recent / policy.budget, 4),
+                   kernel=policy.kernel, pooling=policy.pooling)
 
     def policy(self, kind: str, budget: int) -> CachePolicy:
         """``kind`` at ``budget`` tokens; ``full`` keeps the SnapKV settings and default sizes."""

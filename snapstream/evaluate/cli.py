@@ -1,9 +1,10 @@
 """`snapstream eval`: RULER-style retrieval accuracy per cache policy and budget.
 
-Writes results.csv, summary.json, accuracy_vs_budget.png and heatmap_<policy>.png into --out
-and prints a summary table. Budgets: fractions of each sample's context length (``1/4``) or
-token counts (``256``), split into sinks, SnapKV picks and ring by the rule in
-:mod:`snapstream.evaluate.budget`.
+Writes results.csv, summary.json, accuracy_vs_budget.png (per task), accuracy_vs_gap.png (with
+several gaps) and heatmap_<policy>.png into --out and prints a summary table. Budgets:
+fractions of each sample's context length (``1/4``) or token counts (``256``), split into
+sinks, SnapKV picks and ring by the rule in :mod:`snapstream.evaluate.budget`. Lengths are in
+tokens of the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from snapstream.data import PROMPT_FORMATS
 from snapstream.evaluate.budget import Budget, SplitRule
 from snapstream.evaluate.config import EvalConfig
 from snapstream.policy import POOLINGS, CachePolicy
@@ -28,14 +31,16 @@ def _list_of(convert: Callable, what: str) -> Callable[[str], tuple]:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    d, rule = EvalConfig(), SplitRule()
+    d = EvalConfig()
     add = parser.add_argument
-    add("--model", default=None, help="checkpoint directory (default: the embedded model)")
-    add("--dtype", choices=("float32", "bfloat16"), default="float32")
+    add("--model", default=None,
+        help=".gguf file or checkpoint directory (default: SmolLM2-135M-Instruct)")
+    add("--dtype", choices=("float32", "bfloat16", "int8"), default="float32")
     add("--device", default="cpu")
     add("--tasks", type=_list_of(str, "task names"), default=d.tasks)
     add("--context-lens", type=_list_of(int, "integers"), default=d.context_lens)
-    add("--depths", type=_list_of(float, "numbers in [0, 1]"), default=d.depths)
+    add("--depths", type=_list_of(float, "numbers in [0, 1]"), default=d.depths,
+        help="needle depths, cycled through within each (task, length, placement) cell")
     add("--placements", type=_list_of(str, "placements"), default=tuple(map(str, d.placements)),
         help="after: question after the context; before: question-agnostic compression")
     add("--policies", type=_list_of(str, "policy names"), default=d.policies)
@@ -43,63 +48,73 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="fractions of the context (1/4, 0.25) or token counts (256)")
     add("--n-per-cell", type=int, default=d.n_per_cell)
     add("--seed", type=int, default=d.seed)
-    add("--split", default=str(d.split), help="train or heldout filler and phrasings")
+    add("--prompt-format", choices=tuple(PROMPT_FORMATS), default=d.prompt_format,
+        help="raw completion, or the model's chat template")
     add("--num-distractors", type=int, default=d.num_distractors)
     add("--num-hops", type=int, default=d.num_hops)
-    add("--max-new-tokens", type=int, default=d.max_new_tokens)
-    add("--gap-tokens", type=int, default=d.gap_tokens,
-        help="filler decoded between the question and the answer cue as if generated "
-        "(placements=after only)")
-    add("--n-sink", type=int, default=rule.n_sink)
-    add("--window", type=int, default=rule.window)
-    add("--recent-fraction", type=float, default=rule.recent_fraction,
-        help="share of the budget for the recent ring (at least --window tokens)")
+    add("--num-values", type=int, default=d.num_values)
+    add("--gaps", type=_list_of(int, "integers"), default=d.gaps,
+        help="tokens of prose decoded between the question and the answer cue as if "
+        "generated (placements=after only); 0: the cue follows the question")
+    add("--n-sink", type=int, default=None, help="(default: the model's policy)")
+    add("--window", type=int, default=None, help="(default: the model's policy)")
+    add("--recent-fraction", type=float, default=None,
+        help="share of the budget for the recent ring, at least --window tokens (default: "
+        "the model's policy)")
     add("--kernel", type=int, default=None, help="SnapKV pooling kernel (default: the model's)")
     add("--pooling", choices=POOLINGS, default=None, help="(default: the model's)")
     add("--limit", type=int, default=None, help="evaluate only N samples spread over the grid")
+    add("--max-group-tokens", type=int, default=d.max_group_tokens,
+        help="prompt tokens prefilled and decoded together")
     add("--out", type=Path, default=Path("eval_results"), help="output directory")
     add("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def config_from_args(args: argparse.Namespace, model_policy: CachePolicy) -> EvalConfig:
-    """``model_policy``: the model's default policy, whose SnapKV pooling unset flags keep."""
-    rule = SplitRule(n_sink=args.n_sink, window=args.window,
-                     recent_fraction=args.recent_fraction,
-                     kernel=model_policy.kernel if args.kernel is None else args.kernel,
-                     pooling=model_policy.pooling if args.pooling is None else args.pooling)
+    """``model_policy``: the model's default policy, whose split unset flags keep."""
+    given = {name: getattr(args, name) for name in
+             ("n_sink", "window", "recent_fraction", "kernel", "pooling")}
+    rule = replace(SplitRule.from_policy(model_policy),
+                   **{name: value for name, value in given.items() if value is not None})
     return EvalConfig(
         tasks=args.tasks, context_lens=args.context_lens, depths=args.depths,
         placements=args.placements, policies=args.policies, budgets=args.budgets,
-        n_per_cell=args.n_per_cell, seed=args.seed, split=args.split,
+        n_per_cell=args.n_per_cell, seed=args.seed, prompt_format=args.prompt_format,
         num_distractors=args.num_distractors, num_hops=args.num_hops,
-        max_new_tokens=args.max_new_tokens, gap_tokens=args.gap_tokens, split_rule=rule,
-        limit=args.limit)
+        num_values=args.num_values, gaps=args.gaps, split_rule=rule, limit=args.limit,
+        max_group_tokens=args.max_group_tokens)
 
 
 def run(args: argparse.Namespace) -> int:
-    from snapstream.evaluate.plots import plot_accuracy_vs_budget, plot_heatmaps
-    from snapstream.evaluate.results import summarize, summary_table, write_csv
+    from snapstream.engine import Engine
     from snapstream.evaluate.runner import evaluate
-    from snapstream.evaluate.shared_prefill import SharedPrefillEngine
 
-    engine = SharedPrefillEngine.from_pretrained(args.model, dtype=args.dtype,
-                                                 device=args.device)
+    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
     cfg = config_from_args(args, engine.default_policy)
-    overhead = len(engine.tokenizer.encode("")) + cfg.gap_tokens  # e.g. BOS, and the gap
-    if max(cfg.context_lens) + overhead > engine.context_len:
-        raise ValueError(f"context_lens: {max(cfg.context_lens)} + {overhead} token(s) of BOS "
-                         f"and gap exceeds the model's context of {engine.context_len}; use at "
-                         f"most {engine.context_len - overhead}")
-    rows = evaluate(engine, cfg, cfg.samples(), progress=not args.no_progress)
-    out: Path = args.out
+    longest = max(cfg.context_lens) + max(cfg.gaps)
+    if longest > engine.context_len:
+        raise ValueError(f"context_lens: {max(cfg.context_lens)} + gap {max(cfg.gaps)} exceeds "
+                         f"the model's context of {engine.context_len} tokens")
+    rows = evaluate(engine, cfg, cfg.samples(engine.tokenizer), progress=not args.no_progress)
+    write_outputs(rows, cfg.to_json(), str(args.model or engine.name), args.out)
+    return 0
+
+
+def write_outputs(rows: list, config: dict, model: str, out: Path) -> None:
+    """results.csv, summary.json and the figures into ``out``; prints the summary table."""
+    from snapstream.evaluate.plots import (
+        plot_accuracy_vs_budget,
+        plot_accuracy_vs_gap,
+        plot_heatmaps,
+    )
+    from snapstream.evaluate.results import summarize, summary_table, write_csv
+
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
-    model = str(args.model) if args.model else "embedded"
-    summary = summarize(rows, config=cfg.to_json(), model=model)
+    summary = summarize(rows, config=config, model=model)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    placements = summary["config"]["placements"]
-    plot_accuracy_vs_budget(summary["overall"], placements, out / "accuracy_vs_budget.png")
-    plot_heatmaps(rows, placements, out)
+    plot_accuracy_vs_budget(rows, out / "accuracy_vs_budget.png")
+    plot_accuracy_vs_gap(rows, out / "accuracy_vs_gap.png")
+    plot_heatmaps(rows, out)
     print(summary_table(summary))
     print(f"wrote {len(rows)} rows and figures to {out}")
-    return 0

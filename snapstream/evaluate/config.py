@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from snapstream.data import (
-    MAX_ANSWER_LEN,
+    PROMPT_FORMATS,
     TASKS,
     Placement,
+    PromptSpec,
     Sample,
-    Split,
     TaskConfig,
     build_eval_set,
 )
@@ -49,36 +49,42 @@ def _coerce_enum(name: str, enum, values) -> tuple:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Grid of ``tasks x context_lens x depths x placements x n_per_cell`` samples (generated
-    from ``seed``), each decoded greedily under every policy in ``policies`` at every budget
-    (``full`` once). ``limit`` keeps that many samples spread evenly over the grid."""
+    """Grid of ``tasks x context_lens x placements x n_per_cell`` samples (generated from
+    ``seed``; needle depths cycle through ``depths`` within a cell), each decoded greedily at
+    every gap under every policy in ``policies`` at every budget (``full`` once). ``limit``
+    keeps that many samples spread evenly over the grid. ``max_group_tokens`` bounds the
+    prompt tokens whose forwards are held at once (and so the decode batch)."""
 
     tasks: tuple[str, ...] = tuple(TASKS)
     context_lens: tuple[int, ...] = (1024, 2048)
-    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    depths: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
     placements: tuple[Placement, ...] = tuple(Placement)
     policies: tuple[str, ...] = tuple(POLICY_KINDS)
-    budgets: tuple[Budget, ...] = tuple(Budget.parse(b) for b in ("1/2", "1/4", "1/8"))
-    n_per_cell: int = 4
+    budgets: tuple[Budget, ...] = tuple(Budget.parse(b) for b in
+                                        ("1/2", "1/4", "1/8", "1/16", "256", "512", "1024"))
+    n_per_cell: int = 2
     seed: int = 0
-    split: Split = Split.HELDOUT
+    prompt_format: str = "chat"
     num_distractors: int = 3
     num_hops: int = 2
-    max_new_tokens: int = 12
-    # tokens between the question and the answer cue, decoded through the cache as if generated
-    # (held-out filler): a long generation that pushes the question out of the recent ring
-    gap_tokens: int = 0
+    num_values: int = 3
+    # tokens decoded between the question and the answer cue as if generated (prose filler):
+    # a long generation that pushes the question out of the recent ring; 0 = the cue follows
+    gaps: tuple[int, ...] = (0,)
     split_rule: SplitRule = field(default_factory=SplitRule)
     limit: int | None = None
+    max_group_tokens: int = 16384
 
     def __post_init__(self) -> None:
-        for name in ("tasks", "context_lens", "depths", "policies", "budgets"):
+        for name in ("tasks", "context_lens", "depths", "policies", "budgets", "gaps"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         _check_names("tasks", self.tasks, tuple(TASKS))
         _check_names("policies", self.policies, tuple(POLICY_KINDS))
         object.__setattr__(self, "placements",
                            _coerce_enum("placements", Placement, self.placements))
-        object.__setattr__(self, "split", _coerce_enum("split", Split, (self.split,))[0])
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got "
+                             f"{self.prompt_format!r}")
         if not self.placements or len(set(self.placements)) != len(self.placements):
             raise ValueError(f"placements must be distinct and not empty: {self.placements}")
         if not self.context_lens or min(self.context_lens) < MIN_CONTEXT_LEN:
@@ -92,18 +98,18 @@ class EvalConfig:
             raise ValueError(f"budgets has duplicates: {[b.label for b in self.budgets]}")
         if self.n_per_cell < 1:
             raise ValueError(f"n_per_cell must be >= 1, got {self.n_per_cell}")
-        if self.max_new_tokens < MAX_ANSWER_LEN + 1:
-            raise ValueError(f"max_new_tokens must be >= {MAX_ANSWER_LEN + 1} (the longest "
-                             f"answer plus its terminator), got {self.max_new_tokens}")
-        if self.gap_tokens < 0:
-            raise ValueError(f"gap_tokens must be >= 0, got {self.gap_tokens}")
-        if self.gap_tokens and Placement.BEFORE in self.placements:
-            raise ValueError("gap_tokens needs placements=after: with the question before the "
+        if not self.gaps or min(self.gaps) < 0 or len(set(self.gaps)) != len(self.gaps):
+            raise ValueError(f"gaps must be distinct token counts >= 0, got {self.gaps}")
+        if max(self.gaps) and Placement.BEFORE in self.placements:
+            raise ValueError("gaps need placements=after: with the question before the "
                              "context, the context already separates it from the answer")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
+        if self.max_group_tokens < max(self.context_lens):
+            raise ValueError(f"max_group_tokens must hold the longest context "
+                             f"({max(self.context_lens)}), got {self.max_group_tokens}")
         TaskConfig(context_len=MIN_CONTEXT_LEN, num_distractors=self.num_distractors,
-                   num_hops=self.num_hops)  # its checks name the field
+                   num_hops=self.num_hops, num_values=self.num_values)  # its checks name it
         for context_len in self.context_lens:
             self.runs(context_len)  # every budget must split into a valid policy
 
@@ -119,11 +125,13 @@ class EvalConfig:
                 runs.append(Run(self.split_rule.policy(kind, tokens), budget, tokens))
         return runs
 
-    def samples(self) -> list[Sample]:
+    def samples(self, tokenizer) -> list[Sample]:
+        """The grid's samples, sized with ``tokenizer`` (the model's)."""
         samples = build_eval_set(
             tasks=self.tasks, context_lens=self.context_lens, depths=self.depths,
             placements=self.placements, n_per_cell=self.n_per_cell, seed=self.seed,
-            split=self.split, num_distractors=self.num_distractors, num_hops=self.num_hops)
+            spec=PromptSpec(tokenizer, self.prompt_format), num_distractors=self.num_distractors,
+            num_hops=self.num_hops, num_values=self.num_values)
         if self.limit is None or self.limit >= len(samples):
             return samples
         return [samples[i * len(samples) // self.limit] for i in range(self.limit)]
@@ -133,9 +141,9 @@ class EvalConfig:
             "tasks": list(self.tasks), "context_lens": list(self.context_lens),
             "depths": list(self.depths), "placements": [str(p) for p in self.placements],
             "policies": list(self.policies), "budgets": [b.label for b in self.budgets],
-            "n_per_cell": self.n_per_cell, "seed": self.seed, "split": str(self.split),
-            "num_distractors": self.num_distractors, "num_hops": self.num_hops,
-            "max_new_tokens": self.max_new_tokens, "gap_tokens": self.gap_tokens,
+            "n_per_cell": self.n_per_cell, "seed": self.seed,
+            "prompt_format": self.prompt_format, "num_distractors": self.num_distractors,
+            "num_hops": self.num_hops, "num_values": self.num_values, "gaps": list(self.gaps),
             "n_sink": self.split_rule.n_sink,
             "window": self.split_rule.window, "recent_fraction": self.split_rule.recent_fraction,
             "kernel": self.split_rule.kernel, "pooling": self.split_rule.pooling,

@@ -1,8 +1,9 @@
-"""PNG figures: accuracy vs budget per placement, and depth x length heat maps per policy."""
+"""PNG figures: accuracy vs budget per task, accuracy vs gap, depth x length heat maps."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from snapstream.evaluate.results import Row, accuracy_table
@@ -17,42 +18,76 @@ def _pyplot():
     return plt
 
 
-def plot_accuracy_vs_budget(overall: list[dict], placements: Sequence[str], path: Path) -> None:
-    """One panel per placement: x = budget as a fraction of the context, y = accuracy (all
-    tasks), a line per policy, ``full`` as a horizontal line."""
-    fig, axes = _pyplot().subplots(1, len(placements), figsize=(5.5 * len(placements), 4),
-                                   squeeze=False, sharey=True, layout="constrained")
-    for ax, placement in zip(axes[0], placements, strict=True):
-        entries = [e for e in overall if e["placement"] == placement]
-        for entry in (e for e in entries if e["budget_fraction"] is None):
-            ax.axhline(entry["accuracy"], color="black", linestyle="--", label=entry["policy"])
-        budgeted = [e for e in entries if e["budget_fraction"] is not None]
-        for policy in dict.fromkeys(e["policy"] for e in budgeted):
-            points = sorted((e["budget_fraction"], e["accuracy"]) for e in budgeted
-                            if e["policy"] == policy)
-            ax.plot(*zip(*points, strict=True), marker="o", label=policy)
-        ticks = {e["budget_fraction"]: _tick_label(e["budget_label"]) for e in budgeted}
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(list(ticks), list(ticks.values()))
-        ax.minorticks_off()
-        ax.set(xlabel="budget / context length", ylabel="exact-match accuracy",
-               title=f"question {placement} the context", ylim=(-0.02, 1.02))
-        ax.grid(True, alpha=0.3)
-        ax.legend()
+def plot_accuracy_vs_budget(rows: Sequence[Row], path: Path) -> None:
+    """A panel per (task or ``all``, placement), at gap 0: x = budget as a fraction of the
+    context (fraction budgets only), y = accuracy, a line per policy, ``full`` dashed."""
+    rows = [row for row in rows if row.gap == 0]
+    if not rows:
+        return
+    tasks = [*dict.fromkeys(row.task for row in rows), "all"]
+    placements = list(dict.fromkeys(row.placement for row in rows))
+    tagged = [*rows, *(_as_all(row) for row in rows)]
+    table = accuracy_table(tagged, ("task", "placement"))
+    fig, axes = _pyplot().subplots(len(tasks), len(placements), squeeze=False, sharex=True,
+                                   sharey=True, layout="constrained",
+                                   figsize=(4.2 * len(placements), 2.4 * len(tasks)))
+    for i, task in enumerate(tasks):
+        for j, placement in enumerate(placements):
+            entries = [e for e in table if e["task"] == task and e["placement"] == placement]
+            _budget_panel(axes[i][j], entries)
+            axes[i][j].set_title(f"{task}, question {placement}", fontsize=9)
+    axes[0][0].legend(fontsize=7)
     _save(fig, path)
 
 
-def _tick_label(budget_label: str) -> str:
-    """Token-count budgets sit at their mean fraction of the context and say so."""
-    return f"{budget_label} tok" if budget_label.isdigit() else budget_label
+def _as_all(row: Row) -> Row:
+    return replace(row, task="all")
 
 
-def plot_heatmaps(rows: Sequence[Row], placements: Sequence[str], out_dir: Path) -> None:
-    """``heatmap_<policy>.png`` per policy: a panel per (placement, budget) with accuracy (all
-    tasks) over depth (rows) x context length (columns)."""
+def _budget_panel(ax, entries: list[dict]) -> None:
+    for entry in (e for e in entries if e["budget_fraction"] is None):
+        ax.axhline(entry["accuracy"], color="black", linestyle="--", label=entry["policy"])
+    budgeted = [e for e in entries if e["budget_label"] and not e["budget_label"].isdigit()]
+    for policy in dict.fromkeys(e["policy"] for e in budgeted):
+        points = sorted((e["budget_fraction"], e["accuracy"]) for e in budgeted
+                        if e["policy"] == policy)
+        ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=policy)
+    ticks = {e["budget_fraction"]: e["budget_label"] for e in budgeted}
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ticks), list(ticks.values()))
+    ax.minorticks_off()
+    ax.set(ylim=(-0.03, 1.03))
+    ax.grid(True, alpha=0.3)
+
+
+def plot_accuracy_vs_gap(rows: Sequence[Row], path: Path) -> None:
+    """Accuracy (all tasks) vs the tokens generated before the answer, a line per run."""
+    gaps = sorted({row.gap for row in rows})
+    if len(gaps) < 2:
+        return
+    table = accuracy_table(rows, ("gap",))
+    fig, ax = _pyplot().subplots(figsize=(5.5, 4), layout="constrained")
+    for run in dict.fromkeys((e["policy"], e["budget_label"]) for e in table):
+        points = sorted((e["gap"], e["accuracy"]) for e in table
+                        if (e["policy"], e["budget_label"]) == run)
+        label = run[0] if run[1] is None else f"{run[0]} {run[1]}"
+        ax.plot(*zip(*points, strict=True), marker="o", label=label)
+    ax.set_xscale("symlog", linthresh=32)
+    ax.set(xlabel="tokens generated between question and answer", ylabel="accuracy",
+           ylim=(-0.03, 1.03))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> None:
+    """``heatmap_<policy>.png`` per policy (gap 0): a panel per (placement, budget) with
+    accuracy (all tasks) over depth (rows) x context length (columns)."""
+    rows = [row for row in rows if row.gap == 0]
     table = accuracy_table(rows, ("placement", "depth", "context_len"))
     depths = sorted({row.depth for row in rows})
     lengths = sorted({row.context_len for row in rows})
+    placements = list(dict.fromkeys(row.placement for row in rows))
     for policy in dict.fromkeys(row.policy for row in rows):
         entries = [e for e in table if e["policy"] == policy]
         labels = list(dict.fromkeys(e["budget_label"] for e in entries))
@@ -87,5 +122,5 @@ def _heatmap(ax, grid: list[list[float]], depths: list[float], lengths: list[int
 
 def _save(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     _pyplot().close(fig)

@@ -10,33 +10,40 @@ from pathlib import Path
 
 RUN_KEYS = ("policy", "budget_label")
 GROUPINGS: dict[str, tuple[str, ...]] = {
-    "overall": ("placement",),
-    "by_task": ("task", "placement"),
-    "by_task_length": ("task", "context_len", "placement"),
+    "overall": ("placement", "gap"),
+    "by_task": ("task", "placement", "gap"),
+    "by_task_length": ("task", "context_len", "placement", "gap"),
 }
 
 
 @dataclass(frozen=True)
 class Row:
-    """One sample decoded under one run. ``budget_label``, ``budget`` and ``budget_fraction``
-    are None for ``full``; ``latency_s`` counts the prompt's forward (shared by its runs) plus
-    this run's compression and decode."""
+    """One sample decoded at one gap under one run. ``budget_label``, ``budget`` and
+    ``budget_fraction`` are None for ``full``; ``generated`` is the text up to the point where
+    its verdict was decided (``finish_reason`` "verdict"), a stop token or the token limit."""
 
     sample: int
     task: str
     context_len: int
     depth: float
     placement: str
+    gap: int
     policy: str
     budget_label: str | None
     budget: int | None
     budget_fraction: float | None
+    n_sink: int
+    n_topk: int
+    n_recent: int
+    window: int
+    kernel: int
+    pooling: str
     correct: bool
     answer: str
     generated: str
     prompt_tokens: int
+    new_tokens: int
     finish_reason: str
-    latency_s: float
 
 
 COLUMNS = tuple(f.name for f in fields(Row))
@@ -71,7 +78,6 @@ def _entry(entry: dict, members: list[Row]) -> dict:
     return entry | {
         "budget_fraction": sum(fractions) / len(fractions) if fractions else None,
         "n": len(members), "correct": correct, "accuracy": correct / len(members),
-        "mean_latency_s": sum(row.latency_s for row in members) / len(members),
     }
 
 
@@ -83,23 +89,29 @@ def summarize(rows: Sequence[Row], *, config: dict, model: str) -> dict:
 
 def summary_table(summary: dict) -> str:
     """Markdown: a row per (policy, budget), a column per task and ``all``; each cell lists the
-    accuracy per placement in config order, e.g. ``0.95/0.40`` for after/before."""
+    accuracy per condition (placement, and the gap where there are several), e.g.
+    ``0.95/0.40`` for after/before."""
     from snapstream.bench.report import markdown_table
 
-    placements = summary["config"]["placements"]
-    by_task = {(e["task"], e["placement"], e["policy"], e["budget_label"]): e["accuracy"]
-               for e in summary["by_task"]}
-    overall = {(e["placement"], e["policy"], e["budget_label"]): e["accuracy"]
+    conditions = list(dict.fromkeys((e["placement"], e["gap"]) for e in summary["overall"]))
+    by_task = {(e["task"], e["placement"], e["gap"], e["policy"], e["budget_label"]):
+               e["accuracy"] for e in summary["by_task"]}
+    overall = {(e["placement"], e["gap"], e["policy"], e["budget_label"]): e["accuracy"]
                for e in summary["overall"]}
     runs = list(dict.fromkeys((e["policy"], e["budget_label"]) for e in summary["overall"]))
     tasks = summary["config"]["tasks"]
     body = []
     for policy, label in runs:
-        cells = [_cell([by_task.get((t, p, policy, label)) for p in placements]) for t in tasks]
+        cells = [_cell([by_task.get((t, *c, policy, label)) for c in conditions]) for t in tasks]
         body.append([policy, label or "-", *cells,
-                     _cell([overall.get((p, policy, label)) for p in placements])])
+                     _cell([overall.get((*c, policy, label)) for c in conditions])])
     header = ["policy", "budget", *tasks, "all"]
-    return f"accuracy ({'/'.join(placements)})\n" + markdown_table(header, body)
+    names = "/".join(_condition(p, g, len({g for _, g in conditions}) > 1) for p, g in conditions)
+    return f"accuracy ({names})\n" + markdown_table(header, body)
+
+
+def _condition(placement: str, gap: int, show_gap: bool) -> str:
+    return f"{placement} gap {gap}" if show_gap else placement
 
 
 def _cell(values: list[float | None]) -> str:

@@ -1,72 +1,117 @@
-"""Decode every sample under every (policy, budget) run and score it by exact match."""
+"""Evaluate samples under every run: one forward per prompt shared by all its runs, and each
+run decoded for a group of prompts at once (:mod:`~snapstream.evaluate.lockstep`).
+
+Runs whose policies are equal (``1/4`` of 1024 tokens and ``256``) are decoded once and
+reported under each label. Progress counts prompt tokens as their forwards finish, so its ETA
+weighs long prompts right (decoding, which grows with the group, rides along).
+"""
 
 from __future__ import annotations
 
 import random
-import time
+from collections.abc import Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from snapstream.data import ANSWER_CUE, TERMINATOR, Sample, exact_match, filler_corpus
+from snapstream.data import Sample, corpus
+from snapstream.engine import Engine
 from snapstream.evaluate.config import EvalConfig, Run
+from snapstream.evaluate.forward import PromptForward
+from snapstream.evaluate.lockstep import RowInput, RowOutput, decode_rows
 from snapstream.evaluate.results import Row
-from snapstream.evaluate.shared_prefill import SharedPrefillEngine
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+
+ANSWER_SLACK_TOKENS = 6  # room for a space, separators and a closing word after the values
+GAP_CHARS_PER_TOKEN = 8  # filler characters drawn per gap token (more than enough)
 
 
-def stop_sampling(engine: SharedPrefillEngine) -> SamplingParams:
-    """Greedy, stopping at the answer's terminator (one byte, one token)."""
-    stop_ids = tuple(engine.tokenizer.encode(TERMINATOR)[-1:])
-    return SamplingParams(temperature=0.0, stop_token_ids=stop_ids)
-
-
-def evaluate(engine: SharedPrefillEngine, cfg: EvalConfig, samples: list[Sample],
-             progress: bool = True) -> list[Row]:
-    """One :class:`Row` per sample and run, samples outermost (each prompt's forward is shared
-    by its runs)."""
-    sampling = stop_sampling(engine)
-    engine.generate("warm up", max_new_tokens=2, policy=CachePolicy(kind="full"))  # latencies
-    total = sum(len(cfg.runs(sample.context_len)) for sample in samples)
-    rows = []
-    with tqdm(total=total, desc="eval", unit="run", disable=not progress) as bar:
-        for index, sample in enumerate(samples):
-            ids, forced = model_inputs(engine, cfg, index, sample)
-            for run in cfg.runs(sample.context_len):
-                rows.append(_run_one(engine, cfg, sampling, (ids, forced), index, sample, run))
-                bar.update()
+def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progress: bool = True,
+             runs_for: Callable[[int], list[Run]] | None = None) -> list[Row]:
+    """One :class:`Row` per sample, gap and run (``runs_for(context_len)``, by default
+    ``cfg.runs``)."""
+    runs_for = runs_for or cfg.runs
+    total = sum(sample.num_tokens for sample in samples) * len(cfg.gaps)
+    rows: list[Row] = []
+    with tqdm(total=total, desc="eval", unit="tok", unit_scale=True, disable=not progress,
+              smoothing=0.0) as bar:
+        for gap in cfg.gaps:
+            for group in _groups(samples, cfg.max_group_tokens):
+                runs = runs_for(group[0][1].context_len)
+                rows += _evaluate_group(engine, cfg, gap, group, runs, bar.update)
     return rows
 
 
-def model_inputs(engine: SharedPrefillEngine, cfg: EvalConfig, index: int,
+def _groups(samples: Sequence[Sample], max_tokens: int) -> Iterator[list[tuple[int, Sample]]]:
+    """Samples of one context length, at most ``max_tokens`` prompt tokens a group."""
+    ordered = sorted(enumerate(samples), key=lambda pair: pair[1].context_len)
+    group: list[tuple[int, Sample]] = []
+    for index, sample in ordered:
+        is_full = sum(s.num_tokens for _, s in group) + sample.num_tokens > max_tokens
+        if group and (is_full or sample.context_len != group[0][1].context_len):
+            yield group
+            group = []
+        group.append((index, sample))
+    if group:
+        yield group
+
+
+def _evaluate_group(engine: Engine, cfg: EvalConfig, gap: int, group: list[tuple[int, Sample]],
+                    runs: list[Run], on_forward: Callable[[int], object]) -> list[Row]:
+    inputs = [model_inputs(engine, cfg, gap, index, sample) for index, sample in group]
+    max_window = max(run.policy.window for run in runs)
+    forwards = []
+    for (ids, _), (_, sample) in zip(inputs, group, strict=True):
+        forwards.append(PromptForward.run(engine.model, ids, max_window))
+        on_forward(sample.num_tokens)
+    budgets = [max_new_tokens(engine, sample) for _, sample in group]
+    extra = max(len(forced) + new for (_, forced), new in zip(inputs, budgets, strict=True))
+    longest = max(forward.prompt_len for forward in forwards)
+    outputs: dict[CachePolicy, list[RowOutput]] = {}
+    for policy in dict.fromkeys(run.policy for run in runs):
+        # growing layouts sized alike for every row, with room for the policy's own budget
+        capacity = max(longest, policy.budget) + extra
+        outputs[policy] = decode_rows(engine, [
+            RowInput(cache=forward.sequence_cache(policy, len(forced) + new, capacity),
+                     logits=forward.logits, forced_ids=tuple(forced), answers=sample.answers,
+                     max_new_tokens=new)
+            for forward, (_, forced), new, (_, sample)
+            in zip(forwards, inputs, budgets, group, strict=True)])
+    return [_row(index, sample, gap, run, forward.prompt_len, out)
+            for run in runs
+            for (index, sample), forward, out in zip(group, forwards, outputs[run.policy],
+                                                     strict=True)]
+
+
+def max_new_tokens(engine: Engine, sample: Sample) -> int:
+    return len(engine.tokenizer.encode(" " + sample.answer)) + ANSWER_SLACK_TOKENS
+
+
+def model_inputs(engine: Engine, cfg: EvalConfig, gap: int, index: int,
                  sample: Sample) -> tuple[list[int], list[int]]:
-    """The prompt's token ids and the ids decoded after it before the answer: none, or with
-    ``cfg.gap_tokens``, the prompt stops after the question, and held-out filler of that many
-    bytes (from the split, drawn for this sample) and the answer cue follow it as if generated."""
-    if not cfg.gap_tokens:
+    """The prompt's token ids and the ids decoded after it before generation: none, or with a
+    ``gap``, the prompt stops before the answer cue, and ``gap`` tokens of prose (drawn for
+    this sample) and the cue follow it as if generated."""
+    if not gap:
         return engine.encode(sample.prompt), []
-    gap = filler_corpus(cfg.split).window(random.Random(f"gap/{cfg.seed}/{index}"),
-                                             cfg.gap_tokens).text
+    rng = random.Random(f"gap/{cfg.seed}/{index}")
+    prose = corpus("prose")
+    text = prose.window(prose.draw_start(rng), gap * GAP_CHARS_PER_TOKEN).text
     no_bos = len(engine.tokenizer.encode(""))  # 1 when the tokenizer adds BOS
-    return (engine.encode(sample.prompt.removesuffix(ANSWER_CUE)),
-            engine.encode(f" {gap}{ANSWER_CUE}")[no_bos:])
+    gap_ids = engine.tokenizer.encode(text)[no_bos:][:gap]
+    cue_ids = engine.tokenizer.encode(f"\n\n{sample.cue}")[no_bos:]
+    return engine.encode(sample.prompt.removesuffix(sample.cue)), gap_ids + cue_ids
 
 
-def _run_one(engine: SharedPrefillEngine, cfg: EvalConfig, sampling: SamplingParams,
-             inputs: tuple[list[int], list[int]], index: int, sample: Sample, run: Run) -> Row:
-    ids, forced = inputs
-    forward_s = engine.forward(ids, run.policy).seconds
-    start = time.perf_counter()
-    generation = engine.generate(ids, max_new_tokens=cfg.max_new_tokens, policy=run.policy,
-                                 sampling=sampling, forced_ids=forced)
-    latency_s = forward_s + time.perf_counter() - start
+def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int,
+         out: RowOutput) -> Row:
+    policy = run.policy
     fraction = None if run.budget_tokens is None else run.budget_tokens / sample.context_len
     return Row(
         sample=index, task=sample.task, context_len=sample.context_len, depth=sample.depth,
-        placement=str(sample.placement), policy=run.policy.kind,
+        placement=str(sample.placement), gap=gap, policy=policy.kind,
         budget_label=run.budget.label if run.budget else None, budget=run.budget_tokens,
-        budget_fraction=fraction, correct=exact_match(generation.text, sample.answer),
-        answer=sample.answer, generated=generation.text,
-        prompt_tokens=generation.prompt_tokens, finish_reason=generation.finish_reason,
-        latency_s=latency_s,
-    )
+        budget_fraction=fraction, n_sink=policy.n_sink, n_topk=policy.n_topk,
+        n_recent=policy.n_recent, window=policy.window, kernel=policy.kernel,
+        pooling=policy.pooling, correct=bool(out.correct), answer=sample.answer,
+        generated=out.text, prompt_tokens=prompt_len, new_tokens=len(out.token_ids),
+        finish_reason=out.finish_reason)

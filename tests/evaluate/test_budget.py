@@ -45,7 +45,7 @@ def test_split_rule(budget, sink, topk, recent, window):
 
 
 @pytest.mark.parametrize("kind", [k for k in POLICY_KINDS if k != "full"])
-@pytest.mark.parametrize("recent_fraction", [0.1, 0.25, 0.5, 1.0])
+@pytest.mark.parametrize("recent_fraction", [0.0, 0.1, 0.25, 0.5, 1.0])
 def test_every_policy_holds_the_budget(kind, recent_fraction):
     rule = SplitRule(recent_fraction=recent_fraction)
     for budget in (2, 3, 7, 33, 100, 257, 1024):
@@ -60,7 +60,7 @@ def test_full_ignores_the_budget():
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("n_sink", -1), ("window", 0), ("recent_fraction", 0.0), ("recent_fraction", 1.5),
+    ("n_sink", -1), ("window", 0), ("recent_fraction", -0.1), ("recent_fraction", 1.5),
     ("kernel", 4), ("pooling", "median"),
 ])
 def test_rule_validation_names_field(field, value):
@@ -71,3 +71,18 @@ def test_rule_validation_names_field(field, value):
 def test_budget_too_small():
     with pytest.raises(ValueError, match="budgets"):
         SplitRule().policy("snapstream", 1)
+
+
+def test_zero_recent_fraction_keeps_the_window_alone():
+    policy = SplitRule(recent_fraction=0.0, window=32).policy("snapstream", 256)
+    assert (policy.n_sink, policy.n_topk, policy.n_recent) == (4, 220, 32)
+
+
+def test_rule_from_a_policy_splits_its_own_budget_back():
+    from snapstream.policy import CachePolicy
+
+    policy = CachePolicy(n_sink=8, n_topk=760, n_recent=256, window=64, kernel=15,
+                         pooling="max")
+    rule = SplitRule.from_policy(policy)
+    assert rule.policy("snapstream", policy.budget) == policy
+    assert rule.policy("snapstream", 512).n_recent == 128

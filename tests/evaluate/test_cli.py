@@ -13,9 +13,9 @@ from snapstream.evaluate.results import COLUMNS
 from tests.tiny_models import random_model, tiny_config, write_hf_dir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TINY = ["--tasks", "passkey", "--context-lens", "256", "--depths", "0,1",
-        "--policies", "full,snapstream", "--budgets", "1/2,1/4", "--n-per-cell", "1",
-        "--max-new-tokens", "8", "--no-progress"]
+TINY = ["--tasks", "passkey,niah", "--context-lens", "600", "--depths", "0.2,0.8",
+        "--policies", "full,snapstream", "--budgets", "1/2,1/4,300", "--n-per-cell", "2",
+        "--max-group-tokens", "1500", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -37,30 +37,35 @@ def test_results_csv_has_a_row_per_sample_and_run(result):
     with (out / "results.csv").open(newline="") as file:
         records = list(csv.DictReader(file))
     assert tuple(records[0]) == COLUMNS
-    assert len(records) == 4 * 3  # (2 depths x 2 placements) x (full + snapstream x 2 budgets)
-    runs = [(r["policy"], r["budget_label"], r["budget"]) for r in records[:3]]
-    assert runs == [("full", "", ""), ("snapstream", "1/2", "128"), ("snapstream", "1/4", "64")]
+    # (2 tasks x 2 placements x 2 samples) x (full + snapstream x 3 budgets)
+    assert len(records) == 8 * 4
+    runs = {(r["policy"], r["budget_label"], r["budget"]) for r in records}
+    assert runs == {("full", "", ""), ("snapstream", "1/2", "300"), ("snapstream", "1/4", "150"),
+                    ("snapstream", "300", "300")}
     assert {r["placement"] for r in records} == {"after", "before"}
-    assert {r["depth"] for r in records} == {"0.0", "1.0"}
+    assert {r["depth"] for r in records} == {"0.2", "0.8"}
     for record in records:
-        assert record["task"] == "passkey" and record["context_len"] == "256"
-        assert record["correct"] in ("True", "False")
-        assert 200 <= int(record["prompt_tokens"]) <= 256  # 256 bytes, a few pairs merged
-        assert float(record["latency_s"]) > 0
+        assert record["task"] in ("passkey", "niah") and record["context_len"] == "600"
+        assert record["correct"] in ("True", "False") and record["gap"] == "0"
+        assert 600 - 16 <= int(record["prompt_tokens"]) <= 600
+        assert 1 <= int(record["new_tokens"]) <= 20
+    # equal policies (1/2 of 600 and 300 tokens) are decoded once and agree
+    by_label = {(r["sample"], r["budget_label"]): r["generated"] for r in records}
+    assert all(by_label[(s, "1/2")] == by_label[(s, "300")] for s, _ in by_label)
 
 
 def test_summary_json_is_well_formed(result):
     out, _ = result
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["num_rows"] == 12
-    assert summary["config"]["budgets"] == ["1/2", "1/4"]
-    assert len(summary["overall"]) == 2 * 3  # placements x runs
-    assert len(summary["by_task_length"]) == 2 * 3
+    assert summary["num_rows"] == 32
+    assert summary["config"]["budgets"] == ["1/2", "1/4", "300"]
+    assert summary["config"]["prompt_format"] == "chat"
+    assert len(summary["overall"]) == 2 * 4  # placements x runs
     for entry in summary["by_task"]:
         assert entry["n"] == 2 and 0.0 <= entry["accuracy"] <= 1.0
         assert entry["budget_fraction"] in (None, 0.5, 0.25)
-        assert set(entry) >= {"task", "placement", "policy", "budget_label", "full_accuracy",
-                              "relative_to_full", "correct", "mean_latency_s"}
+        assert set(entry) >= {"task", "placement", "gap", "policy", "budget_label",
+                              "full_accuracy", "relative_to_full", "correct"}
 
 
 def test_pngs_are_written(result):
@@ -72,7 +77,7 @@ def test_pngs_are_written(result):
 
 def test_prints_summary_table(result):
     _, printed = result
-    assert "| policy | budget | passkey | all |" in printed
+    assert "| policy | budget | passkey | niah | all |" in printed
     assert "| snapstream | 1/4 |" in printed
 
 
@@ -83,6 +88,8 @@ def test_prints_summary_table(result):
     ("--placements", "middle", "placements"),
     ("--n-per-cell", "0", "n_per_cell"),
     ("--recent-fraction", "2", "recent_fraction"),
+    ("--prompt-format", "xml", "--prompt-format"),
+    ("--gaps", "0,x", "--gaps"),
     ("--pooling", "median", "--pooling"),
 ])
 def test_bad_flag_exits_2_with_one_line(capsys, tmp_path, flag, value, names):
@@ -92,32 +99,31 @@ def test_bad_flag_exits_2_with_one_line(capsys, tmp_path, flag, value, names):
     assert not any(tmp_path.iterdir())
 
 
-def test_gap_tokens_follow_the_question_as_if_generated(checkpoint):
-    from snapstream.data import ANSWER_CUE
+def test_gaps_follow_the_question_as_if_generated(checkpoint):
+    from snapstream.engine import Engine
     from snapstream.evaluate.config import EvalConfig
     from snapstream.evaluate.runner import model_inputs
-    from snapstream.evaluate.shared_prefill import SharedPrefillEngine
 
-    engine = SharedPrefillEngine.from_pretrained(checkpoint)
-    cfg = EvalConfig(tasks=("passkey",), context_lens=(256,), depths=(0.5,),
-                     placements=("after",), gap_tokens=100)
-    sample = cfg.samples()[0]
-    ids, forced = model_inputs(engine, cfg, 0, sample)
-    assert engine.tokenizer.decode(ids).endswith(sample.question)
-    gap = engine.tokenizer.decode(forced)
-    assert gap.endswith(ANSWER_CUE) and 100 - 16 <= len(gap) - len(ANSWER_CUE) - 1 <= 100
-    assert model_inputs(engine, cfg, 0, sample) == (ids, forced)  # drawn from the seed
-    plain = model_inputs(engine, EvalConfig(placements=("after",)), 0, sample)
-    assert plain == (engine.encode(sample.prompt), [])
+    engine = Engine.from_pretrained(checkpoint)
+    cfg = EvalConfig(tasks=("niah",), context_lens=(600,), placements=("after",),
+                     gaps=(0, 100))
+    sample = cfg.samples(engine.tokenizer)[0]
+    ids, forced = model_inputs(engine, cfg, 100, 0, sample)
+    assert engine.tokenizer.decode(ids).endswith(f"{sample.question}\nassistant\n")
+    assert len(forced) == 100 + len(engine.tokenizer.encode(f"\n\n{sample.cue}"))
+    assert engine.tokenizer.decode(forced).endswith(f"\n\n{sample.cue}")
+    assert model_inputs(engine, cfg, 100, 0, sample) == (ids, forced)  # drawn from the seed
+    assert model_inputs(engine, cfg, 0, 0, sample) == (engine.encode(sample.prompt), [])
 
 
-def test_eval_with_a_gap_writes_its_results(checkpoint, tmp_path):
-    flags = [*TINY, "--placements", "after", "--gap-tokens", "40"]
+def test_eval_with_gaps_writes_its_results(checkpoint, tmp_path):
+    flags = [*TINY, "--placements", "after", "--gaps", "0,40"]
     assert main(["eval", "--model", str(checkpoint), *flags, "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["config"]["gap_tokens"] == 40
+    assert summary["config"]["gaps"] == [0, 40]
     with (tmp_path / "results.csv").open() as f:
-        assert len(list(csv.DictReader(f))) == 2 * 3  # 2 depths x (full + 2 budgets)
+        assert len(list(csv.DictReader(f))) == 2 * 2 * 2 * 4  # gaps x tasks x samples x runs
+    assert (tmp_path / "accuracy_vs_gap.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_missing_model_exits_2(capsys, tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 from snapstream.data import Placement
 from snapstream.evaluate import Budget, EvalConfig, SplitRule
+from tests.data.helpers import tiny_chat_tokenizer
 
 
 def budgets(*labels: str) -> tuple[Budget, ...]:
@@ -19,8 +20,9 @@ def budgets(*labels: str) -> tuple[Budget, ...]:
     ("context_lens", (64,)), ("context_lens", ()),
     ("depths", (0.5, 1.5)), ("depths", ()),
     ("budgets", ()), ("budgets", budgets("1/4", "1/4")),
-    ("n_per_cell", 0), ("max_new_tokens", 4), ("limit", 0),
-    ("split", "test"), ("num_distractors", 99), ("num_hops", 0), ("gap_tokens", -1),
+    ("n_per_cell", 0), ("limit", 0), ("prompt_format", "xml"), ("num_distractors", 99),
+    ("num_hops", 0), ("num_values", 0), ("gaps", (-1,)), ("gaps", ()), ("gaps", (8, 8)),
+    ("max_group_tokens", 100),
 ])
 def test_bad_value_names_field(field, value):
     with pytest.raises(ValueError, match=field):
@@ -28,9 +30,9 @@ def test_bad_value_names_field(field, value):
 
 
 def test_gap_needs_the_question_after_the_context():
-    with pytest.raises(ValueError, match="gap_tokens needs placements=after"):
-        EvalConfig(gap_tokens=64)
-    assert EvalConfig(gap_tokens=64, placements=("after",)).to_json()["gap_tokens"] == 64
+    with pytest.raises(ValueError, match="gaps need placements=after"):
+        EvalConfig(gaps=(0, 64))
+    assert EvalConfig(gaps=(0, 64), placements=("after",)).to_json()["gaps"] == [0, 64]
 
 
 def test_budget_too_small_for_a_context():
@@ -55,21 +57,24 @@ def test_runs_full_once_then_every_budget():
 
 
 def test_samples_grid_and_limit_spread():
-    cfg = EvalConfig(tasks=("passkey", "kv"), context_lens=(256,), depths=(0.0, 1.0),
-                     n_per_cell=1, placements=("after", "before"))
-    samples = cfg.samples()
+    cfg = EvalConfig(tasks=("passkey", "kv"), context_lens=(700,), depths=(0.0, 1.0),
+                     n_per_cell=2, placements=("after", "before"))
+    samples = cfg.samples(tiny_chat_tokenizer())
     assert len(samples) == 2 * 2 * 2
     assert cfg.placements == (Placement.AFTER, Placement.BEFORE)
-    limited = replace(cfg, limit=2).samples()
+    assert all(s.prompt.startswith("<|im_start|>") for s in samples)  # chat by default
+    limited = replace(cfg, limit=2).samples(tiny_chat_tokenizer())
     assert [s.task for s in limited] == ["passkey", "kv"]
     assert [s.prompt for s in limited] == [samples[0].prompt, samples[4].prompt]
 
 
 def test_samples_reproducible_from_seed():
-    cfg = EvalConfig(tasks=("vartrack",), context_lens=(512,), depths=(0.5,), n_per_cell=2)
-    assert [s.prompt for s in cfg.samples()] == [s.prompt for s in cfg.samples()]
+    cfg = EvalConfig(tasks=("vartrack",), context_lens=(900,), depths=(0.5,), n_per_cell=2)
+    tokenizer = tiny_chat_tokenizer()
+    assert [s.prompt for s in cfg.samples(tokenizer)] == [s.prompt for s in cfg.samples(tokenizer)]
     other = replace(cfg, seed=1)
-    assert [s.prompt for s in other.samples()] != [s.prompt for s in cfg.samples()]
+    assert [s.prompt for s in other.samples(tokenizer)] != [
+        s.prompt for s in cfg.samples(tokenizer)]
 
 
 def test_to_json_round_trips_the_grid():

@@ -5,13 +5,15 @@ import csv
 from snapstream.evaluate.results import COLUMNS, Row, accuracy_table, summary_table, write_csv
 
 
-def row(policy: str, label: str | None, placement: str, correct: bool, task: str = "kv") -> Row:
+def row(policy: str, label: str | None, placement: str, correct: bool, task: str = "kv",
+        gap: int = 0) -> Row:
     budget = {"1/4": 128, None: None}[label]
-    return Row(sample=0, task=task, context_len=512, depth=0.5, placement=placement,
+    return Row(sample=0, task=task, context_len=512, depth=0.5, placement=placement, gap=gap,
                policy=policy, budget_label=label, budget=budget,
-               budget_fraction=None if budget is None else budget / 512, correct=correct,
+               budget_fraction=None if budget is None else budget / 512, n_sink=4,
+               n_topk=92, n_recent=32, window=32, kernel=7, pooling="avg", correct=correct,
                answer="AB12", generated='AB12, "x"' if not correct else "AB12",
-               prompt_tokens=500, finish_reason="stop_token", latency_s=0.5)
+               prompt_tokens=500, new_tokens=3, finish_reason="verdict")
 
 
 ROWS = [
@@ -33,9 +35,9 @@ def test_accuracy_and_relative_to_full():
 
 
 def test_summary_table_lists_placements_per_cell():
-    summary = {"config": {"placements": ["after", "before"], "tasks": ["kv"]},
-               "by_task": accuracy_table(ROWS, ("task", "placement")),
-               "overall": accuracy_table(ROWS, ("placement",))}
+    summary = {"config": {"tasks": ["kv"]},
+               "by_task": accuracy_table(ROWS, ("task", "placement", "gap")),
+               "overall": accuracy_table(ROWS, ("placement", "gap"))}
     lines = summary_table(summary).splitlines()
     assert lines[0] == "accuracy (after/before)"
     assert lines[1] == "| policy | budget | kv | all |"
@@ -50,3 +52,13 @@ def test_csv_round_trip(tmp_path):
     assert tuple(records[0]) == COLUMNS
     assert records[0]["budget"] == "" and records[2]["budget"] == "128"
     assert records[3]["generated"] == 'AB12, "x"'
+
+
+def test_summary_table_names_gaps_when_there_are_several():
+    rows = [row("full", None, "after", True), row("full", None, "after", False, gap=64)]
+    summary = {"config": {"tasks": ["kv"]},
+               "by_task": accuracy_table(rows, ("task", "placement", "gap")),
+               "overall": accuracy_table(rows, ("placement", "gap"))}
+    lines = summary_table(summary).splitlines()
+    assert lines[0] == "accuracy (after gap 0/after gap 64)"
+    assert lines[3] == "| full | - | 1.00/0.00 | 1.00/0.00 |"

@@ -1,0 +1,88 @@
+"""A prompt's full-attention forward, run once and compressed into any policy's layout.
+
+The prompt's K/V do not depend on the cache policy, and SnapKV's scores depend only on
+``(window, kernel, pooling)`` and the last ``window`` queries of each layer. A
+:class:`PromptForward` keeps K/V and the last ``max_window`` queries, computes scores for a
+triple when first asked, and builds the same :class:`SequenceCache` as :meth:`Engine.prefill`
+(same attention call, same scoring function, same placement).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from snapstream.compress import build_sequence_cache
+from snapstream.kvcache import SequenceCache
+from snapstream.model import Transformer
+from snapstream.policy import CachePolicy
+from snapstream.snapkv import snapkv_scores
+
+
+@dataclass
+class _Recorder:
+    """Causal attention that keeps every layer's K/V and its last ``max_window`` queries."""
+
+    max_window: int
+    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
+    values: list[torch.Tensor] = field(default_factory=list)
+    queries: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, W, D)
+
+    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
+        self.keys.append(k[0])
+        self.values.append(v[0])
+        self.queries.append(q[0, :, -self.max_window :])
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+@dataclass
+class PromptForward:
+    keys: torch.Tensor  # (L, Hkv, P, D)
+    values: torch.Tensor  # (L, Hkv, P, D)
+    queries: list[torch.Tensor]  # L x (Hq, W, D), the last max_window prompt queries
+    logits: torch.Tensor  # (V,) next-token logits after the last prompt token
+    seconds: float
+    _scores: dict[tuple[int, int, str], torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    @torch.no_grad()
+    def run(cls, model: Transformer, ids: list[int], max_window: int) -> PromptForward:
+        recorder = _Recorder(max_window=max_window)
+        device = model.lm_head.weight.device
+        start = time.perf_counter()
+        input_ids = torch.tensor([ids], device=device)  # (1, P)
+        positions = torch.arange(len(ids), device=device)[None]  # (1, P)
+        hidden = model(input_ids, positions, recorder)  # (1, P, hidden)
+        logits = model.logits(hidden[0, -1])  # (V,)
+        return cls(keys=torch.stack(recorder.keys), values=torch.stack(recorder.values),
+                   queries=recorder.queries, logits=logits,
+                   seconds=time.perf_counter() - start)
+
+    @property
+    def prompt_len(self) -> int:
+        return self.keys.shape[2]
+
+    @torch.no_grad()
+    def scores(self, window: int, kernel: int, pooling: str) -> torch.Tensor:
+        """(L, Hkv, P) SnapKV scores of the last ``window`` queries (at most those kept)."""
+        window = min(window, self.prompt_len)
+        if window > self.queries[0].shape[1]:
+            raise ValueError(f"window {window} exceeds the {self.queries[0].shape[1]} queries "
+                             "this forward kept (its max_window)")
+        key = (window, kernel, pooling)
+        if key not in self._scores:
+            self._scores[key] = torch.stack([
+                snapkv_scores(q[:, -window:], k, kernel, pooling)
+                for q, k in zip(self.queries, self.keys, strict=True)])
+        return self._scores[key]
+
+    def sequence_cache(self, policy: CachePolicy, max_new_tokens: int,
+                       capacity: int | None = None) -> SequenceCache:
+        """What :meth:`Engine.prefill` would build for this prompt and ``policy``."""
+        layout = policy.layout(self.prompt_len, max_new_tokens, capacity)
+        selects = layout.compresses(self.prompt_len) and layout.n_topk > 0
+        scores = self.scores(policy.window, policy.kernel, policy.pooling) if selects else None
+        return build_sequence_cache(layout, self.keys, self.values, scores)

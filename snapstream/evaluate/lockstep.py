@@ -1,0 +1,77 @@
+"""Greedy decoding of several prompts at once under one cache layout, scored as it goes.
+
+Each row first decodes its forced tokens (text written as if the model had generated it, then
+the answer cue), then generates greedily until :func:`~snapstream.data.verdict` decides, a stop
+token comes, or ``max_new_tokens`` are written (a row with no answers is not scored: it runs to
+a stop token or the limit). All rows step together through one static
+decode step, as in serving; a finished row idles until the batch ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from snapstream.data import verdict
+from snapstream.engine import Engine
+from snapstream.kvcache import SequenceCache
+
+
+@dataclass(frozen=True)
+class RowInput:
+    cache: SequenceCache
+    logits: torch.Tensor  # (V,) after the last prompt token
+    forced_ids: tuple[int, ...]
+    answers: tuple[str, ...]
+    max_new_tokens: int
+
+
+@dataclass
+class RowOutput:
+    token_ids: list[int]
+    text: str = ""
+    correct: bool | None = None  # None while undecided
+    finish_reason: str = ""  # "verdict" | "stop_token" | "length"
+
+
+@torch.no_grad()
+def decode_rows(engine: Engine, rows: Sequence[RowInput]) -> list[RowOutput]:
+    """Every row's greedy continuation and verdict; the rows' caches share one layout."""
+    decoder = engine.new_decoder(rows[0].cache.layout, batch_size=len(rows))
+    for index, row in enumerate(rows):
+        decoder.cache.insert(index, row.cache)
+    positions = torch.tensor([row.cache.next_position for row in rows], device=engine.device)
+    logits = torch.stack([row.logits for row in rows])  # (B, V)
+    outputs = [RowOutput(token_ids=[]) for _ in rows]
+    stop_ids = set(engine.tokenizer.eos_token_ids)
+    for step in range(max(len(r.forced_ids) + r.max_new_tokens for r in rows)):
+        greedy = logits.argmax(dim=-1).tolist()  # (B,)
+        tokens = [_next_token(engine, row, out, step, greedy[i], stop_ids)
+                  for i, (row, out) in enumerate(zip(rows, outputs, strict=True))]
+        if all(out.finish_reason for out in outputs):
+            break
+        logits = decoder.step(torch.tensor(tokens, device=engine.device), positions)
+        positions += 1
+    return outputs
+
+
+def _next_token(engine: Engine, row: RowInput, out: RowOutput, step: int, greedy: int,
+                stop_ids: set[int]) -> int:
+    """The token row ``row`` feeds at ``step``; records and scores it once generation began."""
+    if step < len(row.forced_ids):
+        return row.forced_ids[step]
+    if out.finish_reason:
+        return greedy  # idle: the row's result is final
+    if greedy in stop_ids:
+        out.finish_reason = "stop_token"
+    else:
+        out.token_ids.append(greedy)
+    out.text = engine.tokenizer.decode(out.token_ids)
+    is_final = bool(out.finish_reason) or len(out.token_ids) == row.max_new_tokens
+    if row.answers:
+        out.correct = verdict(row.answers, out.text, is_final)
+    if not out.finish_reason and (is_final or out.correct is not None):
+        out.finish_reason = "length" if is_final else "verdict"
+    return greedy

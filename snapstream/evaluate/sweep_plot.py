@@ -1,0 +1,34 @@
+"""The sweep's figure: accuracy against each swept axis, a line per budget (and pooling)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snapstream.evaluate.budget import SplitRule
+from snapstream.evaluate.plots import _pyplot, _save
+
+PANELS = (("kernel x pooling", "kernel"), ("window", "window"), ("n_sink", "n_sink"),
+          ("recent_fraction", "recent_fraction"))
+
+
+def plot_sweep(table: list[dict], base: SplitRule, chosen: SplitRule, path: Path) -> None:
+    budgets = [key for key in table[0] if "/" in key]
+    fig, axes = _pyplot().subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.6),
+                                   sharey=True, layout="constrained")
+    for ax, (axis, field) in zip(axes, PANELS, strict=True):
+        entries = [e for e in table if e["axis"] == axis]
+        poolings = dict.fromkeys(e["pooling"] for e in entries)
+        for label in budgets:
+            for pooling in poolings:
+                points = sorted((e[field], e[label]) for e in entries if e["pooling"] == pooling)
+                name = f"{label} {pooling}" if len(poolings) > 1 else label
+                ax.plot(*zip(*points, strict=True), marker="o", label=name)
+        ax.axvline(getattr(chosen, field), color="black", linestyle=":", label="chosen")
+        if field in ("kernel", "window"):
+            ax.set_xscale("log", base=2)
+        ax.set(xlabel=field, title=f"{axis} (others at base)", ylim=(-0.03, 1.03))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("snapstream accuracy")
+    fig.suptitle(f"policy sweep around base {base}", fontsize=8)
+    _save(fig, path)

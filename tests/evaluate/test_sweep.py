@@ -1,0 +1,57 @@
+"""The policy sweep: its variants, the choice from a table, the policy file it writes."""
+
+import json
+
+import pytest
+
+from snapstream.evaluate.sweep import AXES, BASE, choose, main, policy_fields, variants
+from snapstream.policy import CachePolicy
+from tests.tiny_models import write_tiny_model
+
+
+def test_variants_cross_kernel_and_pooling_and_vary_other_axes_alone():
+    found = variants()
+    crossed = [v.rule for v in found if v.axis == "kernel x pooling"]
+    assert len(crossed) == len(AXES["kernel"]) * len(AXES["pooling"])
+    for axis in ("window", "n_sink", "recent_fraction"):
+        rules = [v.rule for v in found if v.axis == axis]
+        assert sorted(getattr(r, axis) for r in rules) == sorted(AXES[axis])
+        assert all(r.kernel == BASE.kernel and r.pooling == BASE.pooling for r in rules)
+
+
+def entry(axis: str, mean: float, **fields) -> dict:
+    rule = {"n_sink": BASE.n_sink, "window": BASE.window, "recent_fraction": BASE.recent_fraction,
+            "kernel": BASE.kernel, "pooling": BASE.pooling, **fields}
+    return {"axis": axis, **rule, "1/4": mean, "1/8": mean, "mean": mean}
+
+
+def test_choose_takes_each_axis_best_and_the_base_on_ties():
+    table = [entry("kernel x pooling", 0.5), entry("kernel x pooling", 0.8, kernel=15),
+             entry("kernel x pooling", 0.8, kernel=31, pooling="max"),
+             entry("window", 0.6), entry("window", 0.6, window=64),
+             entry("n_sink", 0.4), entry("n_sink", 0.7, n_sink=16),
+             entry("recent_fraction", 0.5), entry("recent_fraction", 0.9, recent_fraction=0.0)]
+    chosen = choose(table)
+    assert (chosen.kernel, chosen.window, chosen.n_sink, chosen.recent_fraction) == (
+        15, BASE.window, 16, 0.0)
+    assert chosen.pooling == BASE.pooling
+
+
+def test_policy_fields_load_as_a_policy_of_the_serving_budget():
+    policy = CachePolicy(**policy_fields(BASE))
+    assert policy.kind == "snapstream" and policy.budget == 1024
+    assert (policy.n_sink, policy.n_recent, policy.kernel) == (4, 256, 7)
+
+
+@pytest.mark.timeout(600)
+def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
+    model = write_tiny_model(tmp_path / "tiny")
+    assert main(["--model", str(model), "--tasks", "niah", "--context-len", "700",
+                 "--n-per-cell", "1", "--out", str(tmp_path / "out"), "--write-policy"]) == 0
+    result = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert len(result["table"]) == len(variants())
+    assert all(0.0 <= e["mean"] <= 1.0 for e in result["table"])
+    written = json.loads((model / "snapstream_policy.json").read_text())
+    assert written == result["policy"] == policy_fields(choose(result["table"]))
+    assert (tmp_path / "out" / "sweep.png").read_bytes().startswith(b"\x89PNG")
+    assert "wrote the model's default policy" in capsys.readouterr().out
