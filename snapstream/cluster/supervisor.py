@@ -83,9 +83,10 @@ class LocalCluster:
     def restart_exited(self) -> list[str]:
         """Supervision, called periodically (``snapstream up`` does, every second): a member
         that has ended (a crash, or ``kill()``) is started again with its own command line
-        and ports after its backoff (1, 2, 4 ... 30 s; afresh once it ran 60 s). -> one line
-        per exit seen or restart done. Raises ClusterError for a member that exits at once
-        ``max_quick_exits`` times in a row."""
+        and ports after its backoff (1 s; doubling up to 30 s while it keeps exiting before it
+        is ready again). -> one line per exit seen, restart done or member ready again.
+        Raises ClusterError for a member that exits before it is ready ``max_quick_exits``
+        times in a row (a crash loop)."""
         now, news = time.monotonic(), []
         for member in (m for stage in self._stages for m in stage):
             child, backoff = self._children.get(member.name), self._backoff[member.name]
@@ -97,12 +98,16 @@ class LocalCluster:
                 news.append(f"{member.name} restarted (restart {backoff.restarts})")
             elif backoff.restart_at is None and child.has_exited():
                 code = child.kill()
-                delay = backoff.on_exit(now, ran_s=now - child.started_at)
+                delay = backoff.on_exit(now)
                 if delay is None:
-                    raise ClusterError(f"{member.name} keeps exiting (code {code}); "
-                                       f"{child.log_path} ends with:\n{child.log_tail()}")
+                    raise ClusterError(f"{member.name} keeps exiting before it is ready (code "
+                                       f"{code}); {child.log_path} ends with:\n"
+                                       f"{child.log_tail()}")
                 news.append(f"{member.name} exited with code {code}; restarting in "
                             f"{delay:.0f} s (log: {child.log_path})")
+            elif not backoff.is_ready and self._is_ready(member):
+                backoff.ready()
+                news.append(f"{member.name} is ready again")
         return news
 
     def kill(self, name: str) -> int:

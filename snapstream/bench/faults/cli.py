@@ -72,7 +72,12 @@ async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...]) -> list
             for name in names:
                 print(f"scenario {name} ...", file=sys.stderr, flush=True)
                 start = time.monotonic()
-                result = await SCENARIOS[name](run)
+                scenario = asyncio.ensure_future(SCENARIOS[name](run))
+                await asyncio.wait([scenario, supervisor], return_when=asyncio.FIRST_COMPLETED)
+                if supervisor.done():
+                    scenario.cancel()
+                    supervisor.result()  # raises what stopped the supervision
+                result = scenario.result()
                 result.seconds = time.monotonic() - start
                 result.blobs_left, result.slots_left = await leaks(run)
                 print(f"  {_row(result)}", file=sys.stderr, flush=True)

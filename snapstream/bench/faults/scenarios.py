@@ -80,7 +80,8 @@ class Run:
             return await asyncio.to_thread(function, *args)
 
     async def supervise(self) -> None:
-        """What `snapstream up` does: restart members that exit, with backoff."""
+        """What `snapstream up` does: restart members that exit, with backoff (a crash loop
+        raises ClusterError, which ends the benchmark)."""
         while True:
             await self.call(self.cluster.restart_exited)
             await asyncio.sleep(0.2)
@@ -133,8 +134,9 @@ async def decode_kills(run: Run) -> Result:
     async def inject(result: Result) -> None:
         for _ in range(run.config.decode_kills):
             await wait_for(lambda: _any_busy(run), timeout_s=30.0, interval_s=0.05)
-            busy = [n for n, count in (await run.decode_running()).items() if count]
-            victim = run.rng.choice(busy or sorted(await run.decode_running()))
+            running = await run.decode_running()
+            busy = [name for name, count in running.items() if count]
+            victim = run.rng.choice(busy or sorted(running) or ["decode-0"])
             await _kill_and_recover(run, victim, result)
 
     return await _under_load(run, run.config.streams, inject, Result("decode kills", 0, Tally()))
