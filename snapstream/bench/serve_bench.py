@@ -1,15 +1,21 @@
-"""`bench serve`, serving part: the same prompts at each concurrency through the router (a local
-cluster) and through the in-process engine; latency, throughput, goodput and where time goes."""
+"""`bench serve`, serving part: the same prompts at each concurrency through each system (the
+in-process engine, the router of a local cluster over gRPC, an OpenAI-compatible server);
+latency, throughput, goodput and where time goes."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, replace
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import asdict, dataclass, replace
 
+import openai
 import torch
 
 from kvstore.codec import BlobSpec
 from snapstream.bench.serve_inprocess import InProcessServer
+from snapstream.bench.serve_openai import API_KEY, OpenAIClient, served_model
 from snapstream.bench.serve_profile import Usage, usage_now
 from snapstream.bench.serve_router import RouterClient, serving_cluster
 from snapstream.bench.serve_workload import (
@@ -24,36 +30,68 @@ from snapstream.client import AsyncSnapstreamClient
 from snapstream.cluster import LocalCluster
 from snapstream.engine import Engine
 
-SYSTEMS = ("in-process", "router")
 CALL_TIMEOUT_S = 600.0
 ROUND_FIGURES = ("ttft_p50_s", "itl_p50_s", "throughput_tok_s")  # kept per round, for the spread
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What every system is made from."""
+
+    cfg: ServeBenchConfig
+    engine: Engine
+    cluster: LocalCluster
+
+
+@contextlib.asynccontextmanager
+async def _in_process(setting: Setting) -> AsyncIterator[Generate]:
+    server = InProcessServer(setting.engine, setting.cfg)
+    try:
+        yield server.generate
+    finally:
+        server.close()
+
+
+@contextlib.asynccontextmanager
+async def _router(setting: Setting) -> AsyncIterator[Generate]:
+    async with AsyncSnapstreamClient(setting.cluster.endpoints["router"],
+                                     timeout_s=CALL_TIMEOUT_S) as client:
+        yield RouterClient(client, setting.cfg).generate
+
+
+@contextlib.asynccontextmanager
+async def _openai(setting: Setting) -> AsyncIterator[Generate]:
+    url = setting.cfg.openai_url or setting.cluster.openai_url
+    async with openai.AsyncOpenAI(base_url=url, api_key=API_KEY, timeout=CALL_TIMEOUT_S,
+                                  max_retries=0) as client:
+        yield OpenAIClient(client, await served_model(client), setting.cfg).generate
+
+
+SYSTEM_FACTORIES: dict[str, Callable[[Setting], AbstractAsyncContextManager[Generate]]] = {
+    "in-process": _in_process, "router": _router, "openai": _openai}
+
+
 def run_serve_bench(cfg: ServeBenchConfig, model: str | None) -> dict:
-    """-> {"config", "model", "levels": [{"concurrency", "in-process", "router",
-    "identical_outputs"}]}, each system's figures with the "profile" of its runs."""
+    """-> {"config", "model", "levels": [{"concurrency", SYSTEM..., "identical_outputs",
+    "rounds"}]}, each system's figures with the "profile" of its runs."""
     if cfg.torch_threads:  # the in-process engine gets what each cluster worker gets
         torch.set_num_threads(cfg.torch_threads)
     engine = Engine.from_pretrained(model)
     cfg = replace(cfg, policy=cfg.policy or engine.default_policy)
     prompts = make_prompts(cfg, engine.tokenizer, cfg.warmup + max(cfg.requests))
-    server = InProcessServer(engine, cfg)
-    try:
-        with serving_cluster(cfg, model) as cluster:
-            levels = asyncio.run(_measure(cfg, server, cluster, prompts))
-    finally:
-        server.close()
+    with serving_cluster(cfg, model) as cluster:
+        levels = asyncio.run(_measure(Setting(cfg, engine, cluster), prompts))
     return {"config": asdict(cfg), "model": _describe(engine, cfg, prompts),
             "levels": levels}
 
 
-async def _measure(cfg: ServeBenchConfig, server: InProcessServer, cluster: LocalCluster,
-                   prompts: list[list[int]]) -> list[dict]:
+async def _measure(setting: Setting, prompts: list[list[int]]) -> list[dict]:
+    cfg, cluster = setting.cfg, setting.cluster
     warm, measured = prompts[:cfg.warmup], prompts[cfg.warmup:]
-    router = cluster.endpoints["router"]
-    async with AsyncSnapstreamClient(router, timeout_s=CALL_TIMEOUT_S) as client:
-        systems: dict[str, Generate] = {"in-process": server.generate,
-                                        "router": RouterClient(client, cfg).generate}
+    async with contextlib.AsyncExitStack() as stack:
+        systems: dict[str, Generate] = {
+            name: await stack.enter_async_context(SYSTEM_FACTORIES[name](setting))
+            for name in cfg.systems}
         if warm:
             for name, generate in systems.items():
                 await run_level(generate, warm, len(warm), f"warm-up {name}")
@@ -85,8 +123,9 @@ async def _level(cfg: ServeBenchConfig, systems: dict[str, Generate], cluster: L
     for name in systems:
         level[name] = {**summarize(traces[name], wall_s[name], cfg.slo),
                        "profile": usage[name].summary()}
-    level["identical_outputs"] = sum(
-        a.token_ids == b.token_ids for a, b in zip(*traces.values(), strict=True))
+    level["identical_outputs"] = sum(  # prompts whose tokens every system agrees on
+        len({trace.token_ids for trace in same}) == 1
+        for same in zip(*traces.values(), strict=True))
     return level
 
 

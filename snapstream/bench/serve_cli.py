@@ -24,6 +24,13 @@ def _names(text: str) -> tuple[str, ...]:
 def register(parser: argparse.ArgumentParser) -> None:
     add_model_setting(parser)
     parser.add_argument("--parts", type=_names, default=PARTS, help="serve,blob")
+    parser.add_argument("--systems", type=_names, default=None,
+                        help="systems to measure, the first being the baseline: in-process, "
+                        "router (gRPC), openai (an OpenAI-compatible server); default "
+                        "in-process,router; others get a section of their own")
+    parser.add_argument("--openai-url", default=None,
+                        help="base URL (http://HOST:PORT/v1) of the OpenAI-compatible server "
+                        "the openai system drives (default: the local cluster's router)")
     parser.add_argument("--concurrency", type=_ints, default=(1, 8, 32))
     parser.add_argument("--requests", type=_ints, default=(16, 32, 64),
                         help="requests sent at each concurrency level")
@@ -52,13 +59,20 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not args.parts:
         raise ValueError(f"--parts: choose from {', '.join(PARTS)}, got {','.join(args.parts)}")
     from snapstream.bench.report import write_section
-    from snapstream.bench.serve_report import plot, render
+    from snapstream.bench.serve_report import plot
+    from snapstream.bench.serve_workload import DEFAULT_SYSTEMS
+
+    cfg = serve_config(args)
+    is_default = cfg.systems == DEFAULT_SYSTEMS
+    if "blob" in args.parts and not is_default:
+        raise ValueError("--parts blob goes with the default --systems "
+                         f"{','.join(DEFAULT_SYSTEMS)}; measure other systems with --parts serve")
 
     results = {}
     if "serve" in args.parts:
         from snapstream.bench.serve_bench import run_serve_bench
 
-        results["serve"] = run_serve_bench(serve_config(args), args.model)
+        results["serve"] = run_serve_bench(cfg, args.model)
     if "blob" in args.parts:
         from snapstream.bench.blob_bench import BlobBenchConfig, run_blob_bench
 
@@ -66,15 +80,27 @@ def run(args: argparse.Namespace) -> int:
             stores=args.blob_stores, sizes=tuple(s * 2**20 for s in args.blob_sizes_mib),
             repeats=args.blob_repeats))
         results["blob"] = [asdict(point) for point in points]
-    image = args.doc.parent / "img" / "serve_latency.png"
-    body = render(results, image.relative_to(args.doc.parent) if "serve" in results else None)
+    section, body = _render(results, cfg.systems, is_default)
     print(body)
-    write_section(args.doc, "serve", body)
+    write_section(args.doc, section, body)
     if "serve" in results:
-        plot(results["serve"], image)
+        plot(results["serve"], args.doc.parent / "img" / f"{section}_latency.png")
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2))
     return 0
+
+
+def _render(results: dict, systems: tuple[str, ...], is_default: bool) -> tuple[str, str]:
+    """-> (section of docs/benchmarks.md, its text): the default systems and the blob
+    transfer in ``serve``; other systems in a section named after them."""
+    from snapstream.bench import serve_compare, serve_report
+
+    is_default = is_default or "serve" not in results
+    section = "serve" if is_default else serve_compare.section_name(systems)
+    image = Path("img") / f"{section}_latency.png" if "serve" in results else None
+    if is_default:
+        return section, serve_report.render(results, image)
+    return section, serve_compare.render(results["serve"], image)
 
 
 def serve_config(args: argparse.Namespace):
@@ -85,4 +111,5 @@ def serve_config(args: argparse.Namespace):
         max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.store,
         torch_threads=args.torch_threads,
         rounds=args.rounds, warmup=args.warmup,
+        systems=args.systems or ServeBenchConfig.systems, openai_url=args.openai_url,
         slo=Slo(ttft_s=args.slo_ttft_ms / 1e3, itl_p90_s=args.slo_itl_p90_ms / 1e3))

@@ -13,11 +13,14 @@ THROUGHPUT_CONCURRENCY = 32
 BLOB_MB_S = 500.0  # put and get, for BLOB_TARGET_SIZE
 BLOB_TARGET_SIZE = 64 * 2**20
 SYSTEMS = ("in-process", "router")
+COLORS = {"in-process": "tab:blue", "router": "tab:orange", "openai": "tab:green"}
 PROCESSES = ("bench", "router", "prefill", "decode-0", "store")
 PROCESS_LABELS = ("bench", "router", "prefill", "decode", "store")
 
 
 def render(results: dict, image: Path | None) -> str:
+    """The router against the in-process engine (and the blob transfer); other systems, or
+    these in another order, are compared by ``serve_compare``."""
     lines = ["## Serving: router vs in-process engine; KV blob transfer", "",
              f"Command: `{command_line()}`  ", f"Machine: {machine_line()}"]
     if "serve" in results:
@@ -59,14 +62,15 @@ def _serve_text(serve: dict) -> list[str]:
         "process, no gRPC and no store; TTFT = call → first token back on the caller's event "
         "loop, ITL from the step loop's stamps. Goodput: requests/s with TTFT ≤ "
         f"{slo['ttft_s'] * 1e3:.0f} ms and their own p90 ITL ≤ {slo['itl_p90_s'] * 1e3:.0f} ms.",
-        "", _latency_table(levels), "", _target_table(levels), "", _profile_table(levels),
+        "", latency_table(levels, SYSTEMS), "", _target_table(levels), "",
+        _profile_table(levels),
     ]
 
 
-def _latency_table(levels: list[dict]) -> str:
+def latency_table(levels: list[dict], systems: tuple[str, ...]) -> str:
     rows = []
     for level in levels:
-        for system in SYSTEMS:
+        for system in systems:
             s = level[system]
             rows.append([level["concurrency"], system, s["requests"], s["tokens"],
                          *(fmt_ms(s[f"ttft_p{p}_s"]) for p in (50, 90, 99)),
@@ -162,7 +166,8 @@ def plot(serve: dict, path: Path) -> None:
     levels = serve["levels"]
     xs = [level["concurrency"] for level in levels]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    for system, color in zip(SYSTEMS, ("tab:blue", "tab:orange"), strict=True):
+    for system in serve["config"]["systems"]:
+        color = COLORS[system]
         for metric, ax in (("ttft", axes[0]), ("itl", axes[1])):
             for p, style in zip((50, 90, 99), ("-", "--", ":"), strict=True):
                 ax.plot(xs, [level[system][f"{metric}_p{p}_s"] * 1e3 for level in levels],

@@ -60,3 +60,33 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(tiny_model_dir
     assert "| redis | 1 MiB |" in text and "throughput router / in-process" in text
     assert re.search(r"\| 2 \| [+-]\d+\.\d\d \([+-]\d+, [+-]\d+\) \|", text)  # per round
     assert (doc.parent / "img" / "serve_latency.png").stat().st_size > 0
+
+
+def test_bench_serve_compares_the_openai_api_with_grpc_in_its_own_section(tiny_model_dir,
+                                                                         tmp_path):
+    doc, out = tmp_path / "docs" / "benchmarks.md", tmp_path / "serve.json"
+    doc.parent.mkdir()
+    doc.write_text("# Benchmarks\n\n<!-- bench:serve -->\nkept\n<!-- /bench:serve -->\n")
+    code = main(["bench", "serve", "--parts", "serve", "--systems", "router,openai",
+                 "--model", str(tiny_model_dir), "--concurrency", "1,3", "--requests", "2,3",
+                 "--prompt-len", "300", "--max-new-tokens", "8", "--slots", "3", "--rounds",
+                 "2", "--warmup", "1", "--doc", str(doc), "--json-out", str(out)])
+
+    assert code == 0
+    levels = json.loads(out.read_text())["serve"]["levels"]
+    for level, requests in zip(levels, (4, 6), strict=True):
+        assert "in-process" not in level
+        for system in ("router", "openai"):
+            assert level[system]["requests"] == requests
+            assert level[system]["ttft_p50_s"] > 0 < level[system]["throughput_tok_s"]
+        assert level["identical_outputs"] == requests  # greedy: the same tokens either way
+    text = doc.read_text()
+    assert "<!-- bench:serve -->\nkept" in text
+    assert "<!-- bench:serve-router-openai -->" in text and "ITL p50 / base" in text
+    assert (doc.parent / "img" / "serve-router-openai_latency.png").stat().st_size > 0
+
+
+def test_blob_transfer_goes_with_the_default_systems_only(tmp_path, capsys):
+    code = main(["bench", "serve", "--systems", "router,openai", "--doc", str(tmp_path / "b.md")])
+    assert code == 2 and "--parts blob goes with the default --systems" in capsys.readouterr().err
+    assert not (tmp_path / "b.md").exists()

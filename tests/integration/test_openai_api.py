@@ -194,3 +194,21 @@ async def test_requests_are_counted_by_api(served):
     await collect(served.stack.generation, generation_pb2.GenerateRequest(
         prompt="count me", max_new_tokens=2))
     assert (metric("openai", "ok"), metric("grpc", "ok")) == (before[0] + 1, before[1] + 1)
+
+
+async def test_the_benchmarks_openai_load_generator_sees_the_grpc_tokens(served):
+    from snapstream.bench.serve_openai import OpenAIClient, served_model
+    from snapstream.bench.serve_workload import ServeBenchConfig
+    from snapstream.policy import CachePolicy
+
+    policy = CachePolicy(n_sink=4, n_topk=40, n_recent=24, window=8)
+    ids = served.stack.engine.tokenizer.encode(PROMPTS[0])
+    expected, _, _ = await collect(served.stack.generation, generation_pb2.GenerateRequest(
+        prompt_token_ids=common_pb2.TokenIds(ids=ids), max_new_tokens=16, policy=POLICY))
+    async with served.async_client() as client:
+        model = await served_model(client)
+        cfg = ServeBenchConfig(max_new_tokens=16, policy=policy)
+        trace = await OpenAIClient(client, model, cfg).generate(ids)
+    assert model == served.model
+    assert list(trace.token_ids) == expected and len(trace.arrivals) == len(expected)
+    assert trace.sent < trace.arrivals[0] <= trace.arrivals[-1]
