@@ -38,9 +38,9 @@ ENDPOINTS = {"/v1/chat/completions": Endpoint(ChatCompletionBody, chat_request, 
              "/v1/completions": Endpoint(CompletionBody, completion_request, TEXT)}
 
 
-def create_app(generation: Generation, is_ready: Callable[[], bool],
-               max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
-    api = OpenAIApi(generation, is_ready, max_body_bytes)
+def create_app(generation: Generation, is_ready: Callable[[], bool]) -> Starlette:
+    """``is_ready``: whether /health says 200 (else 503: starting or draining)."""
+    api = OpenAIApi(generation, is_ready)
     routes = [Route(path, api.generate_endpoint(endpoint), methods=["POST"])
               for path, endpoint in ENDPOINTS.items()]
     routes += [Route("/v1/models", api.models), Route("/v1/models/{model_id:path}", api.model),
@@ -55,15 +55,14 @@ async def _http_exception(request: Request, exc: HTTPException) -> Response:
 
 
 class OpenAIApi:
-    def __init__(self, generation: Generation, is_ready: Callable[[], bool],
-                 max_body_bytes: int) -> None:
-        self.generation, self.is_ready, self.max_body_bytes = generation, is_ready, max_body_bytes
+    def __init__(self, generation: Generation, is_ready: Callable[[], bool]) -> None:
+        self.generation, self.is_ready = generation, is_ready
         self.model_id = generation.model.name
 
     def generate_endpoint(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
             try:
-                body = endpoint.schema.model_validate_json(await self._read_body(request))
+                body = endpoint.schema.model_validate_json(await _read_body(request))
                 self._check_model(body.model)
                 native = endpoint.convert(body)
             except ClientDisconnect:
@@ -103,17 +102,18 @@ class OpenAIApi:
                            f"{self.model_id!r} (GET /v1/models)", code="model_not_found",
                            param="model")
 
-    async def _read_body(self, request: Request) -> bytes:
-        """The body, or 413 past ``max_body_bytes`` (declared or sent)."""
-        declared = request.headers.get("content-length", "")
-        too_large = ApiError(413, f"the body is larger than {self.max_body_bytes} bytes",
-                             code="request_too_large")
-        if declared.isdigit() and int(declared) > self.max_body_bytes:
+
+async def _read_body(request: Request) -> bytes:
+    """The body, or 413 past MAX_BODY_BYTES (declared or sent)."""
+    declared = request.headers.get("content-length", "")
+    too_large = ApiError(413, f"the body is larger than {MAX_BODY_BYTES} bytes",
+                         code="request_too_large")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
             raise too_large
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise too_large
-            chunks.append(chunk)
-        return b"".join(chunks)
+        chunks.append(chunk)
+    return b"".join(chunks)
