@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import statistics
 import tempfile
 import time
@@ -21,6 +22,7 @@ from snapstream.bench.serve_profile import machine_cpu_s, process_cpu_s
 from snapstream.cluster import STORE_SERVERS
 from snapstream.cluster.health import is_accepting
 from snapstream.cluster.process import Child, free_ports
+from snapstream.cluster.stores import StoreAccess
 
 MIB = 2**20
 HOST = "127.0.0.1"
@@ -68,10 +70,13 @@ def store_server(kind: str, work_dir: Path) -> Iterator[tuple[str, int]]:
     """A ``kind`` store server (``STORE_SERVERS``) on a free port; yields its URL and pid."""
     server = STORE_SERVERS[kind]
     work_dir.mkdir(parents=True)
+    access = StoreAccess(password=secrets.token_urlsafe(24))
     with free_ports(HOST) as take_port:
         port = take_port()
-    child = Child((server.binary, *server.arguments(HOST, port, work_dir)),
-                  work_dir / "server.log", dict(os.environ))
+    config = work_dir / server.config_name
+    config.touch(mode=0o600)
+    config.write_text(server.config(HOST, port, work_dir, access))
+    child = Child(server.argv(config), work_dir / "server.log", dict(os.environ))
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not is_accepting(HOST, port):
@@ -79,7 +84,7 @@ def store_server(kind: str, work_dir: Path) -> Iterator[tuple[str, int]]:
                 raise RuntimeError(f"{server.binary} did not start; {child.log_path} ends with:"
                                    f"\n{child.log_tail()}")
             time.sleep(0.05)
-        yield server.url(HOST, port), child.pid
+        yield server.url(HOST, port, access), child.pid
     finally:
         child.kill()
 

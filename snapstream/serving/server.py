@@ -71,24 +71,28 @@ async def serve(
             (*spec.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     port = _bind(server, spec)
     await server.start()
-    if spec.metrics_port:
-        try:
-            prometheus_client.start_http_server(spec.metrics_port, addr=spec.host)
-        except OSError as exc:
-            raise StartupError(f"cannot serve metrics on {spec.host}:{spec.metrics_port} "
-                               f"({exc.strerror}); choose another --metrics-port (0: none)"
-                               ) from None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await warmup()
-    for name in names:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    security = "plaintext" if spec.tls is None else (
-        "mutual TLS" if spec.require_client_cert else "TLS")
-    print(f"snapstream {spec.name} serving on {spec.host}:{port} ({security})", file=sys.stderr,
-          flush=True)
+    try:
+        if spec.metrics_port:
+            try:
+                prometheus_client.start_http_server(spec.metrics_port, addr=spec.host)
+            except OSError as exc:
+                raise StartupError(f"cannot serve metrics on {spec.host}:{spec.metrics_port} "
+                                   f"({exc.strerror}); choose another --metrics-port (0: none)"
+                                   ) from None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await warmup()
+        for name in names:
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        security = "plaintext" if spec.tls is None else (
+            "mutual TLS" if spec.require_client_cert else "TLS")
+        print(f"snapstream {spec.name} serving on {spec.host}:{port} ({security})", file=sys.stderr,
+              flush=True)
+    except BaseException:  # a failed start still closes the listener on this loop
+        await server.stop(grace=None)
+        raise
     await stop.wait()
     log.info("%s draining for up to %.0f s", spec.name, spec.drain_timeout_s)
     await health_servicer.enter_graceful_shutdown()

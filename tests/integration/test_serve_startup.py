@@ -47,6 +47,16 @@ def test_a_port_in_use_is_refused(tiny_model_dir: Path, redis_url: str) -> None:
     assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in _error_line(result)
 
 
+def test_an_http_port_in_use_is_refused(tiny_model_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _serve("router", "--model", str(tiny_model_dir), "--port", "0",
+                        "--metrics-port", "0", "--http-port", str(port))
+    assert f"cannot serve the OpenAI API on 127.0.0.1:{port}" in _error_line(result)
+
+
 @pytest.mark.parametrize(("kind", "wrong", "complaint"), [
     ("redis-password", ":s3cret@", "invalid username-password pair"),
     ("nats-password", ":s3cret@", "Authorization Violation': check the user and password"),
