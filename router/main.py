@@ -5,17 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import dataclass
 
+from snapstream.serving.auth import ApiKeys, add_api_key_settings, api_keys_from_args
 from snapstream.serving.settings import (
     add_model_setting,
     add_server_settings,
     add_setting,
     address_list,
 )
+from snapstream.serving.tls import TlsFiles, add_tls_settings, tls_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50051, metrics_port=9101)
+    add_tls_settings(parser)
+    add_api_key_settings(parser)
     add_setting(parser, "--http-port", type=int, default=8000,
                 help="port of the OpenAI-compatible HTTP API, on --host (0 disables it)")
     add_model_setting(parser)
@@ -35,7 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from snapstream.serving.server import run as run_service
 
-    return run_service(_serve(args))
+    return run_service(_serve(args, Security(tls_from_args(args), api_keys_from_args(args))))
 
 
 def load_served_model(path, default_policy: str, default_max_new_tokens: int):
@@ -59,7 +64,16 @@ def load_served_model(path, default_policy: str, default_max_new_tokens: int):
                        default_max_new_tokens=default_max_new_tokens)
 
 
-async def _serve(args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class Security:
+    """The router's public ports serve TLS with ``tls`` (no client certificate asked) and ask
+    for one of ``api_keys``; its calls to the workers use mutual TLS with the same files."""
+
+    tls: TlsFiles | None
+    api_keys: ApiKeys | None
+
+
+async def _serve(args: argparse.Namespace, security: Security) -> None:
     from router.generation import Generation
     from router.service import GenerationServicer
     from router.workers import WorkerPool, poll_decode_stats
@@ -68,13 +82,13 @@ async def _serve(args: argparse.Namespace) -> None:
 
     model = load_served_model(args.model, args.default_policy, args.default_max_new_tokens)
     prefill = WorkerPool("prefill", args.prefill_addrs, prefill_pb2_grpc.PrefillStub,
-                         "least_outstanding")
+                         "least_outstanding", security.tls)
     decode = WorkerPool("decode", args.decode_addrs, decode_pb2_grpc.DecodeStub,
-                        "most_free_slots")
+                        "most_free_slots", security.tls)
     generation = Generation(model, prefill, decode)
     servicer = GenerationServicer(generation)
     is_ready = asyncio.Event()
-    http = _http_server(args, generation, is_ready)
+    http = _http_server(args, security, generation, is_ready)
     poller: list[asyncio.Task] = []
 
     async def warmup() -> None:
@@ -99,16 +113,19 @@ async def _serve(args: argparse.Namespace) -> None:
         await decode.close()
 
     spec = ServerSpec("router", args.host, args.port, args.metrics_port, args.drain_timeout_s,
-                      ("snapstream.v1.Generation",), reflection=True)
+                      ("snapstream.v1.Generation",), reflection=True, tls=security.tls,
+                      api_keys=security.api_keys)
     await serve(spec, lambda s: generation_pb2_grpc.add_GenerationServicer_to_server(servicer, s),
                 warmup, drain)
 
 
-def _http_server(args: argparse.Namespace, generation, is_ready: asyncio.Event):
+def _http_server(args: argparse.Namespace, security: Security, generation,
+                 is_ready: asyncio.Event):
     """The OpenAI API's server (not yet listening), or None with ``--http-port 0``."""
     if not args.http_port:
         return None
     from router.openai_api.app import create_app
     from router.openai_api.server import HttpServer
 
-    return HttpServer(create_app(generation, is_ready.is_set), args.host, args.http_port)
+    app = create_app(generation, is_ready.is_set, security.api_keys)
+    return HttpServer(app, args.host, args.http_port, security.tls)

@@ -15,6 +15,7 @@ import grpc
 
 from snapstream.serving.errors import Unavailable
 from snapstream.serving.server import CHANNEL_OPTIONS
+from snapstream.serving.tls import TlsFiles, open_channel
 from snapstream.v1 import decode_pb2
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,14 @@ def _resolve(address: str) -> list[str]:
 
 
 class WorkerPool:
-    def __init__(self, name: str, addresses: tuple[str, ...], stub_cls, routing: str) -> None:
+    """Channels to the workers: mutual TLS with ``tls`` (this service's certificate as the
+    client's), else plaintext."""
+
+    def __init__(self, name: str, addresses: tuple[str, ...], stub_cls, routing: str,
+                 tls: TlsFiles | None = None) -> None:
         if not addresses:
             raise ValueError(f"no {name} worker addresses given")
-        self.name, self.addresses, self.stub_cls = name, addresses, stub_cls
+        self.name, self.addresses, self.stub_cls, self.tls = name, addresses, stub_cls, tls
         self.score = ROUTING[routing]
         self.workers: dict[str, Worker] = {}
 
@@ -69,7 +74,7 @@ class WorkerPool:
         for gone in set(self.workers) - resolved:
             await self.workers.pop(gone).channel.close()
         for address in sorted(resolved - set(self.workers)):
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = open_channel(address, self.tls, CHANNEL_OPTIONS)
             self.workers[address] = Worker(address, channel, self.stub_cls(channel))
 
     def model_fingerprint(self) -> str:

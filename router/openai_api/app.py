@@ -11,16 +11,19 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.generation import Generation
+from router.openai_api.auth import ApiKeyMiddleware
 from router.openai_api.convert import chat_request, completion_request
 from router.openai_api.errors import ApiError
 from router.openai_api.frames import CHAT, TEXT, Flavor, Framer
 from router.openai_api.responses import GenerationResponse, error_response
 from router.openai_api.schemas import ChatCompletionBody, CompletionBody, GenerationBody
+from snapstream.serving.auth import ApiKeys
 
 MAX_BODY_BYTES = 4 * 2**20
 
@@ -38,14 +41,18 @@ ENDPOINTS = {"/v1/chat/completions": Endpoint(ChatCompletionBody, chat_request, 
              "/v1/completions": Endpoint(CompletionBody, completion_request, TEXT)}
 
 
-def create_app(generation: Generation, is_ready: Callable[[], bool]) -> Starlette:
-    """``is_ready``: whether /health says 200 (else 503: starting or draining)."""
+def create_app(generation: Generation, is_ready: Callable[[], bool],
+               api_keys: ApiKeys | None = None) -> Starlette:
+    """``is_ready``: whether /health says 200 (else 503: starting or draining); ``api_keys``:
+    the keys every path but /health asks for (None: none asked)."""
     api = OpenAIApi(generation, is_ready)
     routes = [Route(path, api.generate_endpoint(endpoint), methods=["POST"])
               for path, endpoint in ENDPOINTS.items()]
     routes += [Route("/v1/models", api.models), Route("/v1/models/{model_id:path}", api.model),
                Route("/health", api.health)]
-    return Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
+    middleware = [] if api_keys is None else [Middleware(ApiKeyMiddleware, keys=api_keys)]
+    return Starlette(routes=routes, middleware=middleware,
+                     exception_handlers={HTTPException: _http_exception})
 
 
 async def _http_exception(request: Request, exc: HTTPException) -> Response:

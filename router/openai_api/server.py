@@ -13,6 +13,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from snapstream.serving.server import StartupError
+from snapstream.serving.tls import TlsFiles
 
 SHUTDOWN_GRACE_S = 1  # streams still open when the drain ends are cut after this
 
@@ -25,13 +26,16 @@ class _Embedded(uvicorn.Server):
 
 class HttpServer:
     """``start()`` listens and returns the bound port; ``stop()`` closes the listener, lets
-    running responses end within SHUTDOWN_GRACE_S, then cancels them."""
+    running responses end within SHUTDOWN_GRACE_S, then cancels them. With ``tls``, it serves
+    HTTPS with that certificate (clients need no certificate of their own)."""
 
-    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
-        self.host, self.port = host, port
+    def __init__(self, app: ASGIApp, host: str, port: int, tls: TlsFiles | None = None) -> None:
+        self.host, self.port, self.scheme = host, port, "http" if tls is None else "https"
+        certificate = {} if tls is None else {"ssl_certfile": str(tls.cert),
+                                              "ssl_keyfile": str(tls.key)}
         self.server = _Embedded(uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, ws="none",
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S, **certificate))
         self.task: asyncio.Task | None = None
 
     async def start(self) -> int:
@@ -52,7 +56,7 @@ class HttpServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{self.scheme}://{self.host}:{self.port}/v1"
 
 
 def _bind(host: str, port: int) -> socket.socket:

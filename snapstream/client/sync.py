@@ -7,6 +7,7 @@ from typing import Unpack
 
 import grpc
 
+from snapstream.client.auth import key_metadata
 from snapstream.client.errors import mapped_errors
 from snapstream.client.request import (
     GenerateOptions,
@@ -58,11 +59,13 @@ class GenerationStream(Iterator[Chunk]):
 
 class SnapstreamClient:
     """``timeout_s`` is the default deadline of every call (None: no deadline); each call may
-    pass its own. Errors are raised as :class:`SnapstreamError` subclasses."""
+    pass its own. ``api_key`` (default: ``$SNAPSTREAM_API_KEY``) is sent as ``authorization:
+    Bearer KEY`` with every call. Errors are raised as :class:`SnapstreamError` subclasses."""
 
     def __init__(self, target: str = "localhost:50051", *, tls: TlsConfig | None = None,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, api_key: str | None = None) -> None:
         self._timeout_s = call_timeout(None, timeout_s)
+        self._metadata = key_metadata(api_key)
         if tls is None:
             self._channel = grpc.insecure_channel(target)
         else:
@@ -92,12 +95,13 @@ class SnapstreamClient:
     def _stream(self, request: generation_pb2.GenerateRequest, timeout_s: float | None
                 ) -> GenerationStream:
         return GenerationStream(self._stub.Generate(
-            request, timeout=call_timeout(timeout_s, self._timeout_s)))
+            request, timeout=call_timeout(timeout_s, self._timeout_s), metadata=self._metadata))
 
     def info(self, *, timeout_s: float | None = None) -> ModelInfo:
         with mapped_errors():
             response = self._stub.Info(generation_pb2.InfoRequest(),
-                                       timeout=call_timeout(timeout_s, self._timeout_s))
+                                       timeout=call_timeout(timeout_s, self._timeout_s),
+                                       metadata=self._metadata)
         return ModelInfo.from_pb(response)
 
     def close(self) -> None:

@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from snapstream.client.tls import TlsConfig
+
 VALIDITY = datetime.timedelta(days=30)
 
 
@@ -23,6 +25,17 @@ class ClusterCerts:
     ca: Path  # the CA certificate every member and client trusts
     cert: Path
     key: Path  # mode 0600
+
+    def client(self) -> TlsConfig:
+        """A client of the cluster's services: trusts the CA, presents the certificate (which
+        the internal services' mutual TLS asks for)."""
+        return TlsConfig(root_certificates=self.ca, certificate_chain=self.cert,
+                         private_key=self.key)
+
+    def flags(self) -> tuple[str, ...]:
+        """The ``--tls-*`` flags of a service serving and calling with these files."""
+        return ("--tls-cert", str(self.cert), "--tls-key", str(self.key), "--tls-ca",
+                str(self.ca))
 
 
 def make_cluster_certs(directory: Path, hosts: tuple[str, ...]) -> ClusterCerts:

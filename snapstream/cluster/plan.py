@@ -34,11 +34,14 @@ class Member:
 
 
 def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int],
-                 access: StoreAccess) -> tuple[tuple[Member, ...], ...]:
+                 access: StoreAccess, api_keys_file: Path | None = None
+                 ) -> tuple[tuple[Member, ...], ...]:
     """Stages in start order: the store; the prefill and decode workers; the router. Members of
     a stage start together; stopping runs the stages backwards. Ports given as 0 in ``spec``
     come from ``free_port()``. The store requires ``access``'s password (and TLS with its
-    certificates); the workers get its URL in their environment, not on their command line."""
+    certificates); the workers get its URL in their environment, not on their command line.
+    With ``access.certs``, every service serves TLS with them too (mutual between services);
+    with ``api_keys_file``, the router asks its clients for a key of that file."""
 
     def port(requested: int) -> int:
         return requested or free_port()
@@ -51,18 +54,20 @@ def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int
                           files=((config, store.config(spec.host, store_port, store_dir,
                                                        access)),))
     model = ("--model", str(spec.model)) if spec.model is not None else ()
+    tls = access.certs.flags() if access.certs is not None else ()
     store_env = (("SNAPSTREAM_STORE", store_url),)
     prefill = _service(spec, "prefill", "prefill", port(spec.prefill_port), free_port(),
-                       model, store_env)
+                       (*model, *tls), store_env)
     decode_ports = spec.decode_ports or (0,) * spec.decode_workers
     decodes = tuple(
         _service(spec, f"decode-{i}", "decode", port(requested), free_port(),
-                 (*model, "--slots", str(spec.slots), "--backend", spec.backend), store_env)
+                 (*model, *tls, "--slots", str(spec.slots), "--backend", spec.backend), store_env)
         for i, requested in enumerate(decode_ports))
     http_port = port(spec.http_port)
+    keys = ("--api-keys-file", str(api_keys_file)) if api_keys_file is not None else ()
     router = _service(spec, "router", "router", port(spec.router_port), free_port(),
-                      (*model, "--http-port", str(http_port), "--prefill-addrs", prefill.address,
-                       "--decode-addrs", ",".join(d.address for d in decodes)))
+                      (*model, *tls, *keys, "--http-port", str(http_port), "--prefill-addrs",
+                       prefill.address, "--decode-addrs", ",".join(d.address for d in decodes)))
     return (store_member,), (prefill, *decodes), (replace(router, http_port=http_port),)
 
 

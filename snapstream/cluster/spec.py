@@ -33,7 +33,9 @@ class ClusterSpec:
     log_dir: Path | None = None
     start_timeout_s: float = 180.0
     drain_timeout_s: float = 10.0
-    tls: bool = False  # the store speaks only TLS, with a CA and certificate made at start
+    tls: bool = False  # the store and the services speak only TLS (mutual between services),
+    # with a CA and certificate made at start in log_dir/tls
+    api_key: bool = False  # the router asks for an API key, made at start in log_dir/api-key
     restarts: RestartPolicy = field(default_factory=RestartPolicy)  # see restart_exited
 
     def __post_init__(self) -> None:

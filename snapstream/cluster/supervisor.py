@@ -11,7 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from snapstream.cluster.certs import make_cluster_certs
+from snapstream.client.tls import TlsConfig
+from snapstream.cluster.certs import ClusterCerts, make_cluster_certs
 from snapstream.cluster.health import health_statuses, is_accepting
 from snapstream.cluster.plan import Member, plan_cluster
 from snapstream.cluster.process import Child, free_ports, is_free
@@ -41,6 +42,8 @@ class LocalCluster:
         self._stages: tuple[tuple[Member, ...], ...] = ()
         self._children: dict[str, Child] = {}
         self._backoff: dict[str, Backoff] = {}
+        self._certs: ClusterCerts | None = None
+        self._api_keys_file: Path | None = None
 
     def start(self) -> LocalCluster:
         if self._stages:
@@ -49,9 +52,11 @@ class LocalCluster:
         self._check_ports_free()
         self.log_dir = self.spec.log_dir or Path(tempfile.mkdtemp(prefix="snapstream-cluster-"))
         (self.log_dir / "store").mkdir(parents=True, exist_ok=True)
+        self._make_secrets()
+        access = StoreAccess(password=secrets.token_urlsafe(24), certs=self._certs)
         with free_ports(self.spec.host) as take_port:
-            self._stages = plan_cluster(self.spec, self.log_dir / "store", take_port,
-                                        self._store_access())
+            self._stages = plan_cluster(self.spec, self.log_dir / "store", take_port, access,
+                                        self._api_keys_file)
         deadline = time.monotonic() + self.spec.start_timeout_s
         self._backoff = {m.name: Backoff(self.spec.restarts) for stage in self._stages
                          for m in stage}
@@ -129,9 +134,30 @@ class LocalCluster:
 
     @property
     def openai_url(self) -> str:
-        """Base URL of the router's OpenAI-compatible HTTP API."""
+        """Base URL of the router's OpenAI-compatible HTTP API (https with ``spec.tls``)."""
         (router,) = self._stages[-1]
-        return f"http://{self.spec.host}:{router.http_port}/v1"
+        scheme = "http" if self._certs is None else "https"
+        return f"{scheme}://{self.spec.host}:{router.http_port}/v1"
+
+    @property
+    def client_tls(self) -> TlsConfig | None:
+        """With ``spec.tls``: what a client of any service needs (the CA it trusts, the
+        certificate the workers' mutual TLS asks for); None otherwise."""
+        return None if self._certs is None else self._certs.client()
+
+    @property
+    def ca_file(self) -> Path | None:
+        """With ``spec.tls``: the CA certificate (what a client of the router needs)."""
+        return None if self._certs is None else self._certs.ca
+
+    @property
+    def api_key(self) -> str | None:
+        """With ``spec.api_key``: the key the router asks for (also in ``api_key_file``)."""
+        return None if self._api_keys_file is None else self._api_keys_file.read_text().strip()
+
+    @property
+    def api_key_file(self) -> Path | None:
+        return self._api_keys_file
 
     @property
     def metrics(self) -> dict[str, str]:
@@ -150,7 +176,7 @@ class LocalCluster:
 
     def health(self) -> dict[str, dict[str, str]]:
         """Service name -> status of its overall ("") and named health checks."""
-        return {m.name: health_statuses(m.address, ("", m.service))
+        return {m.name: health_statuses(m.address, ("", m.service), tls=self.client_tls)
                 for stage in self._stages for m in stage if m.service is not None}
 
     def exited(self) -> dict[str, int]:
@@ -170,14 +196,17 @@ class LocalCluster:
             raise ClusterError(f"{binary} is not on PATH; install it to run a {self.spec.store} "
                                "store (scripts/setup.sh does)")
 
-    def _store_access(self) -> StoreAccess:
-        """A new password for the store and, with ``spec.tls``, a new CA and certificate
-        (in ``log_dir/tls``)."""
-        certs = None
+    def _make_secrets(self) -> None:
+        """With ``spec.tls``, a new CA and certificate (in ``log_dir/tls``); with
+        ``spec.api_key``, a new API key (in ``log_dir/api-key``, mode 0600)."""
         if self.spec.tls:
             hosts = tuple(dict.fromkeys((self.spec.host, "127.0.0.1", "localhost")))
-            certs = make_cluster_certs(self.log_dir / "tls", hosts)
-        return StoreAccess(password=secrets.token_urlsafe(24), certs=certs)
+            self._certs = make_cluster_certs(self.log_dir / "tls", hosts)
+        if self.spec.api_key:
+            self._api_keys_file = self.log_dir / "api-key"
+            self._api_keys_file.unlink(missing_ok=True)
+            self._api_keys_file.touch(mode=0o600)
+            self._api_keys_file.write_text(secrets.token_urlsafe(32) + "\n")
 
     def _start_member(self, member: Member) -> Child:
         for path, text in member.files:
@@ -212,5 +241,5 @@ class LocalCluster:
     def _is_ready(self, member: Member) -> bool:
         if member.service is None:
             return is_accepting(self.spec.host, member.port)
-        statuses = health_statuses(member.address, ("", member.service))
+        statuses = health_statuses(member.address, ("", member.service), tls=self.client_tls)
         return all(status == "SERVING" for status in statuses.values())

@@ -40,8 +40,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="where each service logs (default: a new temporary directory)")
     parser.add_argument("--tls", action="store_true",
-                        help="make a local CA and certificate (in LOG_DIR/tls) and run the KV "
-                             "store TLS-only, its chunk paths included")
+                        help="make a local CA and certificate (in LOG_DIR/tls); the KV store "
+                             "(its chunk paths included), the services (mutual TLS between "
+                             "them) and the OpenAI API (https) then speak only TLS")
+    parser.add_argument("--api-key", action="store_true",
+                        help="make an API key (in LOG_DIR/api-key) that the router asks every "
+                             "gRPC and HTTP client for (health checks stay open)")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--demo", action="store_true",
                         help="once the cluster is up, ask a question about a long document "
@@ -53,6 +57,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.exit_after_demo and not args.demo:
         raise ValueError("--exit-after-demo needs --demo")
+    if args.demo and (args.tls or args.api_key):
+        raise ValueError("--demo speaks plaintext without a key: leave out --tls and --api-key")
     from snapstream.checkpoints.default import default_model_path
 
     model = args.model or default_model_path()  # fails fast, in one line, when not installed
@@ -60,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                        http_port=args.http_port, decode_workers=args.decode_workers,
                        slots=args.slots,
                        backend=args.backend, torch_threads=args.torch_threads,
-                       log_dir=args.log_dir, tls=args.tls,
+                       log_dir=args.log_dir, tls=args.tls, api_key=args.api_key,
                        start_timeout_s=args.start_timeout_s)
     cluster = LocalCluster(spec)
     with _signals_raise_interrupted():
@@ -120,8 +126,12 @@ def _print_endpoints(cluster: LocalCluster) -> None:
             extra = f"password in {cluster.store_config}"
         print(f"  {name:<9} {address:<28}  {extra}".rstrip())
     print(f"  {'openai':<9} {cluster.openai_url}")
-    if cluster.spec.tls:
-        print(f"  TLS       CA {cluster.log_dir}/tls/ca.pem")
+    if cluster.ca_file is not None:
+        print(f"  TLS       CA {cluster.ca_file} (SDK: TlsConfig(root_certificates=CA); "
+              "curl --cacert CA)")
+    if cluster.api_key_file is not None:
+        print(f"  API key   in {cluster.api_key_file}: export SNAPSTREAM_API_KEY=$(cat "
+              f"{cluster.api_key_file}) for the SDK and CLI; HTTP: Authorization: Bearer KEY")
     print(flush=True)
 
 

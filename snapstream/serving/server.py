@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from kvstore.stores.errors import StoreError
+from snapstream.serving.auth import ApiKeyInterceptor, ApiKeys
 from snapstream.serving.errors import StatusInterceptor
 from snapstream.serving.tls import TlsFiles
 
@@ -50,6 +51,7 @@ class ServerSpec:
     reflection: bool = False
     tls: TlsFiles | None = None  # None: plaintext
     require_client_cert: bool = False  # mutual TLS (the internal services)
+    api_keys: ApiKeys | None = None  # None: no key asked (the internal services)
 
 
 async def serve(
@@ -59,7 +61,8 @@ async def serve(
     drain: Callable[[float], Awaitable[None]],
 ) -> None:
     """Runs until SIGTERM/SIGINT, then stops taking work and lets ``drain`` finish what runs."""
-    server = grpc.aio.server(interceptors=[StatusInterceptor()], options=SERVER_OPTIONS)
+    auth = [] if spec.api_keys is None else [ApiKeyInterceptor(spec.api_keys)]
+    server = grpc.aio.server(interceptors=[*auth, StatusInterceptor()], options=SERVER_OPTIONS)
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -86,10 +89,8 @@ async def serve(
         await warmup()
         for name in names:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        security = "plaintext" if spec.tls is None else (
-            "mutual TLS" if spec.require_client_cert else "TLS")
-        print(f"snapstream {spec.name} serving on {spec.host}:{port} ({security})", file=sys.stderr,
-              flush=True)
+        print(f"snapstream {spec.name} serving on {spec.host}:{port} ({_security(spec)})",
+              file=sys.stderr, flush=True)
     except BaseException:  # a failed start still closes the listener on this loop
         await server.stop(grace=None)
         raise
@@ -98,6 +99,12 @@ async def serve(
     await health_servicer.enter_graceful_shutdown()
     await drain(spec.drain_timeout_s)
     await server.stop(grace=1.0)
+
+
+def _security(spec: ServerSpec) -> str:
+    transport = "plaintext" if spec.tls is None else (
+        "mutual TLS" if spec.require_client_cert else "TLS")
+    return transport if spec.api_keys is None else f"{transport}, API keys"
 
 
 def _bind(server: grpc.aio.Server, spec: ServerSpec) -> int:

@@ -25,7 +25,8 @@ def test_cluster_serves_then_stops_leaving_no_process(store: str, tls: bool, tin
         scheme = {"redis": "redis", "nats": "tls" if tls else "nats"}[store]
         assert re.match(f"{scheme}://[a-z]*:[^@]{{32}}@127.0.0.1:", cluster.endpoints["store"])
         assert cluster.store_config.stat().st_mode & 0o777 == 0o600
-        with SnapstreamClient(cluster.endpoints["router"], timeout_s=60) as client:
+        with SnapstreamClient(cluster.endpoints["router"], timeout_s=60,
+                              tls=cluster.client_tls) as client:
             assert client.generate("through the store " * 4, max_new_tokens=6).completion_tokens
         health = cluster.health()
         assert set(health) == {"prefill", "decode-0", "decode-1", "router"}

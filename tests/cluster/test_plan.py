@@ -80,6 +80,24 @@ def test_a_tls_store_is_configured_tls_only_and_its_url_trusts_the_cluster_ca(
     assert "port 0\ntls-port 41000" in config and "requirepass pw-1" in config
 
 
+def test_with_certificates_every_service_serves_tls_and_the_router_asks_for_keys(
+        tmp_path: Path) -> None:
+    certs = make_cluster_certs(tmp_path, ("127.0.0.1",))
+    ports = itertools.count(41000)
+    _, workers, (router,) = plan_cluster(ClusterSpec(), Path("/data"), lambda: next(ports),
+                                         StoreAccess(password="pw-1", certs=certs),
+                                         tmp_path / "api-key")
+    def value(member, flag: str) -> str:
+        return member.argv[member.argv.index(flag) + 1]
+
+    for member in (*workers, router):
+        assert [value(member, f"--tls-{name}") for name in ("cert", "key", "ca")] == [
+            str(certs.cert), str(certs.key), str(certs.ca)], member.name
+    assert value(router, "--api-keys-file") == str(tmp_path / "api-key")
+    assert all("--api-keys-file" not in m.argv for m in workers)
+    assert all("--tls-cert" not in m.argv for stage in _plan(ClusterSpec()) for m in stage)
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"torch_threads": -1}, "torch_threads must be >= 0"),
     ({"store": "etcd"}, "store must be one of redis, nats"),
