@@ -17,20 +17,23 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from kvstore import new_blob_key
 from router.request import ResolvedRequest, ServedModel, resolve
 from router.text import TextStream
 from router.workers import WorkerPool
 from snapstream.serving import metrics
 from snapstream.serving.convert import FINISH_FROM_PB, policy_to_pb, sampling_to_pb
-from snapstream.serving.errors import QueueFull, Unavailable
+from snapstream.serving.errors import QueueFull, Unavailable, status_for
 from snapstream.v1 import decode_pb2, generation_pb2, prefill_pb2
 
 log = logging.getLogger(__name__)
 # a decode stream that ends with one of these is resumed on another decode worker
 FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
-                  grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED,
-                  grpc.StatusCode.RESOURCE_EXHAUSTED}
+                  grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED}
 RELEASE_TIMEOUT_S = 5.0
+# every decode worker refused the sequence for a full queue: wait, then try them again; each
+# wait doubles, and past the last one (~30 s in all) the request ends RESOURCE_EXHAUSTED
+DECODE_FULL_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8, *(1.0,) * 28)
 
 
 @dataclass(frozen=True)
@@ -84,15 +87,23 @@ class Generation:
         """Raises ValueError (before any event) for a request that does not resolve;
         ``deadline`` is a ``time.monotonic()`` time, None for none."""
         received = time.monotonic()
-        req = resolve(request, self.model)
+        try:
+            req = resolve(request, self.model)
+        except ValueError:
+            metrics.REQUESTS.labels("router", api, "invalid_argument").inc()
+            raise
         self.active += 1
         metrics.RUNNING.labels("router").inc()
-        outcome = "error"
+        outcome = "cancelled"
         try:
             async for event in self._generate(req, received, deadline):
                 if isinstance(event, Completion):  # the last event: the caller may stop here
                     outcome = "ok"
                 yield event
+        except BaseException as exc:
+            if outcome != "ok":  # not a consumer that stops once it has the Completion
+                outcome = _outcome(exc, deadline)
+            raise
         finally:
             self.active -= 1
             metrics.RUNNING.labels("router").dec()
@@ -101,7 +112,14 @@ class Generation:
 
     async def _generate(self, req: ResolvedRequest, received: float, deadline: float | None
                         ) -> AsyncIterator[Event]:
-        prefilled = await self._prefill(req, _remaining(deadline))
+        blob_key = new_blob_key()  # chosen here, so that a prefill cut short can be released
+        try:
+            prefilled = await self._prefill(req, blob_key, _remaining(deadline))
+        except (asyncio.CancelledError, grpc.aio.AioRpcError):
+            # the prefill worker may have stored the blob before the cancel, deadline or
+            # broken call reached it
+            self._release_soon(blob_key)
+            raise
         progress = Progress(tokens=[prefilled.first_token_id])
         try:
             text = TextStream(self.model.tokenizer, req.stop)
@@ -151,24 +169,27 @@ class Generation:
         except (Unavailable, grpc.aio.AioRpcError) as err:
             log.warning("could not release blob %s (its TTL will remove it): %s", blob_key, err)
 
-    async def _prefill(self, req: ResolvedRequest, timeout: float | None
+    async def _prefill(self, req: ResolvedRequest, blob_key: str, timeout: float | None
                        ) -> prefill_pb2.PrefillResponse:
         """On the least busy prefill worker; a full or unreachable one passes the request on.
-        QueueFull when every worker was full, Unavailable when none could be reached."""
+        QueueFull when every worker was full, Unavailable (naming the last worker's reason,
+        e.g. its store) when none could serve it."""
         message = prefill_pb2.PrefillRequest(
             request_id=req.request_id, prompt_token_ids=list(req.prompt_ids),
             policy=policy_to_pb(req.policy), sampling=sampling_to_pb(req.sampling),
-            max_new_tokens=req.max_new_tokens)
+            max_new_tokens=req.max_new_tokens, blob_key=blob_key)
         tried: set[str] = set()
         full: set[str] = set()
+        reasons: list[str] = []
         while True:
             try:
                 worker = self.prefill.pick(exclude=tried)
-            except Unavailable:
+            except Unavailable as exc:
                 if full and full == tried:
                     raise QueueFull(f"every prefill worker's queue is full ({len(full)} "
                                     "tried); retry later") from None
-                raise
+                raise (Unavailable(f"no prefill worker could serve the request; "
+                                   f"{reasons[-1]}") if reasons else exc) from None
             with self.prefill.track(worker):
                 try:
                     return await worker.stub.Prefill(message, timeout=timeout)
@@ -177,6 +198,7 @@ class Generation:
                         full.add(worker.address)
                     elif err.code() == grpc.StatusCode.UNAVAILABLE:
                         worker.mark_failed()
+                        reasons.append(f"{worker.address}: {err.details()}")
                     else:
                         raise
                     tried.add(worker.address)
@@ -185,8 +207,18 @@ class Generation:
                       deadline: float | None) -> AsyncIterator[list[int]]:
         """Yields the new tokens of each chunk; resumes on another worker when a stream breaks."""
         tried: set[str] = set()
+        full: set[str] = set()  # refused for a full queue: their blob stays, try again later
+        waits = iter(DECODE_FULL_WAITS_S)
         while progress.complete is None:
-            worker = self.decode.pick(exclude=tried)
+            try:
+                worker = self.decode.pick(exclude=tried)
+            except Unavailable:
+                if not full:
+                    raise
+                await _wait_for_room(next(waits, None), deadline, len(full))
+                tried -= full
+                full.clear()
+                continue
             call = worker.stub.Decode(decode_pb2.DecodeRequest(
                 request_id=req.request_id, blob_key=prefilled.blob_key,
                 first_token_id=progress.tokens[0], generated_token_ids=progress.tokens[1:],
@@ -204,6 +236,10 @@ class Generation:
                     if progress.complete is None:
                         raise _broken(worker.address)
                 except grpc.aio.AioRpcError as err:
+                    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        full.add(worker.address)
+                        tried.add(worker.address)
+                        continue
                     if err.code() not in FAILOVER_CODES:
                         raise
                     log.warning("decode worker %s failed (%s); resuming %s after %d tokens",
@@ -214,6 +250,26 @@ class Generation:
                     tried.add(worker.address)
                 finally:
                     call.cancel()
+
+
+async def _wait_for_room(wait_s: float | None, deadline: float | None, num_full: int) -> None:
+    """Sleeps ``wait_s`` before the full decode workers are tried again; QueueFull when the
+    waits are used up or the deadline would pass first."""
+    if wait_s is None or (deadline is not None and time.monotonic() + wait_s >= deadline):
+        raise QueueFull(f"every decode worker's queue is full ({num_full} tried, for "
+                        f"{sum(DECODE_FULL_WAITS_S):.0f} s); retry later")
+    await asyncio.sleep(wait_s)
+
+
+def _outcome(exc: BaseException, deadline: float | None) -> str:
+    """The ``outcome`` label of a generation that ended with ``exc``: the status code's name
+    (``invalid_argument``, ``unavailable``, ...), ``cancelled`` when the client left, and
+    ``deadline_exceeded`` when its deadline passed."""
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        past_deadline = deadline is not None and time.monotonic() >= deadline
+        return "deadline_exceeded" if past_deadline else "cancelled"
+    code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else status_for(exc)
+    return (code or grpc.StatusCode.INTERNAL).name.lower()
 
 
 def _broken(address: str) -> grpc.aio.AioRpcError:

@@ -64,7 +64,8 @@ class Stack:
 @contextlib.asynccontextmanager
 async def serving_stack(model_dir: Path, store_url: str,
                         backend: BackendConfig = TORCH, slots: int = 4, max_queue: int = 16,
-                        prefill_queue: int = 8) -> AsyncIterator[Stack]:
+                        prefill_queue: int = 8, prefill_cls: type[PrefillServicer] = PrefillServicer
+                        ) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir)
     spec = BlobSpec.for_engine(engine)
     store = await open_store(store_url)
@@ -77,7 +78,7 @@ async def serving_stack(model_dir: Path, store_url: str,
     decode = WorkerPool("decode", (address,), decode_pb2_grpc.DecodeStub, "most_free_slots")
     model = load_served_model(model_dir, "snapstream", 16)
     prefill_pb2_grpc.add_PrefillServicer_to_server(
-        PrefillServicer(engine, store, spec, blob_ttl_s=60, max_queue=prefill_queue), server)
+        prefill_cls(engine, store, spec, blob_ttl_s=60, max_queue=prefill_queue), server)
     decode_servicer = DecodeServicer(loop, store, spec)
     decode_pb2_grpc.add_DecodeServicer_to_server(decode_servicer, server)
     router = Generation(model, prefill, decode)
@@ -337,3 +338,4 @@ async def test_draining_worker_refuses_new_streams_and_keeps_cut_off_blobs(model
                     first_token_id=1, max_new_tokens=4)):
                 pass
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        await stack.store.delete(prefilled.blob_key)  # the store is shared with later tests
