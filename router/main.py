@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from snapstream.serving.auth import ApiKeys, add_api_key_settings, api_keys_from_args
@@ -88,7 +89,11 @@ async def _serve(args: argparse.Namespace, security: Security) -> None:
     generation = Generation(model, prefill, decode)
     servicer = GenerationServicer(generation)
     is_ready = asyncio.Event()
-    http = _http_server(args, security, generation, is_ready)
+
+    def can_serve() -> bool:  # warm, not draining, and a worker of each kind connected
+        return is_ready.is_set() and prefill.is_reachable() and decode.is_reachable()
+
+    http = _http_server(args, security, generation, can_serve)
     poller: list[asyncio.Task] = []
 
     async def warmup() -> None:
@@ -116,16 +121,16 @@ async def _serve(args: argparse.Namespace, security: Security) -> None:
                       ("snapstream.v1.Generation",), reflection=True, tls=security.tls,
                       api_keys=security.api_keys)
     await serve(spec, lambda s: generation_pb2_grpc.add_GenerationServicer_to_server(servicer, s),
-                warmup, drain)
+                warmup, drain, can_serve)
 
 
 def _http_server(args: argparse.Namespace, security: Security, generation,
-                 is_ready: asyncio.Event):
+                 can_serve: Callable[[], bool]):
     """The OpenAI API's server (not yet listening), or None with ``--http-port 0``."""
     if not args.http_port:
         return None
     from router.openai_api.app import create_app
     from router.openai_api.server import HttpServer
 
-    app = create_app(generation, is_ready.is_set, security.api_keys)
+    app = create_app(generation, can_serve, security.api_keys)
     return HttpServer(app, args.host, args.http_port, security.tls)

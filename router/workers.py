@@ -77,6 +77,11 @@ class WorkerPool:
             channel = open_channel(address, self.tls, CHANNEL_OPTIONS)
             self.workers[address] = Worker(address, channel, self.stub_cls(channel))
 
+    def is_reachable(self) -> bool:
+        """Whether a connection to at least one worker is up (asks idle channels to connect)."""
+        return any(worker.channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY
+                   for worker in self.workers.values())
+
     def model_fingerprint(self) -> str:
         """The fingerprint every polled worker reports; "" before the first poll, or when the
         workers serve different models (a misconfiguration: their blobs would be refused)."""

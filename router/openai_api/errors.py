@@ -9,10 +9,9 @@ from dataclasses import dataclass
 import grpc
 import pydantic
 
-from snapstream.serving.errors import status_for
+from snapstream.serving.errors import RETRY_AFTER_S, status_for
 
 log = logging.getLogger(__name__)
-RETRY_AFTER_S = 1
 
 
 class ApiError(Exception):

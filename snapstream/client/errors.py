@@ -13,13 +13,16 @@ import grpc
 
 
 class SnapstreamError(Exception):
-    """Base of every client error; ``code`` is the gRPC status, ``details`` its message."""
+    """Base of every client error; ``code`` is the gRPC status, ``details`` its message;
+    ``retry_after_s`` how long the server asks to wait before a retry (RESOURCE_EXHAUSTED,
+    UNAVAILABLE), None when it says nothing."""
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
-    def __init__(self, details: str, code: grpc.StatusCode | None = None) -> None:
+    def __init__(self, details: str, code: grpc.StatusCode | None = None,
+                 retry_after_s: float | None = None) -> None:
         super().__init__(details)
-        self.details = details
+        self.details, self.retry_after_s = details, retry_after_s
         if code is not None:
             self.code = code
 
@@ -98,8 +101,23 @@ def error_from_rpc(exc: grpc.RpcError) -> SnapstreamError:
     # Sync calls raise grpc.Call objects, asyncio calls grpc.aio.AioRpcError: both have these.
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else None) or code.name
+    retry_after_s = _retry_after(exc.trailing_metadata() if hasattr(exc, "trailing_metadata")
+                                 else None)
     cls = ERRORS.get(code)
-    return cls(details) if cls is not None else SnapstreamError(details, code)
+    if cls is None:
+        return SnapstreamError(details, code, retry_after_s)
+    return cls(details, retry_after_s=retry_after_s)
+
+
+def _retry_after(metadata) -> float | None:
+    """The server's ``retry-after`` trailing metadata, in seconds."""
+    for key, value in metadata or ():
+        if key == "retry-after":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
 
 
 @contextmanager

@@ -11,6 +11,10 @@ import grpc
 from kvstore.stores import BlobNotFound, StoreUnavailable
 
 log = logging.getLogger(__name__)
+# how long a client should wait before it retries an overloaded or unreachable service: the
+# "retry-after" trailing metadata of RESOURCE_EXHAUSTED and UNAVAILABLE (Retry-After over HTTP)
+RETRY_AFTER_S = 1
+RETRY_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE})
 
 
 class QueueFull(Exception):
@@ -77,12 +81,14 @@ def status_for(exc: BaseException) -> grpc.StatusCode | None:
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, grpc.aio.AioRpcError):  # an internal call failed: pass its status on
-        await context.abort(exc.code(), exc.details() or exc.code().name)
-    code = status_for(exc)
+        code, details = exc.code(), exc.details() or exc.code().name
+    else:
+        code, details = status_for(exc), str(exc) or type(exc).__name__
     if code is None:
         log.exception("unhandled error", exc_info=exc)
         code = grpc.StatusCode.INTERNAL
-    await context.abort(code, str(exc) or type(exc).__name__)
+    hint = (("retry-after", str(RETRY_AFTER_S)),) if code in RETRY_CODES else ()
+    await context.abort(code, details, trailing_metadata=hint)
 
 
 def _wrap_unary(behavior: Callable) -> Callable:

@@ -34,6 +34,7 @@ CHANNEL_OPTIONS = (*MESSAGE_OPTIONS, ("grpc.initial_reconnect_backoff_ms", 250),
 # gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
 # take half of the new connections; without it, binding a port in use fails
 SERVER_OPTIONS = (*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0))
+HEALTH_INTERVAL_S = 0.5
 
 
 class StartupError(Exception):
@@ -59,8 +60,13 @@ async def serve(
     register: Callable[[grpc.aio.Server], None],
     warmup: Callable[[], Awaitable[None]],
     drain: Callable[[float], Awaitable[None]],
+    can_serve: Callable[[], bool] | None = None,
 ) -> None:
-    """Runs until SIGTERM/SIGINT, then stops taking work and lets ``drain`` finish what runs."""
+    """Runs until SIGTERM/SIGINT, then stops taking work and lets ``drain`` finish what runs.
+    Health says SERVING once ``warmup`` is done. With ``can_serve``, the named services say so
+    only while it does (a router that reaches no worker of a kind), checked every
+    HEALTH_INTERVAL_S; the server's overall status ("", what liveness probes ask) stays
+    SERVING, so that a router is not restarted for its workers' absence."""
     auth = [] if spec.api_keys is None else [ApiKeyInterceptor(spec.api_keys)]
     server = grpc.aio.server(interceptors=[*auth, StatusInterceptor()], options=SERVER_OPTIONS)
     register(server)
@@ -87,8 +93,9 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await warmup()
-        for name in names:
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        follower = asyncio.create_task(_follow(health_servicer, spec.service_names,
+                                               can_serve or _always))
         print(f"snapstream {spec.name} serving on {spec.host}:{port} ({_security(spec)})",
               file=sys.stderr, flush=True)
     except BaseException:  # a failed start still closes the listener on this loop
@@ -96,9 +103,31 @@ async def serve(
         raise
     await stop.wait()
     log.info("%s draining for up to %.0f s", spec.name, spec.drain_timeout_s)
+    follower.cancel()
     await health_servicer.enter_graceful_shutdown()
     await drain(spec.drain_timeout_s)
     await server.stop(grace=1.0)
+
+
+def _always() -> bool:
+    return True
+
+
+async def _follow(health_servicer: health.aio.HealthServicer, names: tuple[str, ...],
+                  can_serve: Callable[[], bool]) -> None:
+    """Sets every health name SERVING or NOT_SERVING as ``can_serve`` says, on each change."""
+    serving = None
+    while True:
+        now = can_serve()
+        if now != serving:
+            status = (health_pb2.HealthCheckResponse.SERVING if now
+                      else health_pb2.HealthCheckResponse.NOT_SERVING)
+            for name in names:
+                await health_servicer.set(name, status)
+            if serving is not None:
+                log.warning("health: %s", health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+            serving = now
+        await asyncio.sleep(HEALTH_INTERVAL_S)
 
 
 def _security(spec: ServerSpec) -> str:

@@ -1,7 +1,8 @@
 """The router under overload and at the edges of a request's life, over real sockets and a real
-Redis: decode workers that are full are tried again with backoff (no request lost), a prefill
-cut short after its put leaves no blob, a store that is down is named, and every outcome is
-counted under its own label (client cancels and bad requests are not errors)."""
+Redis: decode workers that are full are tried again with backoff (no request lost), overload
+comes with a retry hint, a prefill cut short after its put leaves no blob, a store that is down
+is named, and every outcome is counted under its own label (client cancels and bad requests are
+not errors)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import grpc
 import pytest
 
 from prefill_svc.service import PrefillServicer
+from snapstream.client import AsyncSnapstreamClient, InvalidArgument, ResourceExhausted
 from snapstream.engine import Engine
+from snapstream.serving.errors import RETRY_AFTER_S
 from snapstream.v1 import generation_pb2
 from tests.integration.conftest import start_server
 from tests.integration.test_openai_api import metric
@@ -108,3 +111,17 @@ async def test_outcomes_count_bad_requests_and_cancels_apart_from_errors(tiny_mo
     assert dict(zip(OUTCOMES, (b - a for a, b in zip(before, after, strict=True)),
                     strict=True)) == {"ok": 1, "cancelled": 1, "invalid_argument": 1,
                                       "internal": 0, "unavailable": 0}
+
+
+async def test_overload_comes_with_a_retry_hint(tiny_model_dir, redis_url):
+    # a real prefill worker that queues nothing, not even one prompt: always full
+    async with serving_stack(tiny_model_dir, redis_url, prefill_queue=-1) as stack:
+        (address,) = stack.router.prefill.addresses  # the stack's one server
+        async with AsyncSnapstreamClient(address, timeout_s=30) as client:
+            with pytest.raises(ResourceExhausted, match="every prefill worker's queue is full"
+                               ) as full:
+                await client.generate("too much", max_new_tokens=2)
+            with pytest.raises(InvalidArgument) as bad:
+                await client.generate("", max_new_tokens=2)
+    assert full.value.retry_after_s == RETRY_AFTER_S
+    assert bad.value.retry_after_s is None
