@@ -57,3 +57,12 @@ def test_sigterm_stops_every_member(tiny_model: Path, tmp_path: Path) -> None:
         assert f"  {name} " in printed
     assert still_running(members) == set()
     assert "SIGTERM: stopping the cluster" in process.stderr.read().decode()
+
+
+@pytest.mark.parametrize("flag", ["--tls", "--api-key"])
+def test_the_plaintext_demo_is_refused_with_tls_or_a_key(flag: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "snapstream.cli", "up", "--demo", flag],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: --demo speaks plaintext without a key: leave out "
+                                     "--tls and --api-key")
