@@ -31,9 +31,10 @@ log = logging.getLogger(__name__)
 FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
                   grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED}
 RELEASE_TIMEOUT_S = 5.0
-# every decode worker refused the sequence for a full queue: wait, then try them again; each
-# wait doubles, and past the last one (~30 s in all) the request ends RESOURCE_EXHAUSTED
-DECODE_FULL_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8, *(1.0,) * 28)
+# every decode worker left to try is full or gone (it refused the sequence for a full queue,
+# or died and may be restarted): wait, then try them again; each wait doubles, and past the
+# last one (~30 s in all) the request ends RESOURCE_EXHAUSTED (or UNAVAILABLE)
+DECODE_RETRY_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8, *(1.0,) * 28)
 
 
 @dataclass(frozen=True)
@@ -208,16 +209,18 @@ class Generation:
         """Yields the new tokens of each chunk; resumes on another worker when a stream breaks."""
         tried: set[str] = set()
         full: set[str] = set()  # refused for a full queue: their blob stays, try again later
-        waits = iter(DECODE_FULL_WAITS_S)
+        gone: set[str] = set()  # unreachable or died mid-stream: may be back after a restart
+        waits = iter(DECODE_RETRY_WAITS_S)
         while progress.complete is None:
             try:
                 worker = self.decode.pick(exclude=tried)
             except Unavailable:
-                if not full:
+                if not (full or gone):
                     raise
-                await _wait_for_room(next(waits, None), deadline, len(full))
-                tried -= full
+                await _wait_before_retry(next(waits, None), deadline, full)
+                tried -= full | gone
                 full.clear()
+                gone.clear()
                 continue
             call = worker.stub.Decode(decode_pb2.DecodeRequest(
                 request_id=req.request_id, blob_key=prefilled.blob_key,
@@ -248,16 +251,24 @@ class Generation:
                     metrics.FAILOVERS.inc()
                     worker.mark_failed()
                     tried.add(worker.address)
+                    if err.code() == grpc.StatusCode.UNAVAILABLE:
+                        gone.add(worker.address)
                 finally:
                     call.cancel()
 
 
-async def _wait_for_room(wait_s: float | None, deadline: float | None, num_full: int) -> None:
-    """Sleeps ``wait_s`` before the full decode workers are tried again; QueueFull when the
-    waits are used up or the deadline would pass first."""
+async def _wait_before_retry(wait_s: float | None, deadline: float | None,
+                             full: set[str]) -> None:
+    """Sleeps ``wait_s`` before the full and gone decode workers are tried again. When the
+    waits are used up or the deadline would pass first: QueueFull if some were full, else
+    Unavailable."""
     if wait_s is None or (deadline is not None and time.monotonic() + wait_s >= deadline):
-        raise QueueFull(f"every decode worker's queue is full ({num_full} tried, for "
-                        f"{sum(DECODE_FULL_WAITS_S):.0f} s); retry later")
+        total_s = sum(DECODE_RETRY_WAITS_S)
+        if full:
+            raise QueueFull(f"every decode worker's queue is full ({len(full)} tried, for "
+                            f"{total_s:.0f} s); retry later")
+        raise Unavailable(f"no decode worker could resume the stream within {total_s:.0f} s; "
+                          "retry later")
     await asyncio.sleep(wait_s)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import signal
 import sys
 import time
 from dataclasses import fields
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     spec = ClusterSpec(store=args.store, model=args.model or default_model_path(),
                        router_port=0, slots=args.slots, torch_threads=args.torch_threads,
                        drain_timeout_s=5.0, restarts=RestartPolicy(first_delay_s=0.5))
+    # SIGTERM unwinds as Ctrl-C does, so that the cluster is stopped, not orphaned
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with LocalCluster(spec) as cluster:
         print(f"cluster up ({args.store}); logs in {cluster.log_dir}", file=sys.stderr)
         results = asyncio.run(_run_all(cluster, config, args.scenarios))
