@@ -2,8 +2,10 @@
 run decoded for a group of prompts at once (:mod:`~snapstream.evaluate.lockstep`).
 
 Runs whose policies are equal (``1/4`` of 1024 tokens and ``256``) are decoded once and
-reported under each label. Progress counts prompt tokens as their forwards finish, so its ETA
-weighs long prompts right (decoding, which grows with the group, rides along).
+reported under each label. With gaps, the prompt cut before its answer cue is the same for
+every gap above 0, so it is run once for them all. Progress counts prompt tokens as their
+forwards finish (shared ones too), so its ETA weighs long prompts right (decoding, which grows
+with the group, rides along).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progres
     rows: list[Row] = []
     with tqdm(total=total, desc="eval", unit="tok", unit_scale=True, disable=not progress,
               smoothing=0.0) as bar:
-        for gap in cfg.gaps:
-            for group in _groups(samples, cfg.max_group_tokens):
-                runs = runs_for(group[0][1].context_len)
-                rows += _evaluate_group(engine, cfg, gap, group, runs, bar.update)
+        for group in _groups(samples, cfg.max_group_tokens):
+            runs = runs_for(group[0][1].context_len)
+            shared: dict[tuple[int, ...], PromptForward] = {}  # every gap > 0 has one prompt
+            for gap in cfg.gaps:
+                rows += _evaluate_group(engine, cfg, gap, group, runs, shared, bar.update)
     return rows
 
 
@@ -56,12 +59,17 @@ def _groups(samples: Sequence[Sample], max_tokens: int) -> Iterator[list[tuple[i
 
 
 def _evaluate_group(engine: Engine, cfg: EvalConfig, gap: int, group: list[tuple[int, Sample]],
-                    runs: list[Run], on_forward: Callable[[int], object]) -> list[Row]:
+                    runs: list[Run], shared: dict[tuple[int, ...], PromptForward],
+                    on_forward: Callable[[int], object]) -> list[Row]:
+    """``shared``: forwards of the prompts that stop before the cue, kept for the next gap."""
     inputs = [model_inputs(engine, cfg, gap, index, sample) for index, sample in group]
     max_window = max(run.policy.window for run in runs)
     forwards = []
     for (ids, _), (_, sample) in zip(inputs, group, strict=True):
-        forwards.append(PromptForward.run(engine.model, ids, max_window))
+        forward = shared.get(tuple(ids)) or PromptForward.run(engine.model, ids, max_window)
+        if gap:
+            shared[tuple(ids)] = forward
+        forwards.append(forward)
         on_forward(sample.num_tokens)
     budgets = [max_new_tokens(engine, sample) for _, sample in group]
     extra = max(len(forced) + new for (_, forced), new in zip(inputs, budgets, strict=True))

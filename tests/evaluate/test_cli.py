@@ -4,11 +4,13 @@ import contextlib
 import csv
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from snapstream.cli import main
+from snapstream.evaluate.budget import Budget
 from snapstream.evaluate.results import COLUMNS
 from tests.tiny_models import random_model, tiny_config, write_hf_dir
 
@@ -114,6 +116,27 @@ def test_gaps_follow_the_question_as_if_generated(checkpoint):
     assert engine.tokenizer.decode(forced).endswith(f"\n\n{sample.cue}")
     assert model_inputs(engine, cfg, 100, 0, sample) == (ids, forced)  # drawn from the seed
     assert model_inputs(engine, cfg, 0, 0, sample) == (engine.encode(sample.prompt), [])
+
+
+def test_gaps_above_zero_share_one_forward_and_match_each_gap_alone(checkpoint, monkeypatch):
+    from snapstream.engine import Engine
+    from snapstream.evaluate import runner
+    from snapstream.evaluate.config import EvalConfig
+
+    engine = Engine.from_pretrained(checkpoint)
+    cfg = EvalConfig(tasks=("niah",), context_lens=(600,), placements=("after",),
+                     policies=("full", "snapstream"), budgets=(Budget.parse("1/4"),),
+                     n_per_cell=2, gaps=(0, 30, 60))
+    samples = cfg.samples(engine.tokenizer)
+    calls = []
+    run = runner.PromptForward.run
+    monkeypatch.setattr(runner.PromptForward, "run",
+                        lambda *args: calls.append(1) or run(*args))
+    together = runner.evaluate(engine, cfg, samples, progress=False)
+    assert len(calls) == 2 * 2  # samples x (gap 0, every other gap)
+    for gap in cfg.gaps:
+        alone = runner.evaluate(engine, replace(cfg, gaps=(gap,)), samples, progress=False)
+        assert [row for row in together if row.gap == gap] == alone
 
 
 def test_eval_with_gaps_writes_its_results(checkpoint, tmp_path):
