@@ -3,8 +3,10 @@
 Every sample draws from its own ``random.Random`` seeded with a string naming the sample (string
 seeds hash with SHA-512, the same in every process), so a sample depends only on the seed and
 its address: growing an evaluation grid keeps the samples already in it. Within a cell the
-needle depths cycle through ``depths`` (sample ``i`` at ``depths[i % len(depths)]``), so a
-depth x length heat map needs no extra samples.
+needle depths cycle through ``depths``, starting at an offset fixed by the cell's address (the
+task's place in ``TASKS`` plus the bit length of the context length), so a depth x length heat
+map needs no extra samples even at one sample per cell: neighbouring tasks and doubled lengths
+start at neighbouring depths.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Sequence
 
 from snapstream.data.layout import PromptSpec
 from snapstream.data.sample import Placement, Sample, TaskConfig
-from snapstream.data.tasks import generate
+from snapstream.data.tasks import TASKS, generate
 
 
 def build_eval_set(
@@ -33,9 +35,14 @@ def build_eval_set(
     samples = []
     for task, context_len, placement, i in itertools.product(
             tasks, context_lens, placements, range(n_per_cell)):
-        cfg = TaskConfig(context_len=context_len, depth=depths[i % len(depths)],
+        cfg = TaskConfig(context_len=context_len,
+                         depth=depths[(_depth_offset(task, context_len) + i) % len(depths)],
                          placement=placement, num_distractors=num_distractors,
                          num_hops=num_hops, num_values=num_values)
         address = f"eval/{seed}/{spec.prompt_format}/{task}/{context_len}/{cfg.placement}/{i}"
         samples.append(generate(task, random.Random(address), cfg, spec))
     return samples
+
+
+def _depth_offset(task: str, context_len: int) -> int:
+    return list(TASKS).index(task) + context_len.bit_length()

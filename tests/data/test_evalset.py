@@ -43,8 +43,22 @@ def test_eval_set_covers_every_cell_and_cycles_depths():
     assert len(samples) == len(TASKS) * 2 * 2 * 4
     cells = Counter((s.task, s.context_len, s.placement) for s in samples)
     assert set(cells.values()) == {4}
-    assert [s.depth for s in samples[:4]] == [0.0, 0.5, 1.0, 0.0]
+    first = next(iter(TASKS))
+    depths = {n: [s.depth for s in samples if (s.task, s.context_len) == (first, n)][:4]
+              for n in (900, 1200)}
+    assert depths == {900: [0.5, 1.0, 0.0, 0.5], 1200: [1.0, 0.0, 0.5, 1.0]}  # 900: 10 bits
     assert samples != build_eval_set(**grid, n_per_cell=4, seed=10, spec=spec())
+
+
+def test_one_sample_per_cell_spreads_needles_over_depths():
+    depths = (0.1, 0.3, 0.5, 0.7, 0.9)
+    samples = build_eval_set(tasks=list(TASKS), context_lens=[1024, 2048, 4096],
+                             depths=depths, placements=["after"], n_per_cell=1, seed=0,
+                             spec=spec())
+    for n in (1024, 2048, 4096):
+        assert {s.depth for s in samples if s.context_len == n} == set(depths)
+    for task in TASKS:
+        assert len({s.depth for s in samples if s.task == task}) == 3
 
 
 def test_growing_the_grid_keeps_existing_samples():
