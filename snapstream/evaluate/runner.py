@@ -28,9 +28,13 @@ GAP_CHARS_PER_TOKEN = 8  # filler characters drawn per gap token (more than enou
 
 
 def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progress: bool = True,
-             runs_for: Callable[[int], list[Run]] | None = None) -> list[Row]:
+             runs_for: Callable[[int], list[Run]] | None = None,
+             forwards: dict[tuple[int, ...], PromptForward] | None = None,
+             max_window: int = 0) -> list[Row]:
     """One :class:`Row` per sample, gap and run (``runs_for(context_len)``, by default
-    ``cfg.runs``)."""
+    ``cfg.runs``). ``forwards``: a cache the caller keeps, so that a later call on the same
+    samples runs no prompt again (it must ask for no window above the first call's, which
+    keeps the last ``max_window`` queries at least)."""
     runs_for = runs_for or cfg.runs
     total = sum(sample.num_tokens for sample in samples) * len(cfg.gaps)
     rows: list[Row] = []
@@ -38,9 +42,12 @@ def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progres
               smoothing=0.0) as bar:
         for group in _groups(samples, cfg.max_group_tokens):
             runs = runs_for(group[0][1].context_len)
-            shared: dict[tuple[int, ...], PromptForward] = {}  # every gap > 0 has one prompt
+            # every gap > 0 has one prompt; a caller's cache keeps every prompt
+            shared = {} if forwards is None else forwards
+            window = max(max_window, *(run.policy.window for run in runs))
             for gap in cfg.gaps:
-                rows += _evaluate_group(engine, cfg, gap, group, runs, shared, bar.update)
+                rows += _evaluate_group(engine, cfg, gap, group, runs, window, shared,
+                                        keep_all=forwards is not None, on_forward=bar.update)
     return rows
 
 
@@ -59,15 +66,16 @@ def _groups(samples: Sequence[Sample], max_tokens: int) -> Iterator[list[tuple[i
 
 
 def _evaluate_group(engine: Engine, cfg: EvalConfig, gap: int, group: list[tuple[int, Sample]],
-                    runs: list[Run], shared: dict[tuple[int, ...], PromptForward],
+                    runs: list[Run], max_window: int,
+                    shared: dict[tuple[int, ...], PromptForward], *, keep_all: bool,
                     on_forward: Callable[[int], object]) -> list[Row]:
-    """``shared``: forwards of the prompts that stop before the cue, kept for the next gap."""
+    """``shared``: forwards kept for the next gap (prompts that stop before the cue) or, with
+    ``keep_all``, for the caller."""
     inputs = [model_inputs(engine, cfg, gap, index, sample) for index, sample in group]
-    max_window = max(run.policy.window for run in runs)
     forwards = []
     for (ids, _), (_, sample) in zip(inputs, group, strict=True):
         forward = shared.get(tuple(ids)) or PromptForward.run(engine.model, ids, max_window)
-        if gap:
+        if gap or keep_all:
             shared[tuple(ids)] = forward
         forwards.append(forward)
         on_forward(sample.num_tokens)

@@ -1,12 +1,13 @@
 """The cache-policy sweep that picks a model's default SnapKV settings.
 
 ``python -m snapstream.evaluate.sweep --out DIR [--write-policy]`` evaluates ``snapstream`` on
-one sample grid (shared forwards) at budgets 1/4 and 1/8 under rules that vary one axis at a
-time around ``BASE``: every kernel with every pooling, then the window, the sinks and the
-ring's share of the budget. The chosen rule takes each axis's best value (ties go to the
-base's), so it assumes the axes act independently; the evaluation grid then checks the
-choice. ``--write-policy`` writes it as the model's policy file (a 1024-token budget split by
-the chosen rule), which :func:`~snapstream.policy.load_default_policy` reads.
+one sample grid at budgets 1/4 and 1/8 in two stages that share the prompts' forwards: first
+every kernel with every pooling around ``BASE``; then, around the best of those, the window,
+the sinks and the ring's share of the budget, one axis at a time. The chosen rule takes each
+axis's best value (ties go to the centre's), so it assumes the last three axes act
+independently; the evaluation grid then checks the choice. ``--write-policy`` writes it as the
+model's policy file (a 1024-token budget split by the chosen rule), which
+:func:`~snapstream.policy.load_default_policy` reads.
 """
 
 from __future__ import annotations
@@ -35,27 +36,41 @@ SERVING_BUDGET = 1024
 
 @dataclass(frozen=True)
 class Variant:
-    axis: str  # "kernel x pooling" or one of AXES
+    axis: str  # KERNEL_AXIS or one of OTHER_AXES
     rule: SplitRule
 
 
+KERNEL_AXIS = "kernel x pooling"
+OTHER_AXES = ("window", "n_sink", "recent_fraction")
+
+
+def kernel_variants(base: SplitRule = BASE) -> list[Variant]:
+    """Every kernel x pooling, the other axes at ``base``."""
+    return [Variant(KERNEL_AXIS, replace(base, kernel=k, pooling=p))
+            for p in AXES["pooling"] for k in AXES["kernel"]]
+
+
+def axis_variants(centre: SplitRule) -> list[Variant]:
+    """Each of ``OTHER_AXES`` alone around ``centre``."""
+    return [Variant(axis, replace(centre, **{axis: value}))
+            for axis in OTHER_AXES for value in AXES[axis]]
+
+
 def variants(base: SplitRule = BASE) -> list[Variant]:
-    """Every kernel x pooling, then each other axis alone around ``base``."""
-    found = [Variant("kernel x pooling", replace(base, kernel=k, pooling=p))
-             for p in AXES["pooling"] for k in AXES["kernel"]]
-    for axis in ("window", "n_sink", "recent_fraction"):
-        found += [Variant(axis, replace(base, **{axis: value})) for value in AXES[axis]]
-    return found
+    """Both stages' variants when the second is centred on ``base``."""
+    return kernel_variants(base) + axis_variants(base)
 
 
-def sweep_runs(cfg: EvalConfig, context_len: int) -> list[Run]:
-    """``full`` and every distinct variant's ``snapstream`` policy at each budget."""
-    runs = [Run(BASE.policy("full", 0), None, None)]
+def sweep_runs(found: list[Variant], context_len: int, with_full: bool = True,
+               skip: frozenset = frozenset()) -> list[Run]:
+    """``full`` (when ``with_full``) and every distinct variant's ``snapstream`` policy at each
+    budget, less the policies in ``skip`` (decoded already)."""
+    runs = [Run(BASE.policy("full", 0), None, None)] if with_full else []
     for label in BUDGETS:
         budget = Budget.parse(label)
         tokens = budget.tokens_for(context_len)
-        policies = dict.fromkeys(v.rule.policy("snapstream", tokens) for v in variants())
-        runs += [Run(policy, budget, tokens) for policy in policies]
+        policies = dict.fromkeys(v.rule.policy("snapstream", tokens) for v in found)
+        runs += [Run(policy, budget, tokens) for policy in policies if policy not in skip]
     return runs
 
 
@@ -73,30 +88,34 @@ def _policy_of(row: Row):
                        pooling=row.pooling)
 
 
-def tabulate(rows: list[Row]) -> list[dict]:
-    """Accuracy of every variant at every budget and their mean."""
+def tabulate(rows: list[Row], found: list[Variant]) -> list[dict]:
+    """Accuracy of every variant in ``found`` at every budget and their mean."""
     budgeted = [row for row in rows if row.budget_label]
     table = []
-    for variant in variants():
+    for variant in found:
         scores = {label: _accuracy(budgeted, variant.rule, label) for label in BUDGETS}
         table.append({"axis": variant.axis, **asdict(variant.rule), **scores,
                       "mean": sum(scores.values()) / len(scores)})
     return table
 
 
+def choose_kernel(table: list[dict]) -> SplitRule:
+    """The best kernel x pooling by mean accuracy over the budgets (ties: the base's)."""
+    top = max((e for e in table if e["axis"] == KERNEL_AXIS),
+              key=lambda e: (e["mean"], e["kernel"] == BASE.kernel, e["pooling"] == BASE.pooling))
+    return replace(BASE, kernel=top["kernel"], pooling=top["pooling"])
+
+
 def choose(table: list[dict]) -> SplitRule:
-    """Each axis's best value by mean accuracy over the budgets (ties: the base's value)."""
+    """The best kernel x pooling, then each other axis's best value (ties: the base's)."""
     best: dict[str, object] = {}
     by_axis: dict[str, list[dict]] = defaultdict(list)
     for entry in table:
         by_axis[entry["axis"]].append(entry)
-    top = max(by_axis["kernel x pooling"],
-              key=lambda e: (e["mean"], e["kernel"] == BASE.kernel, e["pooling"] == BASE.pooling))
-    best.update(kernel=top["kernel"], pooling=top["pooling"])
-    for axis in ("window", "n_sink", "recent_fraction"):
+    for axis in OTHER_AXES:
         top = max(by_axis[axis], key=lambda e, a=axis: (e["mean"], e[a] == getattr(BASE, a)))
         best[axis] = top[axis]
-    return replace(BASE, **best)
+    return replace(choose_kernel(table), **best)
 
 
 def policy_fields(rule: SplitRule) -> dict:
@@ -117,17 +136,28 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = EvalConfig(tasks=tuple(args.tasks.split(",")), context_lens=(args.context_len,),
                      placements=("after",), policies=("full", "snapstream"),
-                     n_per_cell=args.n_per_cell, seed=args.seed)
+                     n_per_cell=args.n_per_cell, seed=args.seed,
+                     prompt_format=args.prompt_format, max_group_tokens=args.max_group_tokens)
     engine = Engine.from_pretrained(args.model)
-    rows = evaluate(engine, cfg, cfg.samples(engine.tokenizer),
-                    runs_for=lambda n: sweep_runs(cfg, n))
+    samples = cfg.samples(engine.tokenizer)
+    forwards: dict = {}  # shared by both stages
+    first = kernel_variants()
+    rows = evaluate(engine, cfg, samples, runs_for=lambda n: sweep_runs(first, n),
+                    forwards=forwards, max_window=max(AXES["window"]))
+    table = tabulate(rows, first)
+    centre = choose_kernel(table)
+    print(f"stage 2: window, sinks and ring share around {centre}", flush=True)
+    second = axis_variants(centre)
+    done = frozenset(_policy_of(row) for row in rows)
+    rows += evaluate(engine, cfg, samples, forwards=forwards,
+                     runs_for=lambda n: sweep_runs(second, n, with_full=False, skip=done))
+    table += tabulate(rows, second)
     write_outputs(rows, cfg.to_json(), str(args.model or engine.name), args.out)
-    table = tabulate(rows)
     chosen = choose(table)
-    result = {"base": asdict(BASE), "chosen": asdict(chosen), "policy": policy_fields(chosen),
-              "table": table}
+    result = {"base": asdict(BASE), "centre": asdict(centre), "chosen": asdict(chosen),
+              "policy": policy_fields(chosen), "table": table}
     (args.out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot_sweep(table, BASE, chosen, args.out / "sweep.png")
+    plot_sweep(table, centre, chosen, args.out / "sweep.png")
     print(json.dumps(result["policy"]))
     if args.write_policy:
         path = open_checkpoint(args.model).policy_file
@@ -144,6 +174,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--context-len", type=int, default=2048)
     parser.add_argument("--n-per-cell", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--prompt-format", choices=("chat", "raw"), default="chat")
+    parser.add_argument("--max-group-tokens", type=int, default=16384,
+                        help="prompt tokens decoded together (and held at once per group)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--write-policy", action="store_true",
                         help="write the chosen policy as the model's policy file")

@@ -11,7 +11,8 @@ PANELS = (("kernel x pooling", "kernel"), ("window", "window"), ("n_sink", "n_si
           ("recent_fraction", "recent_fraction"))
 
 
-def plot_sweep(table: list[dict], base: SplitRule, chosen: SplitRule, path: Path) -> None:
+def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, path: Path) -> None:
+    """``centre``: the rule the second stage varies one axis of at a time."""
     budgets = [key for key in table[0] if "/" in key]
     fig, axes = _pyplot().subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.6),
                                    sharey=True, layout="constrained")
@@ -26,9 +27,10 @@ def plot_sweep(table: list[dict], base: SplitRule, chosen: SplitRule, path: Path
         ax.axvline(getattr(chosen, field), color="black", linestyle=":", label="chosen")
         if field in ("kernel", "window"):
             ax.set_xscale("log", base=2)
-        ax.set(xlabel=field, title=f"{axis} (others at base)", ylim=(-0.03, 1.03))
+        where = "window, sinks, ring at base" if axis == "kernel x pooling" else "others at centre"
+        ax.set(xlabel=field, title=f"{axis} ({where})", ylim=(-0.03, 1.03))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("snapstream accuracy")
-    fig.suptitle(f"policy sweep around base {base}", fontsize=8)
+    fig.suptitle(f"second stage around {centre}", fontsize=8)
     _save(fig, path)

@@ -1,10 +1,21 @@
 """The policy sweep: its variants, the choice from a table, the policy file it writes."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from snapstream.evaluate.sweep import AXES, BASE, choose, main, policy_fields, variants
+from snapstream.evaluate.sweep import (
+    AXES,
+    BASE,
+    axis_variants,
+    choose,
+    kernel_variants,
+    main,
+    policy_fields,
+    sweep_runs,
+    variants,
+)
 from snapstream.policy import CachePolicy
 from tests.tiny_models import write_tiny_model
 
@@ -17,6 +28,15 @@ def test_variants_cross_kernel_and_pooling_and_vary_other_axes_alone():
         rules = [v.rule for v in found if v.axis == axis]
         assert sorted(getattr(r, axis) for r in rules) == sorted(AXES[axis])
         assert all(r.kernel == BASE.kernel and r.pooling == BASE.pooling for r in rules)
+
+
+def test_second_stage_is_centred_on_the_first_and_skips_what_it_decoded():
+    centre = replace(BASE, kernel=15, pooling="max")
+    done = frozenset(run.policy for run in sweep_runs(kernel_variants(), 2048))
+    second = sweep_runs(axis_variants(centre), 2048, with_full=False, skip=done)
+    assert second and not {run.policy for run in second} & done
+    assert all((run.policy.kernel, run.policy.pooling) == (15, "max") for run in second)
+    assert all(run.policy.kind == "snapstream" for run in second)
 
 
 def entry(axis: str, mean: float, **fields) -> dict:
