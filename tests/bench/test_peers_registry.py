@@ -105,6 +105,11 @@ def test_system_options_follow_the_budget():
     press = get_system("kvpress-snapkv").generate_options(8000, budget)["press"]
     assert press["name"] == "SnapKVPress" and press["kwargs"]["window_size"] == 32
     assert get_system("transformers").generate_options(8000, budget) == {}
+    policy = get_system("snapstream").generate_options(8000, budget)["policy"]
+    assert (policy["kind"], policy["n_sink"] + policy["n_topk"] + policy["n_recent"],
+            policy["window"]) == ("snapstream", 1024, 32)
+    assert get_system("snapstream-full").generate_options(8000, budget)["policy"]["kind"] == "full"
+    assert get_system("snapstream").venv is None  # the project's own interpreter
     env = get_system("llama.cpp").runner_env(Venv(recipes.LLAMACPP, Path("/v")))
     assert env["LLAMA_CPP_LIB_PATH"] == "/v/llama.cpp/bin"
 

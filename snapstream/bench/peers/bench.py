@@ -26,8 +26,8 @@ WARMUP_TOKENS = 256
 
 @dataclass(frozen=True)
 class PeersBenchConfig:
-    systems: tuple[str, ...] = ("llama.cpp", "openvino", "openvino-evict", "transformers",
-                                "kvpress-snapkv")
+    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-full", "openvino",
+                                "openvino-evict", "transformers", "kvpress-snapkv")
     lengths: tuple[int, ...] = (1024, 4096, 8000)
     max_new_tokens: int = 32
     rounds: int = 3

@@ -2,8 +2,8 @@
 
 A system is one configuration of a peer (OpenVINO GenAI with and without cache eviction are two
 systems sharing a venv). ``venv=None`` runs the runner with this project's own interpreter:
-that is where snapstream itself goes (``register(PeerSystem(name="snapstream", venv=None,
-runner="run_snapstream.py", ...))``), speaking the same protocol as the peers.
+that is where snapstream itself goes (``run_snapstream.py``, in process, full and snapstream
+policies), speaking the same protocol as the peers.
 """
 
 from __future__ import annotations
@@ -118,6 +118,16 @@ def _eviction(budget: Budget) -> dict:
                                "snapkv_window_size": budget.window}}
 
 
+def _snapstream_policy(num_tokens: int, budget: Budget) -> dict:
+    n_topk = budget.total - budget.n_sink - budget.n_recent
+    return {"policy": {"kind": "snapstream", "n_sink": budget.n_sink, "n_topk": n_topk,
+                       "n_recent": budget.n_recent, "window": budget.window}}
+
+
+def _full_policy(num_tokens: int, budget: Budget) -> dict:
+    return {"policy": {"kind": "full"}}
+
+
 def _snapkv_press(num_tokens: int, budget: Budget) -> dict:
     kwargs = {"compression_ratio": compression_ratio(num_tokens, budget.total),
               "window_size": budget.window}
@@ -144,3 +154,13 @@ register(PeerSystem(
     label="kvpress SnapKVPress on transformers, fp32: the prompt's cache compressed to the "
           "budget (its SnapKV window plus the top-scored tokens; no sinks), growing in decode",
     venv=recipes.KVPRESS, runner="run_hf.py", generate_options=_snapkv_press))
+register(PeerSystem(
+    name="snapstream",
+    label="snapstream in process (Engine: prefill + SnapKV, then the static ring-buffer decode "
+          "step), GGUF dequantized to fp32, fp32 KV of the budget's size whatever the length",
+    venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
+register(PeerSystem(
+    name="snapstream-full",
+    label="snapstream in process, full policy (every prompt token kept, fp32 KV sized to the "
+          "prompt + new tokens)",
+    venv=None, runner="run_snapstream.py", generate_options=_full_policy))

@@ -1,0 +1,55 @@
+"""snapstream's own peer runner on a tiny random checkpoint, through the runner protocol."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from snapstream.bench.peers.process import RunnerProcess
+from snapstream.bench.peers.runners import RUNNERS
+from snapstream.bench.peers.systems import Budget, get_system
+from snapstream.engine import Engine
+from snapstream.policy import CachePolicy
+from snapstream.sampling import SamplingParams
+from tests.tiny_models import write_tiny_model
+
+BUDGET = Budget(total=48, n_sink=4, n_recent=16, window=8)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "model", context=512)
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("runner") / "snapstream.log"
+    with RunnerProcess(sys.executable, RUNNERS / "run_snapstream.py", log) as process:
+        process.call("load", model=str(tiny_dir), n_threads=1, n_ctx=512, options={})
+        yield process
+
+
+def _generate(runner, name: str, prompt_ids: list[int]) -> dict:
+    options = get_system(name).generate_options(len(prompt_ids), BUDGET)
+    return runner.call("generate", prompt_ids=prompt_ids, max_new_tokens=6, options=options)
+
+
+def test_snapstream_keeps_one_kv_size_and_matches_the_engine(runner, tiny_dir):
+    short, long = list(range(3, 40)), [3 + i % 200 for i in range(300)]
+    first, second = _generate(runner, "snapstream", short), _generate(runner, "snapstream", long)
+    assert first["kv_bytes"] == second["kv_bytes"] and second["extra"]["slots"] == BUDGET.total
+    policy = CachePolicy(n_sink=4, n_topk=28, n_recent=16, window=8)
+    engine = Engine.from_pretrained(tiny_dir)
+    expected = engine.generate(long, 6, policy=policy,
+                               sampling=SamplingParams(temperature=0, ignore_eos=True))
+    assert second["token_ids"] == expected.token_ids
+    assert len(second["token_ids"]) == 6 and second["decode_ms_per_token"] > 0
+
+
+def test_full_policy_kv_grows_with_the_prompt(runner):
+    short, long = list(range(3, 40)), [3 + i % 200 for i in range(300)]
+    first, second = _generate(runner, "snapstream-full", short), _generate(
+        runner, "snapstream-full", long)
+    assert first["extra"]["slots"] == 37 + 6 and second["extra"]["slots"] == 300 + 6
+    assert second["kv_bytes"] > first["kv_bytes"]
