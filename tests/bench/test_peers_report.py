@@ -9,9 +9,11 @@ from snapstream.bench.peers.prompts import filler_text, passkey_prompt
 from snapstream.bench.peers.report import (
     common_prefix,
     cpu_features,
+    memory_table,
     render,
     same_round_ratio,
 )
+from snapstream.bench.peers.serve import throughput_table
 from snapstream.bench.report import write_section
 
 
@@ -108,3 +110,26 @@ def test_cpu_features_names_the_vector_extensions():
     cpuinfo = "processor\t: 0\nflags\t\t: fpu sse avx f16c avx2 avx512f avx512_bf16 sha_ni\n"
     assert cpu_features(cpuinfo) == "avx avx2 f16c avx512f avx512_bf16"
     assert cpu_features("flags : fpu sse\n") == "none of AVX/AVX-512/AMX"
+
+
+def test_memory_table_counts_sequences_in_4_gib_at_the_longest_prompt():
+    results = {**RESULTS, "systems": {
+        "llama.cpp": RESULTS["systems"]["llama.cpp"],
+        "snapstream": _summary("snapstream", {4096: {**_point([5.0], [1.0], [1]),
+                                                      "kv_bytes": 3 * 2**20}})}}
+    rows = [line for line in memory_table(results, "llama.cpp").splitlines()
+            if line.startswith("| ") and "MiB" not in line]
+    assert rows == ["| llama.cpp | 24.0 | 1.0× | 170 | 300.0 |",
+                    "| snapstream | 3.0 | 8.0× | 1365 | 300.0 |"]
+
+
+def test_throughput_table_takes_the_ratio_within_each_round():
+    def figures(tok_s):
+        return {"throughput_tok_s": tok_s, "ttft_p50_s": 2.0, "itl_p50_s": 0.05}
+
+    serve = {"levels": [{"concurrency": 4, "in-process": figures(30.0), "openai": figures(20.0),
+                         "rounds": [{"in-process": figures(30.0), "openai": figures(20.0)},
+                                    {"in-process": figures(20.0), "openai": figures(40.0)}]}]}
+    rows = [line for line in throughput_table(serve).splitlines() if line.startswith("| 4")]
+    assert rows == ["| 4 | snapstream | 30.0 | 1.50×, 0.50× | 2.00 | 50 |",
+                    "| 4 | llama-server | 20.0 |  | 2.00 | 50 |"]

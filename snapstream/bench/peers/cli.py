@@ -1,7 +1,8 @@
 """Peers (llama.cpp, OpenVINO GenAI, transformers, kvpress) on the same CPU, model and tokens.
 
 Builds each peer's venv on first use (cached; llama.cpp compiles for ~15-30 min) and writes the
-table into the ``peers`` section of docs/benchmarks.md.
+tables into the ``peers`` section of docs/benchmarks.md: ``--parts batch1`` (every system, one
+request at a time) and ``serve`` (snapstream against llama-server under concurrency).
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
+PARTS = ("batch1", "serve")
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     from snapstream.bench.peers.bench import PeersBenchConfig
+    from snapstream.bench.peers.serve import PeersServeConfig
 
-    defaults = PeersBenchConfig()
+    defaults, serve = PeersBenchConfig(), PeersServeConfig()
+    parser.add_argument("--parts", default=",".join(PARTS), help="batch1,serve")
     parser.add_argument("--systems", default=",".join(defaults.systems),
                         help="comma-separated registered systems")
     parser.add_argument("--lengths", default=",".join(map(str, defaults.lengths)),
@@ -29,6 +35,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, default=defaults.budget.total,
                         help="KV budget in tokens of the compressing systems")
     parser.add_argument("--baseline", default="llama.cpp", help="system the ratios divide by")
+    parser.add_argument("--serve-concurrency", default=",".join(map(str, serve.concurrency)))
+    parser.add_argument("--serve-requests", default=",".join(map(str, serve.requests)),
+                        help="requests at each --serve-concurrency")
+    parser.add_argument("--serve-prompt-len", type=int, default=serve.prompt_len,
+                        help="tokens of the serve part's prompts")
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
     parser.add_argument("--json-out", type=Path, default=None)
 
@@ -38,19 +49,33 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import replace
 
-    from snapstream.bench.peers.bench import PeersBenchConfig, run_peers_bench
+    from snapstream.bench.peers.bench import PeersBenchConfig, _stderr, run_peers_bench
     from snapstream.bench.peers.report import render
+    from snapstream.bench.peers.serve import PeersServeConfig, render_serve, run_peers_serve
     from snapstream.bench.report import write_section
 
+    parts = tuple(args.parts.split(","))
+    if not parts or set(parts) - set(PARTS):
+        raise ValueError(f"--parts: choose from {','.join(PARTS)}, got {args.parts}")
     defaults = PeersBenchConfig()
     cfg = PeersBenchConfig(
         systems=tuple(args.systems.split(",")), lengths=_ints(args.lengths),
         max_new_tokens=args.max_new_tokens, rounds=args.rounds, n_threads=args.threads,
         budget=replace(defaults.budget, total=args.budget))
+    serve_cfg = PeersServeConfig(
+        concurrency=_ints(args.serve_concurrency), requests=_ints(args.serve_requests),
+        prompt_len=args.serve_prompt_len, max_new_tokens=args.max_new_tokens,
+        rounds=args.rounds, n_threads=args.threads)
     # SIGTERM unwinds like Ctrl-C, so the runners get stopped on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    results = run_peers_bench(cfg)
-    body = render(results, cfg, args.baseline)
+    results, bodies = {}, []
+    if "batch1" in parts:
+        results["batch1"] = run_peers_bench(cfg)
+        bodies.append(render(results["batch1"], cfg, args.baseline))
+    if "serve" in parts:
+        results["serve"] = run_peers_serve(serve_cfg, _stderr)
+        bodies.append(render_serve(results["serve"], serve_cfg))
+    body = "\n\n".join(bodies)
     print(body)
     write_section(args.doc, "peers", body)
     if args.json_out:

@@ -63,6 +63,24 @@ def results_table(results: dict, baseline: str) -> str:
          f"first tokens = {REFERENCE}", "other jobs' cores"], rows)
 
 
+def memory_table(results: dict, baseline: str, pool_bytes: int = 4 * 2**30) -> str:
+    """At the longest prompt: KV bytes per sequence, how many times smaller than the
+    baseline's, and how many such sequences ``pool_bytes`` of KV holds."""
+    length = max(p["tokens"] for p in results["prompts"])
+    points = {name: s["points"].get(length) for name, s in results["systems"].items()}
+    base_kv = (points.get(baseline) or {}).get("kv_bytes")
+    rows = []
+    for name, point in points.items():
+        kv = point and point["kv_bytes"]
+        if not kv:
+            continue
+        rows.append([name, _mib(kv), f"{base_kv / kv:.1f}×" if base_kv else "—",
+                     pool_bytes // kv, _mib(point["peak_rss_bytes"])])
+    return markdown_table(
+        ["system", f"KV MiB per {length}-token sequence", f"{baseline} KV / this",
+         f"sequences in {pool_bytes / 2**30:.0f} GiB of KV", "peak RSS MiB (1 sequence)"], rows)
+
+
 def _versions(summary: dict) -> str:
     pins = [v for v in summary["venv_versions"]
             if v.split("==")[0].lower().replace("_", "-") in
@@ -115,6 +133,9 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
         "cores: how many cores processes outside the benchmark kept busy during the "
         f"measurement (median; the machine has {os.cpu_count()}).", "",
         results_table(results, baseline), "",
+        "Memory at the longest prompt (KV as each system holds it for one sequence; the "
+        "sequences that fit count KV alone, the weights come on top: ~90 MiB for llama.cpp's "
+        "Q4_1, ~520 MiB for the fp32 systems):", "", memory_table(results, baseline), "",
         "Systems:", "",
     ]
     for name, summary in systems.items():
