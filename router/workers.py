@@ -75,6 +75,7 @@ class WorkerPool:
             await self.workers.pop(gone).channel.close()
         for address in sorted(resolved - set(self.workers)):
             channel = open_channel(address, self.tls, CHANNEL_OPTIONS)
+            channel.get_state(try_to_connect=True)  # connects now, not on the first request
             self.workers[address] = Worker(address, channel, self.stub_cls(channel))
 
     def is_reachable(self) -> bool:

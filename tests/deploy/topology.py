@@ -251,7 +251,9 @@ def _start(instance: Instance) -> None:
 
 
 def wait_healthy(instance: Instance) -> None:
-    """The service's own readiness, then its compose healthcheck run once as a command."""
+    """The service's own readiness, then its compose healthcheck run as a command, retried every
+    ``start_interval`` as compose does within the start period (the router's Generation health
+    turns SERVING once its channels to the workers are up, a moment after it listens)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _is_ready(instance):
         if instance.process.poll() is not None:
@@ -260,7 +262,23 @@ def wait_healthy(instance: Instance) -> None:
         if time.monotonic() > deadline:
             raise TopologyError(f"{instance.name} not healthy in {START_TIMEOUT_S} s")
         time.sleep(0.2)
-    _run_healthcheck(instance)
+    interval_s = _seconds(instance.compose["healthcheck"].get("start_interval", "5s"))
+    while True:
+        try:
+            _run_healthcheck(instance)
+            return
+        except (TopologyError, OSError):
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(interval_s)
+
+
+def _seconds(duration: str) -> float:
+    """A compose duration such as ``2s`` or ``500ms``."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", duration)
+    if match is None:
+        raise TopologyError(f"unsupported compose duration {duration!r}")
+    return float(match[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[match[2]]
 
 
 def _is_ready(instance: Instance) -> bool:
