@@ -154,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     table += tabulate(rows, second)
     write_outputs(rows, cfg.to_json(), str(args.model or engine.name), args.out)
     chosen = choose(table)
+    full = [row.correct for row in rows if row.policy == "full"]
     result = {"base": asdict(BASE), "centre": asdict(centre), "chosen": asdict(chosen),
-              "policy": policy_fields(chosen), "table": table}
+              "policy": policy_fields(chosen), "full_accuracy": sum(full) / len(full),
+              "table": table}
     (args.out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot_sweep(table, centre, chosen, args.out / "sweep.png")
+    plot_sweep(table, centre, chosen, result["full_accuracy"], args.out / "sweep.png")
     print(json.dumps(result["policy"]))
     if args.write_policy:
         path = open_checkpoint(args.model).policy_file

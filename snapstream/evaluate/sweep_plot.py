@@ -11,8 +11,10 @@ PANELS = (("kernel x pooling", "kernel"), ("window", "window"), ("n_sink", "n_si
           ("recent_fraction", "recent_fraction"))
 
 
-def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, path: Path) -> None:
-    """``centre``: the rule the second stage varies one axis of at a time."""
+def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_accuracy: float,
+               path: Path) -> None:
+    """``centre``: the rule the second stage varies one axis of at a time; ``full_accuracy``:
+    the full cache's on the same samples, drawn as the ceiling."""
     budgets = [key for key in table[0] if "/" in key]
     fig, axes = _pyplot().subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.6),
                                    sharey=True, layout="constrained")
@@ -24,6 +26,7 @@ def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, path: Pa
                 points = sorted((e[field], e[label]) for e in entries if e["pooling"] == pooling)
                 name = f"{label} {pooling}" if len(poolings) > 1 else label
                 ax.plot(*zip(*points, strict=True), marker="o", label=name)
+        ax.axhline(full_accuracy, color="grey", linestyle="--", label="full cache")
         ax.axvline(getattr(chosen, field), color="black", linestyle=":", label="chosen")
         if field in ("kernel", "window"):
             ax.set_xscale("log", base=2)

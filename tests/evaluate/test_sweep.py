@@ -71,6 +71,7 @@ def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
     result = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert len(result["table"]) == len(variants())
     assert all(0.0 <= e["mean"] <= 1.0 for e in result["table"])
+    assert 0.0 <= result["full_accuracy"] <= 1.0
     written = json.loads((model / "snapstream_policy.json").read_text())
     assert written == result["policy"] == policy_fields(choose(result["table"]))
     assert (tmp_path / "out" / "sweep.png").read_bytes().startswith(b"\x89PNG")
