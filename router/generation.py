@@ -209,7 +209,9 @@ class Generation:
         """Yields the new tokens of each chunk; resumes on another worker when a stream breaks."""
         tried: set[str] = set()
         full: set[str] = set()  # refused for a full queue: their blob stays, try again later
-        gone: set[str] = set()  # unreachable or died mid-stream: may be back after a restart
+        # unreachable or died mid-stream: may be back after a restart, so tried again after
+        # each wait (while the pool's failure backoff keeps it out, the stream waits on)
+        gone: set[str] = set()
         waits = iter(DECODE_RETRY_WAITS_S)
         while progress.complete is None:
             try:
@@ -220,7 +222,6 @@ class Generation:
                 await _wait_before_retry(next(waits, None), deadline, full)
                 tried -= full | gone
                 full.clear()
-                gone.clear()
                 continue
             call = worker.stub.Decode(decode_pb2.DecodeRequest(
                 request_id=req.request_id, blob_key=prefilled.blob_key,

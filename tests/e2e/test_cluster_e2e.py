@@ -163,3 +163,50 @@ async def test_killing_the_decode_worker_mid_stream_keeps_the_output_identical(c
     assert killed, "the stream ended before a worker could be killed"
     assert tokens == expected, f"diverged after failover ({time.monotonic() - started:.1f} s)"
     await _assert_nothing_left(cluster)
+
+
+async def _supervise(cluster: LocalCluster, done: asyncio.Event) -> None:
+    """What ``snapstream up`` does every second: restart the members that exited."""
+    while not done.is_set():
+        await asyncio.to_thread(cluster.restart_exited)
+        await asyncio.sleep(0.2)
+
+
+async def test_a_stream_that_loses_every_decode_worker_resumes_once_one_restarts(cluster, engine):
+    """Runs after the single kill: brings that worker back, then kills the stream's worker and,
+    once it has moved, the other one, so no decode worker is left until the supervisor restarts
+    them; the router keeps retrying and the client gets the uninterrupted output."""
+    done = asyncio.Event()
+    supervisor = asyncio.create_task(_supervise(cluster, done))
+    decode = {name for name in cluster.endpoints if name.startswith("decode")}
+    while not all(status == "SERVING" for name, statuses in
+                  (await asyncio.to_thread(cluster.health)).items() if name in decode
+                  for status in statuses.values()):
+        await asyncio.sleep(0.2)
+    done.set()
+    await supervisor
+    prompt, new_tokens = "lost both workers " * 20, 400
+    expected = engine.generate(prompt, new_tokens, policy=ENGINE_POLICY).token_ids
+    killed: list[str] = []
+
+    async def kill_serving_worker(received: int) -> None:
+        nonlocal supervisor
+        if {25: 1, 60: 2}.get(received) != len(killed) + 1:  # the first, then the second kill
+            return
+        serving = [name for name, s in (await _decode_stats(cluster)).items() if s.running]
+        assert len(serving) == 1 and serving[0] not in killed, (serving, killed)
+        cluster.kill(serving[0])
+        killed.append(serving[0])
+        if len(killed) == 2:  # no decode worker left: restart them from now on
+            done.clear()
+            supervisor = asyncio.create_task(_supervise(cluster, done))
+
+    try:
+        tokens = await _stream(cluster.endpoints["router"], _request(prompt, new_tokens),
+                               kill_serving_worker)
+    finally:
+        done.set()
+        await supervisor
+    assert len(killed) == 2 and set(killed) == decode, killed
+    assert tokens == expected
+    await _assert_nothing_left(cluster)
