@@ -97,17 +97,18 @@ def test_registry_holds_the_peers_and_refuses_duplicates():
 
 
 def test_system_options_follow_the_budget():
-    budget = Budget(total=1024, n_sink=4, n_recent=256, window=32)
+    budget = Budget(total=1024, n_sink=4, n_recent=256, window=32, kernel=15)
     eviction = get_system("openvino-evict").load_options(budget)["cache_eviction"]
     assert eviction["max_cache_size"] == 1024 and eviction["snapkv_window_size"] == 32
     assert eviction["start_size"] == 32 and eviction["recent_size"] == 256  # whole blocks
     assert get_system("openvino").load_options(budget) == {}
     press = get_system("kvpress-snapkv").generate_options(8000, budget)["press"]
     assert press["name"] == "SnapKVPress" and press["kwargs"]["window_size"] == 32
+    assert press["kwargs"]["kernel_size"] == 15
     assert get_system("transformers").generate_options(8000, budget) == {}
     policy = get_system("snapstream").generate_options(8000, budget)["policy"]
     assert (policy["kind"], policy["n_sink"] + policy["n_topk"] + policy["n_recent"],
-            policy["window"]) == ("snapstream", 1024, 32)
+            policy["window"], policy["kernel"]) == ("snapstream", 1024, 32, 15)
     assert get_system("snapstream-full").generate_options(8000, budget)["policy"]["kind"] == "full"
     assert get_system("snapstream").venv is None  # the project's own interpreter
     env = get_system("llama.cpp").runner_env(Venv(recipes.LLAMACPP, Path("/v")))
@@ -122,7 +123,8 @@ def test_compression_ratio_keeps_exactly_the_budget(num_tokens, keep):
     assert compression_ratio(keep, keep) == 0.0
 
 
-@pytest.mark.parametrize("bad", [dict(total=200, n_sink=4, n_recent=256), dict(window=0)])
+@pytest.mark.parametrize("bad", [dict(total=200, n_sink=4, n_recent=256), dict(window=0),
+                                 dict(kernel=4)])
 def test_budget_refuses_bad_layouts(bad):
     with pytest.raises(ValueError):
         Budget(**bad)
