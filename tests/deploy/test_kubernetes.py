@@ -1,5 +1,6 @@
 """deploy/k8s: every manifest valid against the Kubernetes 1.30 schemas (strict), kustomize
-renders base and the dev overlay, and the rendered objects keep the deployment's promises."""
+renders base, the dev overlay and the secure example (dev + the TLS and API key components), and
+the rendered objects keep the deployment's promises."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.deploy.tools import dev_tool
 
 K8S_VERSION = "1.30"
 BASE, DEV = DEPLOY / "k8s" / "base", DEPLOY / "k8s" / "overlays" / "dev"
+SECURE = DEPLOY / "k8s" / "overlays" / "secure-example"
 SERVICES = ("router", "prefill", "decode")
 GRPC_NAMES = {"router": "snapstream.v1.Generation", "prefill": "snapstream.v1.Prefill",
               "decode": "snapstream.v1.Decode"}
@@ -40,6 +42,11 @@ def render(directory: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def dev() -> dict[tuple[str, str], dict]:
     return {(obj["kind"], obj["metadata"]["name"]): obj for obj in render(DEV)}
+
+
+@pytest.fixture(scope="module")
+def secure() -> dict[tuple[str, str], dict]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in render(SECURE)}
 
 
 def objects(rendered: dict, kind: str) -> dict[str, dict]:
@@ -119,7 +126,7 @@ def test_every_manifest_file_is_valid(path):
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("directory", [BASE, DEV], ids=["base", "dev"])
+@pytest.mark.parametrize("directory", [BASE, DEV, SECURE], ids=["base", "dev", "secure"])
 def test_kustomize_renders_valid_objects(directory):
     rendered = render(directory)
     assert len(rendered) > 20
@@ -278,3 +285,98 @@ def test_everything_lives_in_the_overlays_namespace_and_images_are_pinned(dev):
             for spec in obj["spec"]["template"]["spec"]["containers"]:
                 image, _, tag = spec["image"].rpartition(":")
                 assert image and tag and tag != "latest", spec["image"]
+
+
+TLS_SETTINGS = ("SNAPSTREAM_TLS_CERT", "SNAPSTREAM_TLS_KEY", "SNAPSTREAM_TLS_CA")
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def secret_file(rendered: dict, name: str, path: str) -> tuple[str, str]:
+    """(Secret name, key) of the file ``path`` in the container: a read-only mount of a Secret
+    volume that the service's user can read."""
+    pod = rendered["Deployment", name]["spec"]["template"]["spec"]
+    for mount in container(rendered, name).get("volumeMounts", []):
+        directory = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(directory):
+            (volume,) = (v for v in pod["volumes"] if v["name"] == mount["name"])
+            assert mount.get("readOnly") is True, (name, path)
+            secret = volume["secret"]
+            mode = secret.get("defaultMode", 0o644)
+            assert mode & 0o004 or (mode & 0o040 and pod["securityContext"].get("fsGroup")
+                                    == pod["securityContext"]["runAsGroup"]), (name, path)
+            return secret["secretName"], path[len(directory):]
+    raise AssertionError(f"{name}: {path} is on no mounted volume")
+
+
+def health_flags(probe: dict) -> dict[str, str]:
+    """The flags of an exec probe that runs `snapstream health`."""
+    command = probe["exec"]["command"]
+    assert command[:2] == ["snapstream", "health"] and len(command) % 2 == 0, command
+    return dict(zip(command[2::2], command[3::2], strict=True))
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_secure_example_sets_only_settings_the_services_understand(secure, name):
+    env = {k: v for k, v in environment(secure, name).items() if k.startswith("SNAPSTREAM_")}
+    unknown = set(env) - set(serve_settings(name))
+    assert not unknown, f"{name}: no `snapstream serve {name}` flag reads {sorted(unknown)}"
+    args = parse_serve(container(secure, name)["args"], env)
+    assert args.service == name and args.tls_cert and args.tls_key and args.tls_ca
+
+
+def test_secure_router_reads_api_keys_from_a_read_only_secret(secure):
+    path = environment(secure, "router")["SNAPSTREAM_API_KEYS_FILE"]
+    assert secret_file(secure, "router", path) == ("snapstream-api-keys", "api-keys")
+    for name in ("prefill", "decode"):  # the workers ask for no key: only the router is public
+        assert "SNAPSTREAM_API_KEYS_FILE" not in environment(secure, name)
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_secure_services_take_certificate_key_and_ca_from_the_tls_secret(secure, name):
+    env = environment(secure, name)
+    files = {setting: secret_file(secure, name, env[setting]) for setting in TLS_SETTINGS}
+    assert files == {"SNAPSTREAM_TLS_CERT": ("snapstream-tls", "tls.crt"),
+                     "SNAPSTREAM_TLS_KEY": ("snapstream-tls", "tls.key"),
+                     "SNAPSTREAM_TLS_CA": ("snapstream-tls", "ca.crt")}
+
+
+def test_secure_router_checks_the_workers_by_the_certificates_internal_name(secure):
+    # it calls worker pods by IP: without a server name no certificate could match
+    assert environment(secure, "router")["SNAPSTREAM_TLS_SERVER_NAME"] == "snapstream-internal"
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_secure_probes_check_the_services_own_port_over_tls(secure, dev, name):
+    spec, env = container(secure, name), environment(secure, name)
+    plain = container(dev, name)
+    for probe in PROBES:
+        assert "grpc" not in spec[probe], (name, probe)  # the kubelet's gRPC probe has no TLS
+        if "httpGet" in plain[probe]:  # the router's /health
+            assert spec[probe]["httpGet"] == {**plain[probe]["httpGet"], "scheme": "HTTPS"}
+            continue
+        flags = health_flags(spec[probe])
+        assert flags["--addr"] == f"127.0.0.1:{env['SNAPSTREAM_PORT']}", (name, probe)
+        assert flags["--service"] == plain[probe]["grpc"].get("service", ""), (name, probe)
+        assert {flags["--tls-ca"], flags["--tls-cert"], flags["--tls-key"]} == {
+            env[setting] for setting in TLS_SETTINGS}, (name, probe)
+        assert flags["--tls-server-name"] == "snapstream-internal", (name, probe)
+        assert spec[probe]["timeoutSeconds"] > 3  # `snapstream health` waits up to 3 s
+        assert spec[probe]["periodSeconds"] == plain[probe]["periodSeconds"], (name, probe)
+    if name != "router":  # readiness asks for the worker's own health service
+        assert health_flags(spec["readinessProbe"])["--service"] == GRPC_NAMES[name]
+
+
+def test_secure_service_ports_are_not_announced_as_cleartext(secure):
+    for name in SERVICES:
+        for port in secure["Service", name]["spec"]["ports"]:
+            assert port.get("appProtocol") not in ("kubernetes.io/h2c", "http"), (name, port)
+
+
+def test_dev_stays_plaintext_without_api_keys(dev):
+    for name in SERVICES:
+        env = environment(dev, name)
+        assert not {k for k in env if k.startswith(("SNAPSTREAM_TLS_", "SNAPSTREAM_API_KEYS"))}
+        assert parse_serve(container(dev, name)["args"], {
+            k: v for k, v in env.items() if k.startswith("SNAPSTREAM_")}).tls_cert is None
+        volumes = dev["Deployment", name]["spec"]["template"]["spec"]["volumes"]
+        assert [v for v in volumes if "secret" in v] == [], name
