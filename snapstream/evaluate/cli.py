@@ -35,7 +35,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--model", default=None,
         help=".gguf file or checkpoint directory (default: SmolLM2-135M-Instruct)")
-    add("--dtype", choices=("float32", "bfloat16", "int8"), default="float32")
+    add("--dtype", choices=("float32", "bfloat16"), default="float32")
     add("--device", default="cpu")
     add("--tasks", type=_list_of(str, "task names"), default=d.tasks)
     add("--context-lens", type=_list_of(int, "integers"), default=d.context_lens)
