@@ -37,7 +37,7 @@ class OpenAIClient:
         self.extension = {"snapstream": {
             "policy": policy.kind, "n_sink": policy.n_sink, "n_topk": policy.n_topk,
             "n_recent": policy.n_recent, "window": policy.window, "kernel": policy.kernel,
-            "pooling": policy.pooling, "return_token_ids": True}}
+            "pooling": policy.pooling, "return_token_ids": True}, **dict(cfg.openai_fields)}
 
     async def generate(self, ids: list[int]) -> RequestTrace:
         arrivals: list[float] = []

@@ -42,7 +42,9 @@ class ServeBenchConfig:
     """``requests[i]`` requests are sent at ``concurrency[i]`` (closed loop: each of the
     ``concurrency`` clients sends its next request when its previous one has finished), by each
     of ``systems`` in each of ``rounds`` rounds. ``openai_url`` (``http://HOST:PORT/v1``) is
-    the server the openai system drives; None: the local cluster's router."""
+    the server the openai system drives; None: the local cluster's router. ``openai_fields``:
+    top-level request fields that server takes besides OpenAI's (llama-server's
+    ``cache_prompt``), as (name, value) pairs."""
 
     concurrency: tuple[int, ...] = (1, 8, 32)
     requests: tuple[int, ...] = (16, 32, 64)
@@ -58,6 +60,7 @@ class ServeBenchConfig:
     seed: int = 0
     systems: tuple[str, ...] = DEFAULT_SYSTEMS
     openai_url: str | None = None
+    openai_fields: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.concurrency) != len(self.requests):

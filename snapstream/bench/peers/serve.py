@@ -34,7 +34,9 @@ class PeersServeConfig:
             concurrency=self.concurrency, requests=self.requests, prompt_len=self.prompt_len,
             max_new_tokens=self.max_new_tokens, slots=max(self.concurrency),
             torch_threads=self.n_threads, rounds=self.rounds, warmup=1,
-            systems=("in-process", "openai"), openai_url=openai_url)
+            systems=("in-process", "openai"), openai_url=openai_url,
+            # identical prompts come back each round: llama-server would reuse a slot's KV
+            openai_fields=(("cache_prompt", False),))
 
 
 def run_peers_serve(cfg: PeersServeConfig, echo: Echo) -> dict:
