@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,8 @@ from snapstream.quant import (
     quantize_int8_rows,
 )
 from snapstream.sampling import SamplingParams
+from snapstream.serving.settings import add_dtype_setting
+from snapstream.weight_formats import DTYPE_CHOICES
 
 
 def spread_linear(n: int, k: int, bias: bool = False, seed: int = 0) -> nn.Linear:
@@ -129,6 +133,20 @@ def test_untied_model_keeps_a_float_embedding(llama_dir):
 def test_bad_dtype_names_the_choices(tiny_model_dir):
     with pytest.raises(ValueError, match=r"dtype must be one of .*'float32'.*'int8'.*'int9'"):
         Engine.from_pretrained(tiny_model_dir, dtype="int9")
+
+
+def test_cli_dtype_choices_come_from_the_registry(monkeypatch):
+    assert {"float32", "bfloat16", "int8", "int4"} <= set(DTYPE_CHOICES)
+    parser = argparse.ArgumentParser()
+    add_dtype_setting(parser)
+    assert parser.parse_args(["--dtype", "int8"]).dtype == "int8"
+    monkeypatch.setenv("SNAPSTREAM_DTYPE", "int4")
+    parser = argparse.ArgumentParser()
+    add_dtype_setting(parser)
+    assert parser.parse_args([]).dtype == "int4"
+    monkeypatch.setenv("SNAPSTREAM_DTYPE", "fp16")
+    with pytest.raises(ValueError, match=r"SNAPSTREAM_DTYPE='fp16'.*int8"):
+        add_dtype_setting(argparse.ArgumentParser())
 
 
 def test_quantized_layer_matches_kernel_free_reference():
