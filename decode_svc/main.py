@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from snapstream.serving.settings import add_model_setting, add_server_settings, add_setting
+from snapstream.serving.settings import (
+    add_dtype_setting,
+    add_model_setting,
+    add_server_settings,
+    add_setting,
+)
 from snapstream.serving.tls import TlsFiles, add_tls_settings, tls_from_args
 
 
@@ -13,7 +18,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50053, metrics_port=9103)
     add_tls_settings(parser)
     add_model_setting(parser)
-    add_setting(parser, "--dtype", default="float32", help="float32 or bfloat16")
+    add_dtype_setting(parser)
     add_setting(parser, "--device", default="cpu")
     add_setting(parser, "--store", default="redis://127.0.0.1:6379/0", help="KV store URL")
     add_setting(parser, "--slots", type=int, default=8, help="rows of the static decode batch")

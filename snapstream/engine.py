@@ -24,10 +24,12 @@ from snapstream.kvcache import BatchCache, SequenceCache
 from snapstream.loader import load_model
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
+from snapstream.quant import QUANT_SCHEMES, quantize_model
 from snapstream.sampling import SamplingParams, sample_batch
 from snapstream.tokenizer import Tokenizer
+from snapstream.weight_formats import WEIGHT_FORMATS, WeightFormat, weight_format
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = WEIGHT_FORMATS  # the names from_pretrained takes as its dtype
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Engine:
         self.name = name
         self.config = model.config
         self.device = model.lm_head.weight.device
-        self.dtype = model.lm_head.weight.dtype
+        self.dtype = model.model.norm.weight.dtype  # activations and KV cache (weights may be int8)
 
     @classmethod
     def from_pretrained(
@@ -62,14 +64,16 @@ class Engine:
         device: str = "cpu", compile: bool = False,
     ) -> Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
-        model (SmolLM2-135M-Instruct)."""
-        if isinstance(dtype, str):
-            if dtype not in DTYPES:
-                raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-            dtype = DTYPES[dtype]
+        model (SmolLM2-135M-Instruct). ``dtype``: a name of :data:`DTYPES` ("int8", "int4":
+        quantized weights, float32 activations and KV cache) or a torch float dtype."""
+        fmt = weight_format(dtype) if isinstance(dtype, str) else WeightFormat(
+            str(dtype).removeprefix("torch."))
         checkpoint = open_checkpoint(path)
-        return cls(load_model(checkpoint, dtype=dtype, device=device), checkpoint.tokenizer(),
-                   compile, load_default_policy(checkpoint.policy_file), name=checkpoint.name)
+        model = load_model(checkpoint, dtype=getattr(torch, fmt.compute), device=device)
+        if fmt.quant is not None:
+            quantize_model(model, QUANT_SCHEMES[fmt.quant])
+        return cls(model, checkpoint.tokenizer(), compile,
+                   load_default_policy(checkpoint.policy_file), name=checkpoint.name)
 
     @cached_property
     def fingerprint(self) -> bytes:

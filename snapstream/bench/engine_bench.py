@@ -52,9 +52,10 @@ def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
     return 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
 
 
-def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: int) -> BatchCache:
+def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: int,
+                 dtype: torch.dtype = torch.float32) -> BatchCache:
     """A pool whose every row holds a ``context``-token sequence as the layout would keep it."""
-    cache = BatchCache(config, layout, batch, torch.float32)
+    cache = BatchCache(config, layout, batch, dtype)
     tile = torch.randn(cache.k.shape[-2] if cache.k.shape[-2] < 4096 else 4096, config.head_dim)
     for tensor in (cache.k, cache.v):
         flat = tensor.view(-1, config.head_dim)
@@ -82,8 +83,10 @@ def interleaved_medians(steppers: dict[str, Callable[[int], None]], steps: int,
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def ours_stepper(model, layout, batch, context, compile=False) -> Callable[[int], None]:
-    decoder = Decoder(model, filled_cache(model.config, layout, batch, context), compile=compile)
+def ours_stepper(model, layout, batch, context, compile=False,
+                 dtype: torch.dtype = torch.float32) -> Callable[[int], None]:
+    cache = filled_cache(model.config, layout, batch, context, dtype)
+    decoder = Decoder(model, cache, compile=compile)
     tokens = torch.zeros(batch, dtype=torch.long)
     return lambda i: decoder.step(tokens, torch.full((batch,), context + i))
 

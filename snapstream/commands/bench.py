@@ -10,6 +10,7 @@ BENCHMARKS: dict[str, str] = {
     "serve": "snapstream.bench.serve_cli",
     "peers": "snapstream.bench.peers.cli",
     "faults": "snapstream.bench.faults.cli",
+    "quant": "snapstream.bench.quant_cli",
 }
 
 

