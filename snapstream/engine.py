@@ -27,9 +27,7 @@ from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.quant import QUANT_SCHEMES, quantize_model
 from snapstream.sampling import SamplingParams, sample_batch
 from snapstream.tokenizer import Tokenizer
-from snapstream.weight_formats import WEIGHT_FORMATS, WeightFormat, weight_format
-
-DTYPES = WEIGHT_FORMATS  # the names from_pretrained takes as its dtype
+from snapstream.weight_formats import WeightFormat, weight_format
 
 
 @dataclass(frozen=True)
@@ -64,8 +62,9 @@ class Engine:
         device: str = "cpu", compile: bool = False,
     ) -> Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
-        model (SmolLM2-135M-Instruct). ``dtype``: a name of :data:`DTYPES` ("int8", "int4":
-        quantized weights, float32 activations and KV cache) or a torch float dtype."""
+        model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.WEIGHT_FORMATS``
+        ("int8", "int4": quantized weights, float32 activations and KV cache) or a torch float
+        dtype."""
         fmt = weight_format(dtype) if isinstance(dtype, str) else WeightFormat(
             str(dtype).removeprefix("torch."))
         checkpoint = open_checkpoint(path)
