@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from snapstream.checkpoints import Checkpoint
-from snapstream.model import Transformer
+from snapstream.model import Transformer, from_hf_state
 
 
 def load_model(checkpoint: Checkpoint, dtype: torch.dtype = torch.float32,
@@ -14,7 +14,7 @@ def load_model(checkpoint: Checkpoint, dtype: torch.dtype = torch.float32,
     config = checkpoint.config
     with torch.device("meta"):
         model = Transformer(config)
-    state = checkpoint.state_dict(dtype)
+    state = from_hf_state(checkpoint.state_dict(dtype))
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     expected = {k for k in model.state_dict()

@@ -1,4 +1,8 @@
-"""Llama-family decoder (Llama 2/3/3.1, Mistral-style GQA, Qwen2 qkv bias), HF parameter names.
+"""Llama-family decoder (Llama 2/3/3.1, Mistral-style GQA, Qwen2 qkv bias).
+
+Parameter names are Hugging Face's except for two fused projections, one matmul each instead of
+three and two (:data:`FUSED`): ``self_attn.qkv_proj`` stacks q/k/v and ``mlp.gate_up_proj``
+stacks gate/up, row-wise; :func:`from_hf_state` and :func:`to_hf_state` convert state dicts.
 
 The layers do not own a KV cache: each forward takes an ``attend`` callable that receives the
 rotated queries, keys and values of one layer and returns its attention output. Prefill passes
@@ -8,6 +12,7 @@ one model for every cache policy.
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 import torch
@@ -16,6 +21,44 @@ from torch import nn
 
 from snapstream.config import ModelConfig
 from snapstream.rope import RotaryEmbedding, apply_rotary
+
+# fused projection -> the Hugging Face projections it stacks, in row order
+FUSED = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+}
+_LAYER_PARAM = re.compile(r"(model\.layers\.\d+)\.(.+)\.(weight|bias)")
+
+
+def from_hf_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A Hugging Face-named state dict -> this model's names (q/k/v and gate/up stacked).
+    A fused projection with a part missing is left unfused, for the loader to name."""
+    out = dict(state)
+    prefixes = {m[1] for m in map(_LAYER_PARAM.fullmatch, state) if m}
+    for prefix in prefixes:
+        for fused, parts in FUSED.items():
+            for kind in ("weight", "bias"):
+                names = [f"{prefix}.{part}.{kind}" for part in parts]
+                if all(name in out for name in names):
+                    out[f"{prefix}.{fused}.{kind}"] = torch.cat([out.pop(n) for n in names])
+    return out
+
+
+def to_hf_state(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """This model's state dict -> Hugging Face names (the fused projections split)."""
+    q_dim, kv_dim = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    sizes = {"self_attn.qkv_proj": (q_dim, kv_dim, kv_dim),
+             "mlp.gate_up_proj": (config.intermediate_size,) * 2}
+    out = {}
+    for name, tensor in state.items():
+        match = _LAYER_PARAM.fullmatch(name)
+        if match is None or match[2] not in FUSED:
+            out[name] = tensor
+            continue
+        prefix, fused, kind = match.groups()
+        for part, piece in zip(FUSED[fused], tensor.split(sizes[fused]), strict=True):
+            out[f"{prefix}.{part}.{kind}"] = piece
+    return out
 
 
 class AttendFn(Protocol):
@@ -45,9 +88,7 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         hidden, q_dim = config.hidden_size, config.num_heads * config.head_dim
         kv_dim = config.num_kv_heads * config.head_dim
-        self.q_proj = nn.Linear(hidden, q_dim, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(hidden, kv_dim, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(hidden, kv_dim, bias=config.qkv_bias)
+        self.qkv_proj = nn.Linear(hidden, q_dim + 2 * kv_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(q_dim, hidden, bias=config.o_bias)
 
     def forward(
@@ -55,10 +96,10 @@ class Attention(nn.Module):
         attend: AttendFn,
     ) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, H*, T, D)
+        Hq, Hkv = self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(B, T, Hq + 2 * Hkv, self.head_dim).transpose(1, 2)
+        qk = apply_rotary(qkv[:, : Hq + Hkv], cos, sin)  # (B, Hq + Hkv, T, D), one rotation
+        q, k, v = qk[:, :Hq], qk[:, Hq:], qkv[:, Hq + Hkv :]  # (B, H*, T, D)
         out = attend(layer_idx, q, k, v)  # (B, Hq, T, D)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
@@ -67,12 +108,12 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         hidden, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
-        self.gate_proj = nn.Linear(hidden, inner, bias=bias)
-        self.up_proj = nn.Linear(hidden, inner, bias=bias)
+        self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=bias)
         self.down_proj = nn.Linear(inner, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (..., inner) each
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):

@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from snapstream.config import ModelConfig
-from snapstream.model import Transformer
+from snapstream.model import Transformer, to_hf_state
 from snapstream.tokenizer import Tokenizer as SnapstreamTokenizer
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -100,7 +100,8 @@ def write_hf_dir(directory: Path, model: Transformer, chat_template: str | None 
     """Our random model as a Hugging Face checkpoint directory with the tiny tokenizer."""
     directory.mkdir(parents=True, exist_ok=True)
     tied = model.config.tie_word_embeddings
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
+    hf_state = to_hf_state(model.state_dict(), model.config)
+    state = {k: v.detach().contiguous() for k, v in hf_state.items()
              if not (tied and k == "lm_head.weight")}
     save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
     config = {**model.config.to_hf_dict(), "eos_token_id": EOS_ID, "torch_dtype": "float32"}
@@ -156,7 +157,7 @@ def write_gguf(path: Path, model: Transformer, qtypes: dict[str, gguf.GGMLQuanti
     _write_model_metadata(writer, config)
     _write_tokenizer_metadata(writer, pre, chat_template)
     heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in to_hf_state(model.state_dict(), config).items():
         if config.tie_word_embeddings and name == "lm_head.weight":
             continue
         target = gguf_name(name)

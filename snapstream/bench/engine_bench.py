@@ -18,7 +18,7 @@ from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache
-from snapstream.model import Transformer
+from snapstream.model import Transformer, to_hf_state
 from snapstream.policy import CacheLayout, CachePolicy
 
 GIB = 2**30
@@ -121,7 +121,7 @@ def load_transformers(model: Transformer):
     from transformers import AutoModelForCausalLM
 
     config = model.config
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
+    state = {k: v.detach().contiguous() for k, v in to_hf_state(model.state_dict(), config).items()
              if not (config.tie_word_embeddings and k == "lm_head.weight")}
     with tempfile.TemporaryDirectory() as tmp:
         save_file(state, Path(tmp) / "model.safetensors", metadata={"format": "pt"})

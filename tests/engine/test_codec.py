@@ -111,5 +111,5 @@ def test_fingerprint_changes_with_any_weight(engine):
     model = random_model(tiny_config())
     before = model_fingerprint(model)
     with torch.no_grad():
-        model.model.layers[1].mlp.up_proj.weight[3, 4] += 1e-3
+        model.model.layers[1].mlp.gate_up_proj.weight[3, 4] += 1e-3
     assert model_fingerprint(model) != before
