@@ -69,8 +69,8 @@ class BlobSpec:
 
     @classmethod
     def for_engine(cls, engine: Engine) -> BlobSpec:
-        """What blobs of ``engine``'s model look like, in the engine's dtype."""
-        return cls.for_model(engine.config, engine.fingerprint, engine.dtype)
+        """What blobs of ``engine``'s model look like, in the engine's KV dtype."""
+        return cls.for_model(engine.config, engine.fingerprint, engine.kv_dtype)
 
     def payload_size(self, layout: CacheLayout) -> int:
         slots = self.num_layers * self.num_kv_heads * layout.budget

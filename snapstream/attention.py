@@ -12,15 +12,25 @@ from snapstream.snapkv import snapkv_scores
 
 
 def slot_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, empty: torch.Tensor
 ) -> torch.Tensor:
-    """One query per row over every slot of its cache, as one fused kernel.
+    """One query per row over every slot of its cache.
 
-    q (B, Hq, 1, D); k, v (B, Hkv, S, D); valid (B, 1, 1, S) bool -> (B, Hq, 1, D).
+    q (B, Hq, 1, D) in the activations' dtype; k, v (B, Hkv, S, D) in the cache's; empty
+    (B, 1, 1, S) bool, True where a slot holds no token -> (B, Hq, 1, D) in q's dtype.
     Which slots hold a token is the same for every layer and KV head (the layout fills them
-    alike), so one mask per step serves all of them; GQA without repeating keys.
+    alike), so one mask per step serves all of them. A KV head's G query heads share one
+    matmul over its keys (GQA without repeating them); the matmuls run in the cache's dtype
+    with float32 accumulation (a bfloat16 cache is read as it is stored, never widened), the
+    softmax in float32.
     """
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=valid, enable_gqa=True)
+    B, Hq, _, D = q.shape
+    Hkv = k.shape[1]
+    q_groups = (q * D**-0.5).view(B, Hkv, Hq // Hkv, D).to(k.dtype)  # (B, Hkv, G, D)
+    scores = torch.matmul(q_groups, k.transpose(-1, -2)).float()  # (B, Hkv, G, S)
+    probs = torch.softmax(scores.masked_fill_(empty, float("-inf")), dim=-1)
+    out = torch.matmul(probs.to(v.dtype), v)  # (B, Hkv, G, D)
+    return out.to(q.dtype).view(B, Hq, 1, D)
 
 
 @dataclass

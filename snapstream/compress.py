@@ -35,13 +35,15 @@ def slot_indices(layout: CacheLayout, positions: torch.Tensor) -> torch.Tensor:
 
 
 def build_sequence_cache(
-    layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None
+    layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None,
+    dtype: torch.dtype | None = None,
 ) -> SequenceCache:
-    """k, v (L, Hkv, P, D) of the whole prompt -> the compressed (or merely placed) cache."""
+    """k, v (L, Hkv, P, D) of the whole prompt -> the compressed (or merely placed) cache, in
+    ``dtype`` (default: k's); only the kept tokens are converted."""
     num_layers, num_kv_heads, prompt_len, head_dim = k.shape
     shape = (num_layers, num_kv_heads, layout.budget)
-    out_k = k.new_zeros(*shape, head_dim)  # (L, Hkv, S, D)
-    out_v = v.new_zeros(*shape, head_dim)
+    out_k = k.new_zeros(*shape, head_dim, dtype=dtype)  # (L, Hkv, S, D)
+    out_v = v.new_zeros(*shape, head_dim, dtype=dtype)
     out_pos = torch.full(shape, EMPTY, dtype=torch.int32, device=k.device)  # (L, Hkv, S)
     if layout.compresses(prompt_len):
         keep = kept_positions(layout, prompt_len, scores).to(k.device)  # (L, Hkv, n_kept)
@@ -55,8 +57,8 @@ def build_sequence_cache(
         slots = slot_indices(layout, keep)
     gather = keep[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, n_kept, D)
     scatter = slots[..., None].expand(-1, -1, -1, head_dim)
-    out_k.scatter_(2, scatter, k.gather(2, gather))
-    out_v.scatter_(2, scatter, v.gather(2, gather))
+    out_k.scatter_(2, scatter, k.gather(2, gather).to(out_k.dtype))
+    out_v.scatter_(2, scatter, v.gather(2, gather).to(out_v.dtype))
     out_pos.scatter_(2, slots, keep.to(torch.int32))
     return SequenceCache(layout=layout, k=out_k, v=out_v, positions=out_pos,
                          prompt_len=prompt_len, next_position=prompt_len)

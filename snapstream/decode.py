@@ -26,13 +26,13 @@ def decode_step(
     rows = torch.arange(token_ids.shape[0], device=token_ids.device)  # (B,)
     slots = slot_indices(layout, positions)  # (B,)
     pos_cache[:, rows, :, slots] = positions.to(torch.int32)[:, None, None]  # (B, L, Hkv)
-    valid = (pos_cache[0, :, 0] >= 0)[:, None, None, :]  # (B, 1, 1, S), same for all layers
+    empty = (pos_cache[0, :, 0] < 0)[:, None, None, :]  # (B, 1, 1, S), same for all layers
 
     def attend(layer_idx: int, q, k, v) -> torch.Tensor:
         k_layer, v_layer = k_cache[layer_idx], v_cache[layer_idx]
-        k_layer[rows, :, slots] = k[:, :, 0]  # (B, Hkv, D)
-        v_layer[rows, :, slots] = v[:, :, 0]
-        return slot_attention(q, k_layer, v_layer, valid)
+        k_layer[rows, :, slots] = k[:, :, 0].to(k_layer.dtype)  # (B, Hkv, D)
+        v_layer[rows, :, slots] = v[:, :, 0].to(v_layer.dtype)
+        return slot_attention(q, k_layer, v_layer, empty)
 
     hidden = model(token_ids[:, None], positions[:, None], attend)  # (B, 1, hidden)
     return model.logits(hidden[:, 0])  # (B, V)

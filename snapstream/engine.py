@@ -48,13 +48,15 @@ class Generation:
 
 class Engine:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, compile: bool = False,
-                 default_policy: CachePolicy | None = None, name: str = "model") -> None:
+                 default_policy: CachePolicy | None = None, name: str = "model",
+                 kv_dtype: torch.dtype | None = None) -> None:
         self.model, self.tokenizer, self.compile = model, tokenizer, compile
         self.default_policy = default_policy or CachePolicy()  # for requests that name none
         self.name = name
         self.config = model.config
         self.device = model.lm_head.weight.device
-        self.dtype = model.model.norm.weight.dtype  # activations and KV cache (weights may be int8)
+        self.dtype = model.model.norm.weight.dtype  # activations (weights may be int8/int4)
+        self.kv_dtype = kv_dtype or self.dtype  # sequence caches, blobs and decode pools
 
     @classmethod
     def from_pretrained(
@@ -63,8 +65,8 @@ class Engine:
     ) -> Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
         model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.WEIGHT_FORMATS``
-        ("int8", "int4": quantized weights, float32 activations and KV cache) or a torch float
-        dtype."""
+        ("int8", "int4": quantized weights, float32 activations, bfloat16 KV cache) or a torch
+        float dtype."""
         fmt = weight_format(dtype) if isinstance(dtype, str) else WeightFormat(
             str(dtype).removeprefix("torch."))
         checkpoint = open_checkpoint(path)
@@ -72,7 +74,8 @@ class Engine:
         if fmt.quant is not None:
             quantize_model(model, QUANT_SCHEMES[fmt.quant])
         return cls(model, checkpoint.tokenizer(), compile,
-                   load_default_policy(checkpoint.policy_file), name=checkpoint.name)
+                   load_default_policy(checkpoint.policy_file), name=checkpoint.name,
+                   kv_dtype=getattr(torch, fmt.kv_dtype))
 
     @cached_property
     def fingerprint(self) -> bytes:
@@ -117,14 +120,14 @@ class Engine:
         select_start = time.perf_counter()
         k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
         scores = torch.stack(recorder.scores) if selects else None  # (L, Hkv, P)
-        cache = build_sequence_cache(layout, k, v, scores)
+        cache = build_sequence_cache(layout, k, v, scores, self.kv_dtype)
         end = time.perf_counter()
         score_s = recorder.score_s if selects else 0.0
         return PrefillResult(cache=cache, logits=logits, prefill_s=end - start,
                              select_s=end - select_start + score_s)
 
     def new_decoder(self, layout: CacheLayout, batch_size: int) -> Decoder:
-        cache = BatchCache(self.config, layout, batch_size, self.dtype, self.device)
+        cache = BatchCache(self.config, layout, batch_size, self.kv_dtype, self.device)
         return Decoder(self.model, cache, compile=self.compile)
 
     def stop_ids(self, sampling: SamplingParams) -> set[int]:

@@ -93,7 +93,7 @@ def decode_figures(engines: dict[str, Engine], cfg: QuantBenchConfig) -> list[di
             policy = engine.default_policy if spec.cache == "model" else CachePolicy(kind="full")
             layout = policy.layout(spec.context, cfg.warmup + cfg.steps)
             stepper = ours_stepper(engine.model, layout, spec.batch, spec.context,
-                                   dtype=engine.dtype)
+                                   dtype=engine.kv_dtype)
             steppers.update({(fmt, t): stepper for t in cfg.threads})
         medians = interleaved(steppers, cfg.steps, cfg.warmup)
         for (fmt, threads), seconds in medians.items():

@@ -134,7 +134,7 @@ def _describe(engine: Engine, cfg: ServeBenchConfig,
     config = engine.config
     lengths = [len(ids) for ids in prompts]
     layout = cfg.policy.layout(max(lengths), cfg.max_new_tokens, engine.context_len)
-    spec = BlobSpec.for_model(config, bytes(32), engine.dtype)  # the size ignores the fingerprint
+    spec = BlobSpec.for_model(config, bytes(32), engine.kv_dtype)  # size ignores the fingerprint
     return {"path": engine.name, "params": sum(p.numel() for p in engine.model.parameters()),
             "num_layers": config.num_layers, "hidden_size": config.hidden_size,
             "num_kv_heads": config.num_kv_heads, "head_dim": config.head_dim,

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kvstore.codec import BlobSpec, decode_blob, encode_blob
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.quant import (
@@ -108,7 +109,26 @@ def test_quantized_engine_logits_track_float32(engines, dtype):
     bound = {"int8": 0.03, "int4": 0.1}[dtype]
     assert rel_error(got, ref) < bound
     assert torch.corrcoef(torch.stack([ref, got]))[0, 1] > 1 - bound / 10
-    assert engines[dtype].dtype == torch.float32  # activations and KV cache
+    assert engines[dtype].dtype == torch.float32  # activations
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_quantized_engines_keep_a_bfloat16_kv_cache(engines, dtype):
+    engine, reference = engines[dtype], engines["float32"]
+    assert engine.kv_dtype == torch.bfloat16 and reference.kv_dtype == torch.float32
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=16, window=8)
+    result = engine.prefill(list(range(40, 100)), policy, 8)
+    layout = result.cache.layout
+    assert result.cache.k.dtype == result.cache.v.dtype == torch.bfloat16
+    assert engine.new_decoder(layout, 2).cache.k.dtype == torch.bfloat16
+    spec, reference_spec = BlobSpec.for_engine(engine), BlobSpec.for_engine(reference)
+    assert spec.dtype == torch.bfloat16
+    slots = engine.config.num_layers * engine.config.num_kv_heads * layout.budget
+    # K and V at 2 bytes instead of 4; the int32 positions stay
+    assert reference_spec.payload_size(layout) - spec.payload_size(layout) == (
+        2 * slots * engine.config.head_dim * 2)
+    blob = encode_blob(result.cache, spec)
+    assert decode_blob(blob, spec, layout=layout).k.dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])

@@ -55,11 +55,11 @@ class SnapstreamRunner:
         layout = policy.layout(len(prompt_ids), max_new)
         config = engine.config
         per_slot = config.num_layers * config.num_kv_heads * (
-            2 * config.head_dim * engine.dtype.itemsize + 4)  # K, V and an int32 position
+            2 * config.head_dim * engine.kv_dtype.itemsize + 4)  # K, V and an int32 position
         return generation_reply(
             start=start, stamps=stamps, token_ids=token_ids, kv_bytes=layout.budget * per_slot,
             kv_note=f"the decode row: {layout.budget} slots × layers × KV heads × (K and V in "
-                    f"{str(engine.dtype).removeprefix('torch.')} + an int32 position)",
+                    f"{str(engine.kv_dtype).removeprefix('torch.')} + an int32 position)",
             extra={"policy": str(policy), "slots": layout.budget})
 
 
