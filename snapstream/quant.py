@@ -8,7 +8,14 @@ torch's CPU kernels (``aten._weight_int8pack_mm``, ``aten._weight_int4pack_mm_fo
 vectorize bfloat16 activations only on x86: float32 input takes a scalar loop, ~10x slower
 than a float32 ``F.linear`` (torch 2.13, ``int8mm_kernel.cpp``). So each layer rounds its
 input to bfloat16 for the matmul (products accumulate in float32) and returns float32; norms,
-attention, residuals and the KV cache stay in the model's dtype.
+attention and residuals stay in the model's dtype.
+
+Those kernels are matrix-vector products: they win while few rows come in (decode), and lose
+to oneDNN's bfloat16 GEMM once a prompt's rows do. From ``GEMM_MIN_ROWS`` rows on, a layer
+multiplies by its weight dequantized to bfloat16, made on the first such call (the kernel
+applied to the identity, so it is exactly what the kernel computes with, rounded to
+bfloat16) and kept outside the state dict: a decode worker never makes it, and it does not
+change the model's fingerprint.
 """
 
 from __future__ import annotations
@@ -17,14 +24,17 @@ import ctypes
 import ctypes.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from snapstream.model import Transformer
 
 MATMUL_DTYPE = torch.bfloat16  # what the kernels take as activations and scales
 INT4_GROUP = 32  # inputs per int4 scale/zero; divides every hidden size of the Llama family
+GEMM_MIN_ROWS = 64  # from this many input rows on, the dequantized bfloat16 GEMM is faster
 
 
 def quantize_int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +70,33 @@ def _flat_bf16(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1]).to(MATMUL_DTYPE).contiguous()
 
 
-class Int8Linear(nn.Module):
+class QuantizedLinear(nn.Module):
+    """What the int8 and int4 layers share: bfloat16 rows in, the kernel for few rows, the
+    dequantized GEMM for many, x's dtype out."""
+
+    in_features: int
+    out_features: int
+    bias: torch.Tensor | None
+
+    def kernel(self, x: torch.Tensor) -> torch.Tensor:
+        """x (M, K) bfloat16 -> (M, N) bfloat16 through the quantized weight."""
+        raise NotImplementedError
+
+    @cached_property
+    def gemm_weight(self) -> torch.Tensor:
+        """(N, K) bfloat16: the kernel's weight, read back through the identity."""
+        identity = torch.eye(self.in_features, dtype=MATMUL_DTYPE)  # (K, K)
+        return self.kernel(identity).T.contiguous()  # (N, K)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., K) -> (..., N) in x's dtype."""
+        flat = _flat_bf16(x)  # (M, K)
+        out = F.linear(flat, self.gemm_weight) if len(flat) >= GEMM_MIN_ROWS else self.kernel(flat)
+        out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+
+
+class Int8Linear(QuantizedLinear):
     """``nn.Linear`` with int8 weights (N, K) and one bfloat16 scale per output row."""
 
     def __init__(self, linear: nn.Linear) -> None:
@@ -75,14 +111,11 @@ class Int8Linear(nn.Module):
         """The weight the layer computes with, (N, K) float32."""
         return self.weight.float() * self.scales.float()[:, None]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., K) -> (..., N) in x's dtype."""
-        out = torch.ops.aten._weight_int8pack_mm(_flat_bf16(x), self.weight, self.scales)  # (M, N)
-        out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias
+    def kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scales)  # (M, N)
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(QuantizedLinear):
     """``nn.Linear`` with int4 weights in torch's packed CPU layout, a bfloat16 scale and zero
     per group of ``INT4_GROUP`` inputs."""
 
@@ -96,12 +129,9 @@ class Int4Linear(nn.Module):
         self.register_buffer("scale_zeros", scale_zeros)  # (K/group, N, 2) bfloat16
         self.bias = linear.bias
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., K) -> (..., N) in x's dtype."""
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            _flat_bf16(x), self.weight, self.group, self.scale_zeros)  # (M, N)
-        out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias
+    def kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x, self.weight, self.group, self.scale_zeros)  # (M, N)
 
 
 class Int8Embedding(nn.Module):

@@ -11,8 +11,10 @@ from torch import nn
 
 from kvstore.codec import BlobSpec, decode_blob, encode_blob
 from snapstream.engine import Engine
+from snapstream.fingerprint import model_fingerprint
 from snapstream.policy import CachePolicy
 from snapstream.quant import (
+    GEMM_MIN_ROWS,
     Int4Linear,
     Int8Embedding,
     Int8Linear,
@@ -78,7 +80,27 @@ def test_int4_linear_tracks_float_linear():
     assert rel_error(got, want) < 0.15  # 4 bits: step/range 1/15 per group of 32
 
 
-def test_int4_refuses_shapes_torch_cannot_pack():
+@pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
+def test_many_rows_take_the_dequantized_gemm_with_the_kernels_weight(layer_type):
+    layer = layer_type(spread_linear(48, 96, bias=True))
+    x = torch.randn(GEMM_MIN_ROWS + 3, 96)
+    assert "gemm_weight" not in layer.__dict__
+    rows = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])  # one row: the kernel
+    assert "gemm_weight" not in layer.__dict__
+    many = layer(x)  # GEMM_MIN_ROWS or more: bfloat16 GEMM on the dequantized weight
+    assert layer.gemm_weight.shape == (48, 96) and layer.gemm_weight.dtype == torch.bfloat16
+    # the same weight up to its bfloat16 rounding; a transposed or mis-scaled one is off by ~1
+    assert rel_error(many, rows) < 0.01
+    assert "gemm_weight" not in layer.state_dict()
+
+
+def test_a_long_prefill_leaves_the_fingerprint_as_it_was(tiny_model_dir):
+    engine = Engine.from_pretrained(tiny_model_dir, dtype="int4")
+    before = model_fingerprint(engine.model)
+    engine.prefill(list(range(40, 40 + 2 * GEMM_MIN_ROWS)), CachePolicy(kind="full"), 1)
+    assert "gemm_weight" in engine.model.model.layers[0].mlp.down_proj.__dict__
+    assert model_fingerprint(engine.model) == before  # blobs of either path still match
+
     with pytest.raises(ValueError, match="divisible by 32"):
         Int4Linear(nn.Linear(48, 32))
     with pytest.raises(ValueError, match="by 16"):
