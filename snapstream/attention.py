@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from snapstream.compress import compress_kv
+from snapstream.kvcache import SequenceCache
+from snapstream.policy import CacheLayout
 from snapstream.snapkv import snapkv_scores
 
 
@@ -35,24 +38,35 @@ def slot_attention(
 
 @dataclass
 class PrefillRecorder:
-    """Causal attention for one prompt that keeps every layer's K/V and, when asked, its SnapKV
-    scores (computed layer by layer, so the window queries are never stored)."""
+    """Causal attention for one prompt that compresses each layer's K/V into ``layout`` as soon
+    as the layer has run, scoring with SnapKV when ``window`` > 0 (the window queries are never
+    stored): a prompt holds one layer's whole K/V at a time, beside the compressed layers."""
 
+    layout: CacheLayout
+    dtype: torch.dtype  # of the compressed K/V
     window: int = 0  # 0: no SnapKV scores
     kernel: int = 1
     pooling: str = "avg"
-    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
+    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S, D)
     values: list[torch.Tensor] = field(default_factory=list)
-    scores: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P)
-    score_s: float = 0.0  # time spent scoring
-
+    positions: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S) int32
+    select_s: float = 0.0  # time spent scoring and compressing
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        self.keys.append(k[0])
-        self.values.append(v[0])
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        start = time.perf_counter()
+        scores = None
         if self.window:
-            start = time.perf_counter()
             q_window = q[0, :, -self.window :]  # (Hq, W, D)
-            self.scores.append(snapkv_scores(q_window, k[0], self.kernel, self.pooling))
-            self.score_s += time.perf_counter() - start
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            scores = snapkv_scores(q_window, k[0], self.kernel, self.pooling)[None]  # (1, Hkv, P)
+        kept_k, kept_v, kept_pos = compress_kv(self.layout, k, v, scores, self.dtype)
+        self.keys.append(kept_k[0])
+        self.values.append(kept_v[0])
+        self.positions.append(kept_pos[0])
+        self.select_s += time.perf_counter() - start
+        return out
+
+    def cache(self, prompt_len: int) -> SequenceCache:
+        return SequenceCache(layout=self.layout, k=torch.stack(self.keys),
+                             v=torch.stack(self.values), positions=torch.stack(self.positions),
+                             prompt_len=prompt_len, next_position=prompt_len)

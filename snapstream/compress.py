@@ -38,8 +38,20 @@ def build_sequence_cache(
     layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None,
     dtype: torch.dtype | None = None,
 ) -> SequenceCache:
-    """k, v (L, Hkv, P, D) of the whole prompt -> the compressed (or merely placed) cache, in
-    ``dtype`` (default: k's); only the kept tokens are converted."""
+    """k, v (L, Hkv, P, D) of the whole prompt -> the compressed (or merely placed) cache."""
+    out_k, out_v, out_pos = compress_kv(layout, k, v, scores, dtype)
+    prompt_len = k.shape[2]
+    return SequenceCache(layout=layout, k=out_k, v=out_v, positions=out_pos,
+                         prompt_len=prompt_len, next_position=prompt_len)
+
+
+def compress_kv(
+    layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None,
+    dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k, v (L, Hkv, P, D) of the whole prompt, for any number of layers L, and their SnapKV
+    scores (L, Hkv, P) -> K, V (L, Hkv, S, D) in ``dtype`` (default: k's; only the kept tokens
+    are converted) and positions (L, Hkv, S) int32, EMPTY where no token is."""
     num_layers, num_kv_heads, prompt_len, head_dim = k.shape
     shape = (num_layers, num_kv_heads, layout.budget)
     out_k = k.new_zeros(*shape, head_dim, dtype=dtype)  # (L, Hkv, S, D)
@@ -60,5 +72,4 @@ def build_sequence_cache(
     out_k.scatter_(2, scatter, k.gather(2, gather).to(out_k.dtype))
     out_v.scatter_(2, scatter, v.gather(2, gather).to(out_v.dtype))
     out_pos.scatter_(2, slots, keep.to(torch.int32))
-    return SequenceCache(layout=layout, k=out_k, v=out_v, positions=out_pos,
-                         prompt_len=prompt_len, next_position=prompt_len)
+    return out_k, out_v, out_pos

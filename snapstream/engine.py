@@ -17,7 +17,6 @@ import torch
 
 from snapstream.attention import PrefillRecorder
 from snapstream.checkpoints import open_checkpoint
-from snapstream.compress import build_sequence_cache
 from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, SequenceCache
@@ -111,20 +110,15 @@ class Engine:
         policy.check_context(self.context_len)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
-        recorder = PrefillRecorder(window=policy.window if selects else 0,
+        recorder = PrefillRecorder(layout, self.kv_dtype, window=policy.window if selects else 0,
                                    kernel=policy.kernel, pooling=policy.pooling)
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=self.device)  # (1, P)
         hidden = self.model(input_ids, torch.arange(len(ids), device=self.device)[None], recorder)
         logits = self.model.logits(hidden[0, -1])  # (V,)
-        select_start = time.perf_counter()
-        k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
-        scores = torch.stack(recorder.scores) if selects else None  # (L, Hkv, P)
-        cache = build_sequence_cache(layout, k, v, scores, self.kv_dtype)
-        end = time.perf_counter()
-        score_s = recorder.score_s if selects else 0.0
-        return PrefillResult(cache=cache, logits=logits, prefill_s=end - start,
-                             select_s=end - select_start + score_s)
+        cache = recorder.cache(len(ids))
+        return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
+                             select_s=recorder.select_s)
 
     def new_decoder(self, layout: CacheLayout, batch_size: int) -> Decoder:
         cache = BatchCache(self.config, layout, batch_size, self.kv_dtype, self.device)

@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from snapstream.attention import PrefillRecorder
 from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.engine.reference import (
@@ -87,6 +88,32 @@ def test_one_cache_shape_for_every_prompt_length(kind):
         shapes.add((tuple(cache.k.shape), tuple(cache.v.shape), tuple(cache.positions.shape)))
         assert cache.num_tokens_held == min(length, policy.budget)
     assert len(shapes) == 1
+
+
+def test_prefill_keeps_one_layer_uncompressed_at_a_time():
+    """Each layer's K/V is compressed as soon as the layer has run: what the prefill holds after
+    layer l is l + 1 compressed layers, never a whole prompt's K/V of an earlier layer."""
+    model = random_model(tiny_config())
+    engine = engine_for(model)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=10, n_recent=12, window=6)
+    ids = prompt(200, seed=5)
+    layout = policy.layout(len(ids), 8)
+    held = []
+
+    class Watching(PrefillRecorder):
+        def __call__(self, layer_idx, q, k, v):
+            out = super().__call__(layer_idx, q, k, v)
+            held.append([tuple(t.shape) for t in self.keys])
+            return out
+
+    recorder = Watching(layout, torch.float32, window=policy.window, kernel=policy.kernel,
+                        pooling=policy.pooling)
+    model(torch.tensor([ids]), torch.arange(len(ids))[None], recorder)
+    per_layer = (model.config.num_kv_heads, layout.budget, model.config.head_dim)
+    assert held == [[per_layer] * (layer + 1) for layer in range(model.config.num_layers)]
+    # and the result is the whole-prompt compression's
+    whole = engine.prefill(ids, policy, 8).cache
+    assert torch.equal(recorder.cache(len(ids)).positions, whole.positions)
 
 
 @pytest.mark.parametrize(("num_heads", "num_kv_heads", "pooling", "kernel"),
