@@ -57,3 +57,14 @@ def test_serve_starts_llama_server_with_parallel_slots(llama_runner):
     reply = _post(f"{server['openai_base_url']}/completions",
                   {"prompt": ids, "max_tokens": 4, "temperature": 0})
     assert reply["choices"][0]["text"]
+
+
+def test_batch_runs_every_prompt_on_its_own_slot_at_once(llama_runner):
+    prompts = [list(range(1000 + i, 1150 + i)) for i in range(3)]
+    batch = llama_runner.call("generate_batch", prompts=prompts, max_new_tokens=5)
+    single = llama_runner.call("generate", prompt_ids=prompts[1], max_new_tokens=5)
+    assert [len(ids) for ids in batch["token_ids"]] == [5, 5, 5]
+    assert batch["token_ids"][1] == single["token_ids"]  # greedy, the same on a slot
+    assert "--parallel" in batch["extra"]["argv"] and "3" in batch["extra"]["argv"]
+    # one slot: prompt + new tokens + the margin, f16 K and V of 30 layers × 3 heads × 64
+    assert batch["kv_bytes"] == (150 + 5 + 64) * 2 * 30 * 3 * 64 * 2

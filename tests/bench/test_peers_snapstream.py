@@ -53,3 +53,19 @@ def test_full_policy_kv_grows_with_the_prompt(runner):
         runner, "snapstream-full", long)
     assert first["extra"]["slots"] == 37 + 6 and second["extra"]["slots"] == 300 + 6
     assert second["kv_bytes"] > first["kv_bytes"]
+
+
+def test_batch_decodes_every_row_in_one_step_as_single_requests_would(runner):
+    prompts = [[3 + (i * 7 + j) % 200 for j in range(120)] for i in range(3)]
+    options = get_system("snapstream").generate_options(120, BUDGET)
+    batch = runner.call("generate_batch", prompts=prompts, max_new_tokens=6, options=options)
+    singles = [runner.call("generate", prompt_ids=ids, max_new_tokens=6, options=options)
+               for ids in prompts]
+    assert batch["token_ids"] == [single["token_ids"] for single in singles]
+    stamps = batch["stamps_s"]
+    firsts = [row[0] for row in stamps]
+    assert firsts == sorted(firsts)  # prefilled one by one
+    # after the prefills, one step gives every row its token at the same moment
+    for later in zip(*(row[1:] for row in stamps), strict=True):
+        assert len(set(later)) == 1 and later[0] > firsts[-1]
+    assert batch["kv_bytes"] == singles[0]["kv_bytes"]

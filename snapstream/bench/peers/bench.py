@@ -26,8 +26,8 @@ WARMUP_TOKENS = 256
 
 @dataclass(frozen=True)
 class PeersBenchConfig:
-    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-full", "openvino",
-                                "openvino-evict", "transformers", "kvpress-snapkv")
+    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-int4", "snapstream-full",
+                                "openvino", "openvino-evict", "transformers", "kvpress-snapkv")
     lengths: tuple[int, ...] = (1024, 4096, 8000)
     max_new_tokens: int = 32
     rounds: int = 3
@@ -98,7 +98,9 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
         peers = []
         for name in cfg.systems:
             try:
-                peers.append(stack.enter_context(_started(get_system(name), gguf, cfg, echo)))
+                peers.append(stack.enter_context(started_peer(
+                    get_system(name), gguf, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
+                    budget=cfg.budget, timeout_s=cfg.timeout_s, echo=echo)))
             except (PeerBuildError, RunnerError) as exc:
                 failures[name] = str(exc)
                 echo(f"{name}: skipped: {exc}")
@@ -111,18 +113,18 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
 
 
 @contextmanager
-def _started(system: PeerSystem, gguf: Path, cfg: PeersBenchConfig,
-             echo: Echo) -> Iterator[Peer]:
+def started_peer(system: PeerSystem, gguf: Path, *, n_threads: int, n_ctx: int, budget: Budget,
+                 timeout_s: float, echo: Echo) -> Iterator[Peer]:
+    """``system``'s runner, its venv built first if needed, with the model loaded."""
     venv = ensure_venv(system.venv, echo) if system.venv else None
     model = system.prepare(gguf, venv, echo)
     python = venv.python if venv else Path(sys.executable)
-    env = {"OMP_NUM_THREADS": str(cfg.n_threads), **system.runner_env(venv)}
+    env = {"OMP_NUM_THREADS": str(n_threads), **system.runner_env(venv)}
     log = peers_root() / "logs" / f"{system.name}.log"
     echo(f"{system.name}: starting its runner (log: {log})")
     with RunnerProcess(python, RUNNERS / system.runner, log, env=env) as runner:
-        load = runner.call("load", timeout_s=cfg.timeout_s, model=str(model),
-                           n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
-                           options=system.load_options(cfg.budget))
+        load = runner.call("load", timeout_s=timeout_s, model=str(model), n_threads=n_threads,
+                           n_ctx=n_ctx, options=system.load_options(budget))
         echo(f"{system.name}: model loaded in {load['load_s']:.1f} s")
         yield Peer(system, runner, venv, load)
 

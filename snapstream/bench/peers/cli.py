@@ -2,7 +2,8 @@
 
 Builds each peer's venv on first use (cached; llama.cpp compiles for ~15-30 min) and writes the
 tables into the ``peers`` section of docs/benchmarks.md: ``--parts batch1`` (every system, one
-request at a time) and ``serve`` (snapstream against llama-server under concurrency).
+request at a time), ``serve`` (snapstream's serving loop against llama-server under
+concurrency, prefill included) and ``batch`` (decode throughput with c sequences at once).
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
-PARTS = ("batch1", "serve")
+PARTS = ("batch1", "serve", "batch")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from snapstream.bench.peers.batch import PeersBatchConfig
     from snapstream.bench.peers.bench import PeersBenchConfig
     from snapstream.bench.peers.serve import PeersServeConfig
 
-    defaults, serve = PeersBenchConfig(), PeersServeConfig()
-    parser.add_argument("--parts", default=",".join(PARTS), help="batch1,serve")
+    defaults, serve, batch = PeersBenchConfig(), PeersServeConfig(), PeersBatchConfig()
+    parser.add_argument("--parts", default=",".join(PARTS), help=",".join(PARTS))
     parser.add_argument("--systems", default=",".join(defaults.systems),
                         help="comma-separated registered systems")
     parser.add_argument("--lengths", default=",".join(map(str, defaults.lengths)),
@@ -41,6 +43,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="requests at each --serve-concurrency")
     parser.add_argument("--serve-prompt-len", type=int, default=serve.prompt_len,
                         help="tokens of the serve part's prompts")
+    parser.add_argument("--batch-systems", default=",".join(batch.systems),
+                        help="systems of the batch part")
+    parser.add_argument("--batch-concurrency", default=",".join(map(str, batch.concurrency)))
+    parser.add_argument("--batch-new-tokens", type=int, default=batch.max_new_tokens,
+                        help="new tokens per sequence in the batch part")
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
     parser.add_argument("--json-out", type=Path, default=None)
 
@@ -50,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import replace
 
+    from snapstream.bench.peers.batch import PeersBatchConfig, render_batch, run_peers_batch
     from snapstream.bench.peers.bench import PeersBenchConfig, _stderr, run_peers_bench
     from snapstream.bench.peers.report import render
     from snapstream.bench.peers.serve import PeersServeConfig, render_serve, run_peers_serve
@@ -68,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
         concurrency=_ints(args.serve_concurrency), requests=_ints(args.serve_requests),
         prompt_len=args.serve_prompt_len, max_new_tokens=args.max_new_tokens,
         rounds=args.rounds, n_threads=args.threads)
+    batch_cfg = PeersBatchConfig(
+        systems=tuple(args.batch_systems.split(",")),
+        concurrency=_ints(args.batch_concurrency), prompt_len=args.serve_prompt_len,
+        max_new_tokens=args.batch_new_tokens, rounds=args.rounds, n_threads=args.threads,
+        budget=cfg.budget)
     # SIGTERM unwinds like Ctrl-C, so the runners get stopped on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results, bodies = {}, []
@@ -77,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     if "serve" in parts:
         results["serve"] = run_peers_serve(serve_cfg, _stderr)
         bodies.append(render_serve(results["serve"], serve_cfg))
+    if "batch" in parts:
+        results["batch"] = run_peers_batch(batch_cfg)
+        bodies.append(render_batch(results["batch"], batch_cfg, args.baseline))
     body = "\n\n".join(bodies)
     print(body)
     write_section(args.doc, "peers", body)

@@ -88,3 +88,13 @@ def passkey_prompt(tokenizer: TextTokenizer, filler_ids: Sequence[int], num_toke
 def passkey_prompts(tokenizer: TextTokenizer, lengths: Sequence[int]) -> list[Prompt]:
     filler_ids = tokenizer.encode(filler_text())
     return [passkey_prompt(tokenizer, filler_ids, n) for n in lengths]
+
+
+def distinct_passkey_prompts(tokenizer: TextTokenizer, num_tokens: int, count: int
+                             ) -> list[Prompt]:
+    """``count`` prompts of ``num_tokens`` ids that share no prefix (the filler is rotated by a
+    different amount for each), so no prefix cache can skip a prefill."""
+    filler_ids = tokenizer.encode(filler_text())
+    step = len(filler_ids) // max(count, 1)
+    return [passkey_prompt(tokenizer, filler_ids[i * step :] + filler_ids[: i * step],
+                           num_tokens) for i in range(count)]

@@ -165,6 +165,13 @@ register(PeerSystem(
           "step), GGUF dequantized to fp32, fp32 KV of the budget's size whatever the length",
     venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
 register(PeerSystem(
+    name="snapstream-int4",
+    label="snapstream in process, int4 weights (the GGUF's Q4 blocks at 32 inputs a group, "
+          "torch's int4 CPU kernel in decode, the dequantized bfloat16 GEMM in prefill; int8 LM "
+          "head), float32 activations, bfloat16 KV of the budget's size whatever the length",
+    venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "int4"},
+    generate_options=_snapstream_policy))
+register(PeerSystem(
     name="snapstream-full",
     label="snapstream in process, full policy (every prompt token kept, fp32 KV sized to the "
           "prompt + new tokens)",

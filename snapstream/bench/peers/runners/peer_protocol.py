@@ -16,6 +16,9 @@ Every runner answers these ops (``args`` in brackets):
 - ``generate`` [``prompt_ids``, ``max_new_tokens``, ``options``]: greedy, exactly
   ``max_new_tokens`` new tokens (EOS does not stop it); a ``Generation`` as a dict.
 - ``shutdown`` []: replies ``{}`` and exits.
+- ``generate_batch`` [``prompts``: a list of prompt ids, ``max_new_tokens``, ``options``]:
+  greedy, every prompt at once under the system's own batching, each to exactly
+  ``max_new_tokens`` tokens; a ``BatchGeneration`` as a dict (runners that batch).
 
 A runner may add ops (llama.cpp: ``serve``). Anything a library prints on stdout is moved to
 stderr before the loop starts, so stdout carries replies only; stderr is the runner's log.
@@ -96,6 +99,33 @@ class Generation:
     kv_bytes: int | None
     kv_note: str
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BatchGeneration:
+    """What ``generate_batch`` returns: for each prompt, in order, its tokens and the seconds
+    from the batch's start at which each came out; the KV bytes one sequence holds."""
+
+    token_ids: list[list[int]]
+    stamps_s: list[list[float]]
+    peak_rss_bytes: int
+    kv_bytes: int | None
+    kv_note: str
+    extra: dict = field(default_factory=dict)
+
+
+def batch_reply(*, start: float, stamps: list[list[float]], token_ids: list[list[int]],
+                kv_bytes: int | None, kv_note: str, extra: dict | None = None) -> dict:
+    """A ``generate_batch`` reply from ``time.perf_counter()`` stamps (``start``: when the
+    prompts went in)."""
+    for row_stamps, row_ids in zip(stamps, token_ids, strict=True):
+        if len(row_stamps) != len(row_ids) or not row_ids:
+            raise ValueError(f"need one stamp per token and a token per prompt, got "
+                             f"{len(row_stamps)} stamps for {len(row_ids)} tokens")
+    return asdict(BatchGeneration(
+        token_ids=token_ids, stamps_s=[[s - start for s in row] for row in stamps],
+        peak_rss_bytes=peak_rss_bytes(), kv_bytes=kv_bytes, kv_note=kv_note,
+        extra=extra or {}))
 
 
 def generation_reply(*, start: float, stamps: list[float], token_ids: list[int],

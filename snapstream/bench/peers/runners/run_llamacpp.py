@@ -2,7 +2,10 @@
 
 Run with the llamacpp venv's python; ``LLAMA_CPP_LIB_PATH`` names the build's bin/ (libllama.so
 and llama-server). Ops beyond the protocol's: ``serve`` starts llama.cpp's own OpenAI-compatible
-``llama-server`` with parallel slots (continuous batching) on a free port.
+``llama-server`` with parallel slots (continuous batching) on a free port. ``generate_batch``
+runs on such a server, one slot per prompt: every prompt is sent at once (one thread each) to
+its native streamed ``/completion`` (``cache_prompt`` off), each token stamped as its event
+arrives.
 
 ``load`` options: ``flash_attn`` (default off, the bindings' default; the server gets the same
 setting instead of its ``auto``). On this project's CPU (2 cores, AVX-512) flash attention
@@ -12,19 +15,22 @@ measured 5-10× slower decode and 1.7× slower prefill at 4k tokens, and changed
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 
-from peer_protocol import generation_reply, serve
+from peer_protocol import batch_reply, generation_reply, serve
 
 F16_BYTES = 2
+SLOT_MARGIN = 64  # tokens beyond prompt + new tokens in each slot
 
 
 class LlamaCppRunner:
@@ -105,6 +111,30 @@ class LlamaCppRunner:
         return {"base_url": base_url, "openai_base_url": f"{base_url}/v1", "pid": proc.pid,
                 "argv": argv}
 
+    def generate_batch(self, args: dict) -> dict:
+        if self.llm is None:
+            raise RuntimeError("generate_batch before load")
+        prompts, max_new = args["prompts"], args["max_new_tokens"]
+        per_slot = max(map(len, prompts)) + max_new + SLOT_MARGIN
+        self.stop_servers()  # one server at a time: each holds its whole KV cache
+        server = self.serve({"n_parallel": len(prompts), "n_ctx_per_slot": per_slot})
+        start = time.perf_counter()
+        streams = [_Completion(server["base_url"], ids, max_new) for ids in prompts]
+        for stream in streams:
+            stream.start()
+        for stream in streams:
+            stream.join()
+        failed = [s.error for s in streams if s.error]
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(streams)} requests failed: {failed[0]}")
+        return batch_reply(
+            start=start, stamps=[s.stamps for s in streams],
+            token_ids=[s.token_ids for s in streams],
+            kv_bytes=per_slot * self._kv_bytes_per_token(),
+            kv_note=f"f16 K and V of one slot: {per_slot} tokens (prompt + new tokens + "
+                    f"{SLOT_MARGIN}) × 2 × layers × kv_heads × head_dim × 2 bytes",
+            extra={"argv": server["argv"]})
+
     def stop_servers(self) -> None:
         for proc in self.servers:
             proc.terminate()
@@ -113,6 +143,38 @@ class LlamaCppRunner:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        self.servers.clear()
+
+
+class _Completion(threading.Thread):
+    """One greedy streamed request to llama-server's native ``/completion``."""
+
+    def __init__(self, base_url: str, prompt_ids: list[int], max_new_tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.body = json.dumps({
+            "prompt": prompt_ids, "n_predict": max_new_tokens, "stream": True,
+            "cache_prompt": False, "temperature": 0.0, "ignore_eos": True,
+            "return_tokens": True}).encode()
+        self.url = f"{base_url}/completion"
+        self.stamps: list[float] = []
+        self.token_ids: list[int] = []
+        self.error: str | None = None
+
+    def run(self) -> None:
+        request = urllib.request.Request(self.url, data=self.body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=3600) as response:
+                for line in response:
+                    if not line.startswith(b"data: "):
+                        continue
+                    now = time.perf_counter()
+                    event = json.loads(line[len(b"data: "):])
+                    tokens = event.get("tokens") or []
+                    self.token_ids += tokens
+                    self.stamps += [now] * len(tokens)
+        except (OSError, ValueError) as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
 
 
 def _free_port() -> int:
@@ -146,7 +208,7 @@ def main() -> None:
     runner = LlamaCppRunner()
     try:
         serve({"hello": runner.hello, "load": runner.load, "generate": runner.generate,
-               "serve": runner.serve})
+               "serve": runner.serve, "generate_batch": runner.generate_batch})
     finally:
         runner.stop_servers()
 

@@ -8,7 +8,9 @@ for one client) and the KV cache is allocated on demand. Compute runs at the CPU
 default inference precision (bf16 on a CPU with AVX512_BF16 or AMX, reported by ``load``).
 ``generate`` adds one request with the prompt ids as an ``ov.Tensor`` and drives ``step()``
 itself, stamping each token as it comes out; the KV bytes are the pipeline's reported cache
-usage × allocated cache bytes at the last step.
+usage × allocated cache bytes, the most of any step. ``generate_batch`` adds every prompt as a
+request at once and lets the pipeline's scheduler batch them (prompts and decode steps mixed
+as it sees fit); its KV bytes are that most divided by the requests.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import os
 import time
 from importlib.metadata import version
 
-from peer_protocol import generation_reply, serve
+from peer_protocol import batch_reply, generation_reply, serve
+
+KV_NOTE = ("PipelineMetrics.cache_usage × cache_size_in_bytes, the most of any step (whole KV "
+           "blocks)")
 
 
 class OpenVINORunner:
@@ -55,36 +60,55 @@ class OpenVINORunner:
                              "max_num_batched_tokens": scheduler.max_num_batched_tokens,
                              "cache_eviction": eviction or "off"}}
 
-    def generate(self, args: dict) -> dict:
+    def _run(self, prompts: list[list[int]], max_new_tokens: int
+             ) -> tuple[float, list[list[float]], list[list[int]], int | None]:
+        """Every prompt as a request at once, stepped to the end -> (start, stamps, token ids,
+        the most KV bytes in use at any step)."""
         import numpy as np
         import openvino as ov
         import openvino_genai as ov_genai
 
         if self.pipe is None:
             raise RuntimeError("generate before load")
-        config = ov_genai.GenerationConfig(max_new_tokens=args["max_new_tokens"],
-                                           ignore_eos=True, do_sample=False)
-        ids = ov.Tensor(np.array([args["prompt_ids"]], dtype=np.int64))  # (1, T)
-        self.next_request_id += 1
+        config = ov_genai.GenerationConfig(max_new_tokens=max_new_tokens, ignore_eos=True,
+                                           do_sample=False)
         start = time.perf_counter()
-        handle = self.pipe.add_request(self.next_request_id, ids, config)
-        token_ids, stamps, kv_bytes = [], [], None
+        handles = []
+        for ids in prompts:
+            self.next_request_id += 1
+            tensor = ov.Tensor(np.array([ids], dtype=np.int64))  # (1, T)
+            handles.append(self.pipe.add_request(self.next_request_id, tensor, config))
+        stamps: list[list[float]] = [[] for _ in prompts]
+        token_ids: list[list[int]] = [[] for _ in prompts]
+        kv_bytes = None
         while self.pipe.has_non_finished_requests():
             self.pipe.step()
             now = time.perf_counter()
             metrics = self.pipe.get_metrics()
-            if metrics.cache_usage > 0:
-                kv_bytes = round(metrics.cache_usage / 100 * metrics.cache_size_in_bytes)
-            if handle.can_read():
-                for output in handle.read().values():
-                    token_ids += list(output.generated_ids)
-                    stamps += [now] * len(output.generated_ids)
-        return generation_reply(
-            start=start, stamps=stamps, token_ids=token_ids, kv_bytes=kv_bytes,
-            kv_note="PipelineMetrics.cache_usage × cache_size_in_bytes at the last step "
-                    "(whole KV blocks)")
+            used = round(metrics.cache_usage / 100 * metrics.cache_size_in_bytes)
+            kv_bytes = max(kv_bytes or 0, used) or None
+            for row, handle in enumerate(handles):
+                if handle.can_read():
+                    for output in handle.read().values():
+                        token_ids[row] += list(output.generated_ids)
+                        stamps[row] += [now] * len(output.generated_ids)
+        return start, stamps, token_ids, kv_bytes
+
+    def generate(self, args: dict) -> dict:
+        start, stamps, token_ids, kv_bytes = self._run([args["prompt_ids"]],
+                                                       args["max_new_tokens"])
+        return generation_reply(start=start, stamps=stamps[0], token_ids=token_ids[0],
+                                kv_bytes=kv_bytes, kv_note=KV_NOTE)
+
+    def generate_batch(self, args: dict) -> dict:
+        prompts = args["prompts"]
+        start, stamps, token_ids, kv_bytes = self._run(prompts, args["max_new_tokens"])
+        per_sequence = None if kv_bytes is None else kv_bytes // len(prompts)
+        return batch_reply(start=start, stamps=stamps, token_ids=token_ids,
+                           kv_bytes=per_sequence, kv_note=f"{KV_NOTE}, divided by the requests")
 
 
 if __name__ == "__main__":
     runner = OpenVINORunner()
-    serve({"hello": runner.hello, "load": runner.load, "generate": runner.generate})
+    serve({"hello": runner.hello, "load": runner.load, "generate": runner.generate,
+           "generate_batch": runner.generate_batch})

@@ -5,6 +5,10 @@ router, no store; the prefill -> SequenceCache -> static decode path the service
 fields of a ``CachePolicy`` (kind, n_sink, n_topk, n_recent, window...) laid over the model's
 default policy. KV bytes are the decode pool's row for this sequence: K and V of every layer
 and KV head over the layout's slots, plus the int32 slot positions.
+
+``generate_batch`` prefills the prompts one by one (each first token stamped as its prefill
+ends), puts them into one decode pool of as many rows, and runs the static decode step over
+all of them until each has its tokens: what a decode worker does once its slots are full.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 from dataclasses import replace
 from importlib.metadata import version
 
-from peer_protocol import generation_reply, serve
+from peer_protocol import batch_reply, generation_reply, serve
 
 
 class SnapstreamRunner:
@@ -38,13 +42,23 @@ class SnapstreamRunner:
                 "settings": {"dtype": dtype, "torch_threads": torch.get_num_threads(),
                              "default_policy": str(self.engine.default_policy)}}
 
+    def _policy(self, args: dict):
+        if self.engine is None:
+            raise RuntimeError("generate before load")
+        return replace(self.engine.default_policy, **args.get("options", {}).get("policy", {}))
+
+    def _kv(self, layout) -> tuple[int, str]:
+        config, kv_dtype = self.engine.config, self.engine.kv_dtype
+        per_slot = config.num_layers * config.num_kv_heads * (
+            2 * config.head_dim * kv_dtype.itemsize + 4)  # K, V and an int32 position
+        return layout.budget * per_slot, (
+            f"the decode row: {layout.budget} slots × layers × KV heads × (K and V in "
+            f"{str(kv_dtype).removeprefix('torch.')} + an int32 position)")
+
     def generate(self, args: dict) -> dict:
         from snapstream.sampling import SamplingParams
 
-        if self.engine is None:
-            raise RuntimeError("generate before load")
-        engine = self.engine
-        policy = replace(engine.default_policy, **args.get("options", {}).get("policy", {}))
+        policy, engine = self._policy(args), self.engine
         prompt_ids, max_new = args["prompt_ids"], args["max_new_tokens"]
         sampling = SamplingParams(temperature=0.0, ignore_eos=True)
         token_ids, stamps = [], []
@@ -53,16 +67,42 @@ class SnapstreamRunner:
             stamps.append(time.perf_counter())
             token_ids.append(token)
         layout = policy.layout(len(prompt_ids), max_new)
-        config = engine.config
-        per_slot = config.num_layers * config.num_kv_heads * (
-            2 * config.head_dim * engine.kv_dtype.itemsize + 4)  # K, V and an int32 position
+        kv_bytes, kv_note = self._kv(layout)
         return generation_reply(
-            start=start, stamps=stamps, token_ids=token_ids, kv_bytes=layout.budget * per_slot,
-            kv_note=f"the decode row: {layout.budget} slots × layers × KV heads × (K and V in "
-                    f"{str(engine.kv_dtype).removeprefix('torch.')} + an int32 position)",
-            extra={"policy": str(policy), "slots": layout.budget})
+            start=start, stamps=stamps, token_ids=token_ids, kv_bytes=kv_bytes,
+            kv_note=kv_note, extra={"policy": str(policy), "slots": layout.budget})
+
+    def generate_batch(self, args: dict) -> dict:
+        import torch
+
+        policy, engine = self._policy(args), self.engine
+        prompts, max_new = args["prompts"], args["max_new_tokens"]
+        capacity = max(map(len, prompts)) + max_new  # one layout for every row
+        start = time.perf_counter()
+        results, token_ids, stamps = [], [], []
+        for ids in prompts:
+            results.append(engine.prefill(ids, policy, max_new, capacity=capacity))
+            token_ids.append([int(results[-1].logits.argmax())])
+            stamps.append([time.perf_counter()])
+        layout = results[0].cache.layout
+        decoder = engine.new_decoder(layout, len(prompts))
+        for row, result in enumerate(results):
+            decoder.cache.insert(row, result.cache)
+        positions = torch.tensor([len(ids) for ids in prompts])  # (B,)
+        for _ in range(max_new - 1):
+            tokens = torch.tensor([row[-1] for row in token_ids])  # (B,)
+            greedy = decoder.step(tokens, positions).argmax(dim=-1).tolist()
+            now = time.perf_counter()
+            for row, token in enumerate(greedy):
+                token_ids[row].append(token)
+                stamps[row].append(now)
+            positions += 1
+        kv_bytes, kv_note = self._kv(layout)
+        return batch_reply(start=start, stamps=stamps, token_ids=token_ids, kv_bytes=kv_bytes,
+                           kv_note=kv_note, extra={"policy": str(policy), "slots": layout.budget})
 
 
 if __name__ == "__main__":
     runner = SnapstreamRunner()
-    serve({"hello": runner.hello, "load": runner.load, "generate": runner.generate})
+    serve({"hello": runner.hello, "load": runner.load, "generate": runner.generate,
+           "generate_batch": runner.generate_batch})
