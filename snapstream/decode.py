@@ -26,7 +26,7 @@ def decode_step(
     rows = torch.arange(token_ids.shape[0], device=token_ids.device)  # (B,)
     slots = slot_indices(layout, positions)  # (B,)
     pos_cache[:, rows, :, slots] = positions.to(torch.int32)[:, None, None]  # (B, L, Hkv)
-    empty = (pos_cache[0, :, 0] < 0)[:, None, None, :]  # (B, 1, 1, S), same for all layers
+    empty = pos_cache[0, :, 0] < 0  # (B, S), the same for every layer and KV head
 
     def attend(layer_idx: int, q, k, v) -> torch.Tensor:
         k_layer, v_layer = k_cache[layer_idx], v_cache[layer_idx]

@@ -1,0 +1,16 @@
+"""The compiled part of snapstream: CPU kernels registered as torch ops (snapstream/csrc/).
+
+Everything else about the package is in pyproject.toml. The build needs torch's headers: pip
+builds it in the virtualenv that already holds torch (``--no-build-isolation``, as
+scripts/setup.sh and deploy/Dockerfile do).
+"""
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+setup(
+    ext_modules=[CppExtension(
+        "snapstream._kernels", ["snapstream/csrc/slot_attention.cpp"],
+        extra_compile_args=["-O3", "-fopenmp"], extra_link_args=["-fopenmp"])],
+    cmdclass={"build_ext": BuildExtension},
+)
