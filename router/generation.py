@@ -206,7 +206,10 @@ class Generation:
 
     async def _decode(self, req: ResolvedRequest, prefilled, progress: Progress,
                       deadline: float | None) -> AsyncIterator[list[int]]:
-        """Yields the new tokens of each chunk; resumes on another worker when a stream breaks."""
+        """Yields the new tokens of each chunk; resumes on another worker when a stream breaks.
+        When no worker can be picked (all full, dead or in their failure backoff, as right after
+        a kill), it waits and tries again, up to ~30 s within the deadline: the blob is made,
+        and a restarted worker takes the stream."""
         tried: set[str] = set()
         full: set[str] = set()  # refused for a full queue: their blob stays, try again later
         # unreachable or died mid-stream: may be back after a restart, so tried again after
@@ -217,8 +220,6 @@ class Generation:
             try:
                 worker = self.decode.pick(exclude=tried)
             except Unavailable:
-                if not (full or gone):
-                    raise
                 await _wait_before_retry(next(waits, None), deadline, full)
                 tried -= full | gone
                 full.clear()
@@ -268,7 +269,7 @@ async def _wait_before_retry(wait_s: float | None, deadline: float | None,
         if full:
             raise QueueFull(f"every decode worker's queue is full ({len(full)} tried, for "
                             f"{total_s:.0f} s); retry later")
-        raise Unavailable(f"no decode worker could resume the stream within {total_s:.0f} s; "
+        raise Unavailable(f"no decode worker could take the stream within {total_s:.0f} s; "
                           "retry later")
     await asyncio.sleep(wait_s)
 

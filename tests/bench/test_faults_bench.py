@@ -3,13 +3,16 @@ scenario names and its outcome tally."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from google.protobuf.message import DecodeError
 
 from snapstream.bench.faults.cli import _names
-from snapstream.bench.faults.load import Tally
+from snapstream.bench.faults.load import Tally, one_request
 from snapstream.bench.faults.poison import POISON
 from snapstream.bench.faults.scenarios import SCENARIOS, FaultConfig
+from snapstream.client import ResourceExhausted, Unavailable
 from snapstream.v1 import generation_pb2
 
 UNPARSEABLE = {"invalid UTF-8 prompt", "invalid UTF-8 stop", "truncated body"}
@@ -44,3 +47,24 @@ def test_tally_counts_every_outcome() -> None:
     tally.lost.update({"UNAVAILABLE": 2, "INTERNAL": 1})
     assert tally.total == 8
     assert tally.lost_line() == "UNAVAILABLE 2, INTERNAL 1"
+
+
+class _Refusing:
+    """A client whose every call ends as the router ends an overloaded one."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def generate(self, *args, **kwargs):
+        raise self.error
+
+
+async def test_overload_is_refused_not_lost_and_the_hint_is_waited_out() -> None:
+    tally = Tally()
+    refused = ResourceExhausted("every prefill worker's queue is full", retry_after_s=0.2)
+    start = time.monotonic()
+    await one_request(_Refusing(refused), "p", (), 4, 10.0, tally)
+    assert time.monotonic() - start >= 0.2  # the server's hint, not the default 0.25 s
+    await one_request(_Refusing(Unavailable("store down")), "p", (), 4, 10.0, tally)
+    assert tally.refused == 1 and dict(tally.lost) == {"UNAVAILABLE": 1}
+    assert tally.total == 2 and tally.lost_examples == {"UNAVAILABLE": "store down"}

@@ -90,14 +90,14 @@ async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...]) -> list
     return results
 
 
-HEADERS = ["scenario", "faults", "requests", "ok", "different", "lost", "hung", "blobs leaked",
-           "slots leaked", "recovery p50 / max (s)", "wall (s)"]
+HEADERS = ["scenario", "faults", "requests", "ok", "different", "lost", "refused (overload)",
+           "hung", "blobs leaked", "slots leaked", "recovery p50 / max (s)", "wall (s)"]
 
 
 def _row(result: Result) -> list[object]:
     tally = result.tally
     return [result.scenario, result.faults, tally.total, tally.ok, tally.different,
-            tally.lost_line(), tally.hung, result.blobs_left, result.slots_left,
+            tally.lost_line(), tally.refused, tally.hung, result.blobs_left, result.slots_left,
             result.recovery(), f"{result.seconds:.0f}"]
 
 

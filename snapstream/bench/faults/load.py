@@ -1,5 +1,7 @@
 """The faults benchmark's load: closed-loop greedy streams through the router, each request's
-outcome classified against the tokens of an undisturbed run of the same prompt."""
+outcome classified against the tokens of an undisturbed run of the same prompt. A request the
+cluster refuses for overload (RESOURCE_EXHAUSTED, with its retry hint) is counted as refused,
+not lost, and its client waits as long as the hint asks before its next request."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import grpc
+
 from snapstream.client import AsyncSnapstreamClient, DeadlineExceeded, SnapstreamError
 
-RETRY_AFTER_S = 0.25
+RETRY_AFTER_S = 0.25  # before a client's next request after a failure without a retry hint
 PROMPTS = tuple(f"request {i}: " + "the quick brown fox jumps over the lazy dog " * (4 + 5 * i)
                 for i in range(8))
 
@@ -22,12 +26,13 @@ class Tally:
     ok: int = 0
     different: int = 0  # completed, but not the undisturbed run's tokens
     hung: int = 0  # no end within the hang timeout
+    refused: int = 0  # RESOURCE_EXHAUSTED: overloaded, told when to retry
     lost: Counter = field(default_factory=Counter)  # status code name -> requests
     lost_examples: dict[str, str] = field(default_factory=dict)  # code -> first message
 
     @property
     def total(self) -> int:
-        return self.ok + self.different + self.hung + sum(self.lost.values())
+        return self.ok + self.different + self.hung + self.refused + sum(self.lost.values())
 
     def lost_line(self) -> str:
         return ", ".join(f"{code} {n}" for code, n in self.lost.most_common()) or "0"
@@ -47,9 +52,12 @@ async def one_request(client: AsyncSnapstreamClient, prompt: str, expected: tupl
     except DeadlineExceeded:
         tally.hung += 1
     except SnapstreamError as exc:
-        tally.lost[exc.code.name] += 1
-        tally.lost_examples.setdefault(exc.code.name, exc.details)
-        await asyncio.sleep(RETRY_AFTER_S)  # as a client would, before its next request
+        if exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            tally.refused += 1
+        else:
+            tally.lost[exc.code.name] += 1
+            tally.lost_examples.setdefault(exc.code.name, exc.details)
+        await asyncio.sleep(exc.retry_after_s or RETRY_AFTER_S)  # as a client would
     else:
         if completion.token_ids == expected:
             tally.ok += 1
