@@ -39,49 +39,177 @@ inline float to_float(c10::BFloat16 x) {
   return out;
 }
 
+// e^x for x <= 0 (a probability against its row's max), vectorizable: x = n ln2 + r with
+// |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial (relative error < 2e-7), 2^n written into
+// the exponent bits. Below -87 (and for -inf) it gives 0.
+inline float exp_nonpositive(float x) {
+  const float clamped = std::max(x, -87.f);
+  const float n = std::floor(clamped * 1.44269504f + 0.5f);
+  const float r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;  // Cody-Waite ln2
+  float p = 1.f / 720;
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return x < -87.f ? 0.f : p * scale;
+}
+
 // One chunk of one KV head: scores of its G queries against slots [begin, end), then
 // probabilities relative to the chunk's own max and their weighted sum of values.
 // q (G, D) pre-scaled; k, v (S, D); empty (S); scores scratch (G, end - begin);
 // -> chunk_max (G), chunk_sum (G), acc (G, D).
+constexpr int64_t kUnroll = 4;  // slots at a time: independent dot products, fewer stores
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SNAPSTREAM_AVX512 1
+
+// 16 vectors -> one vector of their 16 horizontal sums, in order (a shuffle tree: ~3 operations
+// per sum instead of a reduction each).
+__attribute__((target("avx512f"))) inline __m512 sum16(const __m512* a) {
+  __m512 b[8], c[4];
+  for (int i = 0; i < 8; ++i)
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int j = 0; j < 4; ++j) {
+    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(b[2 * j]),
+                                          _mm512_castps_pd(b[2 * j + 1]));
+    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(b[2 * j]),
+                                          _mm512_castps_pd(b[2 * j + 1]));
+    c[j] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+  }
+  const __m512 e01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                   _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+  const __m512 e23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
+                                   _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(e01, e23, 0x88),
+                       _mm512_shuffle_f32x4(e01, e23, 0xDD));
+}
+
+__attribute__((target("avx512f"))) inline __m512 load16(const float* src) {
+  return _mm512_loadu_ps(src);
+}
+__attribute__((target("avx512f"))) inline __m512 load16(const c10::BFloat16* src) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// Scores of G queries (G, D) against slots [begin, end) of k (S, D), D a multiple of 16:
+// scores (G, end - begin), -inf where a slot is empty. 16 slots at a time, one accumulator each.
+template <typename KV>
+__attribute__((target("avx512f"))) void scores_avx512(const float* q, const KV* k,
+                                                      const bool* empty, int64_t begin,
+                                                      int64_t end, int64_t group, int64_t dim,
+                                                      float* scores) {
+  const int64_t n = end - begin;
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t s0 = begin; s0 < end; s0 += 16) {
+    const int64_t count = std::min<int64_t>(16, end - s0);
+    for (int64_t g = 0; g < group; ++g) {
+      __m512 acc[16];
+      for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < dim; d += 16) {
+        const __m512 query = _mm512_loadu_ps(q + g * dim + d);
+        for (int64_t j = 0; j < count; ++j)
+          acc[j] = _mm512_fmadd_ps(query, load16(k + (s0 + j) * dim + d), acc[j]);
+      }
+      __mmask16 is_empty = 0;
+      for (int64_t j = 0; j < count; ++j) is_empty |= static_cast<__mmask16>(empty[s0 + j]) << j;
+      const __m512 sums = _mm512_mask_blend_ps(is_empty, sum16(acc), neg_inf);
+      _mm512_mask_storeu_ps(scores + g * n + (s0 - begin),
+                            static_cast<__mmask16>((1u << count) - 1), sums);
+    }
+  }
+}
+#endif
+
+template <typename KV>
+inline void widen(const KV* src, int64_t dim, float* dst) {
+#pragma omp simd
+  for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]);
+}
+
 template <typename KV>
 SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, const bool* empty,
                                     int64_t begin, int64_t end, int64_t group, int64_t dim,
                                     float* scores, float* chunk_max, float* chunk_sum,
-                                    float* acc) {
+                                    float* acc, bool use_avx512) {
   const int64_t n = end - begin;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (int64_t g = 0; g < group; ++g) chunk_max[g] = neg_inf;
-  for (int64_t s = begin; s < end; ++s) {
-    const KV* key = k + s * dim;
-    for (int64_t g = 0; g < group; ++g) {
-      const float* query = q + g * dim;
-      float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t d = 0; d < dim; ++d) dot += query[d] * to_float(key[d]);
-      const float score = empty[s] ? neg_inf : dot;
-      scores[g * n + (s - begin)] = score;
-      chunk_max[g] = std::max(chunk_max[g], score);
+  float rows[kUnroll][kMaxDim];  // keys or values, widened once for every query head
+  if (use_avx512 && dim % 16 == 0) {
+#if SNAPSTREAM_AVX512
+    scores_avx512(q, k, empty, begin, end, group, dim, scores);
+#endif
+  } else {
+    for (int64_t s = begin; s < end; s += kUnroll) {
+      const int64_t count = std::min(kUnroll, end - s);
+      for (int64_t u = 0; u < kUnroll; ++u) {
+        if (u < count) {
+          widen(k + (s + u) * dim, dim, rows[u]);
+        } else {
+          std::fill(rows[u], rows[u] + dim, 0.f);
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        const float* query = q + g * dim;
+        float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
+#pragma omp simd reduction(+ : d0, d1, d2, d3)
+        for (int64_t d = 0; d < dim; ++d) {
+          d0 += query[d] * rows[0][d];
+          d1 += query[d] * rows[1][d];
+          d2 += query[d] * rows[2][d];
+          d3 += query[d] * rows[3][d];
+        }
+        float* out = scores + g * n + (s - begin);  // the chunk's scratch has kUnroll spare
+        out[0] = empty[s] ? neg_inf : d0;
+        out[1] = count > 1 && !empty[s + 1] ? d1 : neg_inf;
+        out[2] = count > 2 && !empty[s + 2] ? d2 : neg_inf;
+        out[3] = count > 3 && !empty[s + 3] ? d3 : neg_inf;
+      }
     }
   }
   for (int64_t g = 0; g < group; ++g) {
-    float* row = scores + g * n;
-    const float m = chunk_max[g];
+    float* probs = scores + g * n;
+    float m = neg_inf;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, probs[i]);
     float sum = 0.f;
-    for (int64_t i = 0; i < n; ++i) {
-      row[i] = m == neg_inf ? 0.f : std::exp(row[i] - m);
-      sum += row[i];
+    if (m != neg_inf) {
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < n; ++i) {
+        probs[i] = exp_nonpositive(probs[i] - m);
+        sum += probs[i];
+      }
+    } else {
+      std::fill(probs, probs + n, 0.f);
     }
+    chunk_max[g] = m;
     chunk_sum[g] = sum;
     std::fill(acc + g * dim, acc + (g + 1) * dim, 0.f);
   }
-  for (int64_t s = begin; s < end; ++s) {
-    const KV* value = v + s * dim;
+  for (int64_t s = begin; s < end; s += kUnroll) {
+    const int64_t count = std::min(kUnroll, end - s);
+    for (int64_t u = 0; u < kUnroll; ++u) {
+      if (u < count && !empty[s + u]) {
+        widen(v + (s + u) * dim, dim, rows[u]);
+      } else {
+        std::fill(rows[u], rows[u] + dim, 0.f);  // NaN or stale values never leak in
+      }
+    }
     for (int64_t g = 0; g < group; ++g) {
-      const float p = scores[g * n + (s - begin)];
-      if (p == 0.f) continue;
+      const float* p = scores + g * n + (s - begin);
+      const float p0 = p[0], p1 = count > 1 ? p[1] : 0.f, p2 = count > 2 ? p[2] : 0.f,
+                  p3 = count > 3 ? p[3] : 0.f;
       float* out = acc + g * dim;
 #pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) out[d] += p * to_float(value[d]);
+      for (int64_t d = 0; d < dim; ++d)
+        out[d] += p0 * rows[0][d] + p1 * rows[1][d] + p2 * rows[2][d] + p3 * rows[3][d];
     }
   }
 }
@@ -101,10 +229,15 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const KV* k_ptr = k.data_ptr<KV>();
   const KV* v_ptr = v.data_ptr<KV>();
   const bool* empty_ptr = empty.data_ptr<bool>();
+#if SNAPSTREAM_AVX512
+  static const bool use_avx512 = __builtin_cpu_supports("avx512f");
+#else
+  constexpr bool use_avx512 = false;
+#endif
 
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t first, int64_t last) {
     float query[kMaxGroup * kMaxDim];
-    std::vector<float> scores(group * kChunk);
+    std::vector<float> scores(group * kChunk + kUnroll);
     for (int64_t item = first; item < last; ++item) {
       const int64_t chunk = item % chunks, head = (item / chunks) % kv_heads;
       const int64_t row = item / (chunks * kv_heads);
@@ -114,7 +247,7 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
       const int64_t begin = chunk * kChunk, end = std::min(slots, begin + kChunk);
       attend_chunk<KV>(query, k_ptr + offset, v_ptr + offset, empty_ptr + row * slots, begin,
                        end, group, dim, scores.data(), &part_max[item * group],
-                       &part_sum[item * group], &part_acc[item * group * dim]);
+                       &part_sum[item * group], &part_acc[item * group * dim], use_avx512);
     }
   });
 
