@@ -10,7 +10,9 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 setup(
     ext_modules=[CppExtension(
-        "snapstream._kernels", ["snapstream/csrc/slot_attention.cpp"],
+        "snapstream._kernels",
+        ["snapstream/csrc/module.cpp", "snapstream/csrc/slot_attention.cpp",
+         "snapstream/csrc/rms_norm.cpp"],
         extra_compile_args=["-O3", "-fopenmp"], extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": BuildExtension},
 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-import snapstream._kernels  # noqa: F401  (registers torch.ops.snapstream.slot_attention)
+from snapstream import kernels
 from snapstream.compress import compress_kv
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CacheLayout
@@ -16,44 +16,22 @@ from snapstream.snapkv import snapkv_scores
 
 
 def slot_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, empty: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_new: torch.Tensor,
+    v_new: torch.Tensor, slots: torch.Tensor, empty: torch.Tensor,
 ) -> torch.Tensor:
-    """One query per row over every slot of its cache.
+    """Writes this step's keys and values into each row's slot, then one query per row attends
+    over every slot of its cache.
 
-    q (B, Hq, 1, D) in the activations' dtype; k, v (B, Hkv, S, D) in the cache's (float32
-    or bfloat16, read as stored, never widened in memory); empty (B, S) bool, True where a
-    slot holds no token -> (B, Hq, 1, D) in q's dtype. Which slots hold a token is the same
-    for every layer and KV head (the layout fills them alike), so one mask per step serves all
-    of them. Runs the op ``snapstream::slot_attention``: the compiled kernel on the CPU
-    (snapstream/csrc), :func:`grouped_slot_attention` on other devices.
+    q, k_new, v_new (B, H*, 1, D) in the activations' dtype; k, v (B, Hkv, S, D) in the cache's
+    (float32 or bfloat16, read as stored, never widened in memory), updated in place; slots
+    (B,) int64; empty (B, S) bool, True where a slot holds no token -> (B, Hq, 1, D) in q's
+    dtype. Which slots hold a token is the same for every layer and KV head (the layout fills
+    them alike), so one mask per step serves all of them. Runs the op
+    ``snapstream::slot_attention`` (:mod:`snapstream.kernels`).
     """
-    out = torch.ops.snapstream.slot_attention(q[:, :, 0].float(), k, v, empty)  # (B, Hq, D)
+    out = kernels.slot_attention(q[:, :, 0].float(), k, v, k_new[:, :, 0], v_new[:, :, 0],
+                                 slots, empty)  # (B, Hq, D)
     return out.to(q.dtype)[:, :, None]
-
-
-def grouped_slot_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, empty: torch.Tensor
-) -> torch.Tensor:
-    """The op on devices without a kernel of their own: q (B, Hq, D) float32; k, v and empty
-    as :func:`slot_attention` takes them -> (B, Hq, D) float32. A KV head's G query heads share
-    one matmul over its keys (GQA without repeating them), in the cache's dtype with float32
-    accumulation; the softmax in float32."""
-    B, Hq, D = q.shape
-    Hkv = k.shape[1]
-    q_groups = (q * D**-0.5).view(B, Hkv, Hq // Hkv, D).to(k.dtype)  # (B, Hkv, G, D)
-    scores = torch.matmul(q_groups, k.transpose(-1, -2)).float()  # (B, Hkv, G, S)
-    probs = torch.softmax(scores.masked_fill_(empty[:, None, None], float("-inf")), dim=-1)
-    out = torch.matmul(probs.to(v.dtype), v)  # (B, Hkv, G, D)
-    return out.float().view(B, Hq, D)
-
-
-_OTHER_DEVICES = torch.library.Library("snapstream", "IMPL")  # kept: it holds the registration
-_OTHER_DEVICES.impl("slot_attention", grouped_slot_attention, "CompositeExplicitAutograd")
-
-
-@torch.library.register_fake("snapstream::slot_attention")
-def _slot_attention_shape(q, k, v, empty):
-    return q.new_empty(q.shape)
 
 
 @dataclass

@@ -29,10 +29,7 @@ def decode_step(
     empty = pos_cache[0, :, 0] < 0  # (B, S), the same for every layer and KV head
 
     def attend(layer_idx: int, q, k, v) -> torch.Tensor:
-        k_layer, v_layer = k_cache[layer_idx], v_cache[layer_idx]
-        k_layer[rows, :, slots] = k[:, :, 0].to(k_layer.dtype)  # (B, Hkv, D)
-        v_layer[rows, :, slots] = v[:, :, 0].to(v_layer.dtype)
-        return slot_attention(q, k_layer, v_layer, empty)
+        return slot_attention(q, k_cache[layer_idx], v_cache[layer_idx], k, v, slots, empty)
 
     hidden = model(token_ids[:, None], positions[:, None], attend)  # (B, 1, hidden)
     return model.logits(hidden[:, 0])  # (B, V)

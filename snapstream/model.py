@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from snapstream import kernels
 from snapstream.config import ModelConfig
 from snapstream.rope import RotaryEmbedding, apply_rotary
 
@@ -76,7 +77,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return kernels.rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):

@@ -276,10 +276,45 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
   });
 }
 
-// q (B, Hq, D) float32; k, v (B, Hkv, S, D) float32 or bfloat16, contiguous; empty (B, S) bool
+template <typename KV, typename In>
+void write_slots(const at::Tensor& cache, const at::Tensor& fresh, const at::Tensor& slots) {
+  const int64_t batch = cache.size(0), kv_heads = cache.size(1), width = cache.size(2);
+  const int64_t dim = cache.size(3);
+  KV* dst = cache.data_ptr<KV>();
+  const In* src = fresh.data_ptr<In>();
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t row = 0; row < batch; ++row) {
+    TORCH_CHECK(slot[row] >= 0 && slot[row] < width, "slot_attention: slot ", slot[row],
+                " of row ", row, " is outside [0, ", width, ")");
+    for (int64_t head = 0; head < kv_heads; ++head) {
+      KV* out = dst + ((row * kv_heads + head) * width + slot[row]) * dim;
+      const In* in = src + (row * kv_heads + head) * dim;
+      for (int64_t d = 0; d < dim; ++d) out[d] = static_cast<KV>(static_cast<float>(in[d]));
+    }
+  }
+}
+
+void write_both(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_new,
+                const at::Tensor& v_new, const at::Tensor& slots) {
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, k_new.scalar_type(), "write_slots", [&] {
+    using In = scalar_t;
+    if (k.scalar_type() == at::kBFloat16) {
+      write_slots<c10::BFloat16, In>(k, k_new, slots);
+      write_slots<c10::BFloat16, In>(v, v_new, slots);
+    } else {
+      write_slots<float, In>(k, k_new, slots);
+      write_slots<float, In>(v, v_new, slots);
+    }
+  });
+}
+
+// Writes each row's new key and value into its slot of the cache, then attends.
+// q (B, Hq, D) float32; k, v (B, Hkv, S, D) float32 or bfloat16, contiguous, updated in place;
+// k_new, v_new (B, Hkv, D) of any float dtype; slots (B,) int64; empty (B, S) bool
 // -> (B, Hq, D) float32. A row whose slots are all empty gets zeros.
 at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& empty) {
+                          const at::Tensor& k_new, const at::Tensor& v_new,
+                          const at::Tensor& slots, const at::Tensor& empty) {
   TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
               "slot_attention: CPU tensors only");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 4 && v.sizes() == k.sizes() && empty.dim() == 2,
@@ -288,33 +323,39 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   TORCH_CHECK(k.scalar_type() == v.scalar_type() &&
                   (k.scalar_type() == at::kFloat || k.scalar_type() == at::kBFloat16),
               "slot_attention: k and v must both be float32 or bfloat16");
+  TORCH_CHECK(k.is_contiguous() && v.is_contiguous(),
+              "slot_attention: the cache must be contiguous (it is written in place)");
   TORCH_CHECK(empty.scalar_type() == at::kBool, "slot_attention: empty must be bool");
-  const int64_t batch = k.size(0), kv_heads = k.size(1), slots = k.size(2), dim = k.size(3);
+  const int64_t batch = k.size(0), kv_heads = k.size(1), slots_n = k.size(2), dim = k.size(3);
   TORCH_CHECK(q.size(0) == batch && q.size(2) == dim && q.size(1) % kv_heads == 0,
               "slot_attention: q does not match k");
   TORCH_CHECK(q.size(1) / kv_heads <= kMaxGroup && dim <= kMaxDim,
               "slot_attention: at most ", kMaxGroup, " query heads per KV head and ", kMaxDim,
               " dimensions");
-  TORCH_CHECK(empty.size(0) == batch && empty.size(1) == slots,
+  TORCH_CHECK(empty.size(0) == batch && empty.size(1) == slots_n,
               "slot_attention: empty does not match k");
-  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  const at::Tensor ec = empty.contiguous();
+  TORCH_CHECK(k_new.sizes() == v_new.sizes() && k_new.dim() == 3 && k_new.size(0) == batch &&
+                  k_new.size(1) == kv_heads && k_new.size(2) == dim &&
+                  k_new.scalar_type() == v_new.scalar_type(),
+              "slot_attention: want k_new and v_new (B, Hkv, D) of one dtype");
+  TORCH_CHECK(slots.dim() == 1 && slots.size(0) == batch && slots.scalar_type() == at::kLong,
+              "slot_attention: want slots (B,) int64");
+  write_both(k, v, k_new.contiguous(), v_new.contiguous(), slots.contiguous());
+  const at::Tensor qc = q.contiguous(), ec = empty.contiguous();
   at::Tensor out = at::empty(q.sizes(), q.options());
   if (k.scalar_type() == at::kBFloat16) {
-    slot_attention_impl<c10::BFloat16>(qc, kc, vc, ec, out);
+    slot_attention_impl<c10::BFloat16>(qc, k, v, ec, out);
   } else {
-    slot_attention_impl<float>(qc, kc, vc, ec, out);
+    slot_attention_impl<float>(qc, k, v, ec, out);
   }
   return out;
 }
 
 }  // namespace
 
-// ``import snapstream._kernels`` loads this library, which registers the op below.
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}
-
-TORCH_LIBRARY(snapstream, m) {
-  m.def("slot_attention(Tensor q, Tensor k, Tensor v, Tensor empty) -> Tensor");
+TORCH_LIBRARY_FRAGMENT(snapstream, m) {
+  m.def("slot_attention(Tensor q, Tensor(a!) k, Tensor(b!) v, Tensor k_new, Tensor v_new, "
+        "Tensor slots, Tensor empty) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("slot_attention", &slot_attention); }

@@ -1,12 +1,15 @@
-"""The decode step's attention over a slot cache: the compiled CPU kernel and the grouped
-matmuls other devices run, in float32 and from a bfloat16 cache, against a float64 reference."""
+"""The project's torch ops (snapstream.kernels): the decode step's write-then-attend over a slot
+cache, as the compiled CPU kernel and as the grouped matmuls other devices run, in float32 and
+from a bfloat16 cache, against float64 references; and RMSNorm."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from snapstream.attention import grouped_slot_attention, slot_attention
+from snapstream import kernels
+from snapstream.attention import slot_attention
 
 
 def reference(q, k, v, empty) -> torch.Tensor:
@@ -21,66 +24,104 @@ def reference(q, k, v, empty) -> torch.Tensor:
 
 
 def case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: int = 16,
-         seed: int = 0):
+         seed: int = 0, dtype: torch.dtype = torch.float32):
+    """q, the new keys and values (B, H*, 1, D), a cache (B, Hkv, S, D) in ``dtype``, the slot
+    each row writes and which slots are empty (never the written one)."""
     generator = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, num_heads, 1, dim, generator=generator) * 2
-    k = torch.randn(batch, num_kv_heads, slots, dim, generator=generator)
-    v = torch.randn(batch, num_kv_heads, slots, dim, generator=generator)
+    k_new = torch.randn(batch, num_kv_heads, 1, dim, generator=generator)
+    v_new = torch.randn(batch, num_kv_heads, 1, dim, generator=generator)
+    k = torch.randn(batch, num_kv_heads, slots, dim, generator=generator).to(dtype)
+    v = torch.randn(batch, num_kv_heads, slots, dim, generator=generator).to(dtype)
+    written = torch.randint(0, slots, (batch,), generator=generator)
     empty = torch.rand(batch, slots, generator=generator) < 0.3
-    empty[:, 0] = False  # every row holds a token
-    return q, k, v, empty
+    empty[torch.arange(batch), written] = False
+    return q, k_new, v_new, k, v, written, empty
 
 
-def grouped(q, k, v, empty):
-    return grouped_slot_attention(q[:, :, 0], k, v, empty)[:, :, None]
+def grouped(q, k, v, k_new, v_new, slots, empty):
+    out = kernels.grouped_slot_attention(q[:, :, 0], k, v, k_new[:, :, 0], v_new[:, :, 0],
+                                         slots, empty)
+    return out[:, :, None]
+
+
+def expected(q, k_new, v_new, k, v, written, empty):
+    """The reference over the cache with the new keys and values written by hand."""
+    k, v = k.clone(), v.clone()
+    rows = torch.arange(len(written))
+    k[rows, :, written] = k_new[:, :, 0].to(k.dtype)
+    v[rows, :, written] = v_new[:, :, 0].to(v.dtype)
+    return reference(q, k, v, empty), k, v
 
 
 SHAPES = [(3, 4, 4, 40), (3, 4, 2, 40), (2, 6, 2, 300), (1, 9, 3, 1024), (5, 4, 1, 513)]
+ATTENDS = [pytest.param(slot_attention, id="kernel"), pytest.param(grouped, id="grouped")]
 
 
-@pytest.mark.parametrize("attend", [slot_attention, grouped], ids=["kernel", "grouped"])
+@pytest.mark.parametrize("attend", ATTENDS)
 @pytest.mark.parametrize(("batch", "num_heads", "num_kv_heads", "slots"), SHAPES)
-def test_float32_cache_matches_reference(attend, batch, num_heads, num_kv_heads, slots):
-    q, k, v, empty = case(batch, num_heads, num_kv_heads, slots)
-    got = attend(q, k, v, empty)
+def test_float32_cache_writes_then_matches_reference(attend, batch, num_heads, num_kv_heads,
+                                                    slots):
+    q, k_new, v_new, k, v, written, empty = case(batch, num_heads, num_kv_heads, slots)
+    want, k_after, v_after = expected(q, k_new, v_new, k, v, written, empty)
+    got = attend(q, k, v, k_new, v_new, written, empty)
     assert got.shape == q.shape and got.dtype == torch.float32
-    torch.testing.assert_close(got.double(), reference(q, k, v, empty), atol=1e-5, rtol=0)
+    assert torch.equal(k, k_after) and torch.equal(v, v_after)  # written in place, nowhere else
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize(("batch", "num_heads", "num_kv_heads", "slots"), SHAPES)
 def test_kernel_reads_a_bfloat16_cache_in_float32_arithmetic(batch, num_heads, num_kv_heads,
                                                             slots):
-    q, k, v, empty = case(batch, num_heads, num_kv_heads, slots, dim=64, seed=1)
-    k16, v16 = k.to(torch.bfloat16), v.to(torch.bfloat16)
-    got = slot_attention(q, k16, v16, empty)
+    q, k_new, v_new, k, v, written, empty = case(batch, num_heads, num_kv_heads, slots, dim=64,
+                                                 seed=1, dtype=torch.bfloat16)
+    want, k_after, v_after = expected(q, k_new, v_new, k, v, written, empty)
+    got = slot_attention(q, k, v, k_new, v_new, written, empty)
     assert got.dtype == torch.float32  # the activations' dtype, whatever the cache's
+    assert torch.equal(k, k_after) and torch.equal(v, v_after)  # rounded as .to(bfloat16)
     # the cache's own values, exactly: only float32 rounding is left
-    torch.testing.assert_close(got.double(), reference(q, k16, v16, empty), atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
 
 
 def test_grouped_matmuls_track_a_bfloat16_cache():
-    q, k, v, empty = case(2, 6, 2, slots=64, seed=1)
-    k16, v16 = k.to(torch.bfloat16), v.to(torch.bfloat16)
-    want = reference(q, k16, v16, empty)
+    q, k_new, v_new, k, v, written, empty = case(2, 6, 2, 64, seed=1, dtype=torch.bfloat16)
+    want, _, _ = expected(q, k_new, v_new, k, v, written, empty)
     # bfloat16 scores and probabilities: ~1% of the output's scale; a wrong mask or head
     # mapping is off by the output's whole scale
-    error = (grouped(q, k16, v16, empty).double() - want).abs().max()
+    error = (grouped(q, k, v, k_new, v_new, written, empty).double() - want).abs().max()
     assert float(error) < 0.02 * float(want.abs().max())
 
 
-@pytest.mark.parametrize("attend", [slot_attention, grouped], ids=["kernel", "grouped"])
+@pytest.mark.parametrize("attend", ATTENDS)
 def test_empty_slots_never_contribute(attend):
-    q, k, v, empty = case(2, 4, 2, slots=300, seed=2)
+    q, k_new, v_new, k, v, written, empty = case(2, 4, 2, 300, seed=2)
     poisoned_k, poisoned_v = k.clone(), v.clone()
     poisoned_k.transpose(1, 2)[empty] = 1e4
     poisoned_v.transpose(1, 2)[empty] = -1e4
-    torch.testing.assert_close(attend(q, poisoned_k, poisoned_v, empty),
-                               attend(q, k, v, empty), atol=1e-5, rtol=0)
+    torch.testing.assert_close(attend(q, poisoned_k, poisoned_v, k_new, v_new, written, empty),
+                               attend(q, k, v, k_new, v_new, written, empty), atol=1e-5, rtol=0)
 
 
 def test_kernel_refuses_what_it_cannot_compute():
-    q, k, v, empty = case(2, 4, 2, slots=8)
+    q, k_new, v_new, k, v, written, empty = case(2, 4, 2, 8)
     with pytest.raises(RuntimeError, match="float32 or bfloat16"):
-        slot_attention(q, k.half(), v.half(), empty)
+        slot_attention(q, k.half(), v.half(), k_new, v_new, written, empty)
     with pytest.raises(RuntimeError, match="empty does not match"):
-        slot_attention(q, k, v, empty[:, :4])
+        slot_attention(q, k, v, k_new, v_new, written, empty[:, :4])
+    with pytest.raises(RuntimeError, match="outside"):
+        slot_attention(q, k, v, k_new, v_new, torch.tensor([0, 8]), empty)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        slot_attention(q, k.transpose(2, 3), v.transpose(2, 3), k_new, v_new, written, empty)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 1, 576), (3, 70, 64), (5,)])
+def test_rms_norm_matches_torch(dtype, shape):
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.randn(shape, generator=generator) * 3).to(dtype)
+    weight = torch.randn(shape[-1], generator=generator).to(dtype)
+    got = kernels.rms_norm(x, weight, 1e-5)
+    want = F.rms_norm(x.double(), weight.shape, weight.double(), 1e-5)
+    assert got.dtype == dtype and got.shape == x.shape
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # the output's own rounding
+    torch.testing.assert_close(got.double(), want, atol=tolerance, rtol=tolerance)

@@ -1,0 +1,57 @@
+"""The project's torch ops (namespace ``snapstream``): compiled CPU kernels (snapstream/csrc,
+built by setup.py) and, registered here, what runs them on other devices and under
+``torch.compile`` (shapes only).
+
+- ``slot_attention(q, k, v, k_new, v_new, slots, empty)``: writes each row's new key and value
+  into its slot of the cache (in place), then one query per row attends over every slot.
+- ``rms_norm(x, weight, eps)``: ``F.rms_norm`` in one pass per row.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import snapstream._kernels  # noqa: F401  (loading it registers the CPU kernels)
+
+slot_attention = torch.ops.snapstream.slot_attention
+rms_norm = torch.ops.snapstream.rms_norm
+
+
+def grouped_slot_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_new: torch.Tensor,
+    v_new: torch.Tensor, slots: torch.Tensor, empty: torch.Tensor,
+) -> torch.Tensor:
+    """``slot_attention`` off the CPU. q (B, Hq, D) float32; k, v (B, Hkv, S, D), updated in
+    place; k_new, v_new (B, Hkv, D); slots (B,) int64; empty (B, S) bool -> (B, Hq, D) float32.
+    A KV head's G query heads share one matmul over its keys (GQA without repeating them), in
+    the cache's dtype with float32 accumulation; the softmax in float32."""
+    B, Hq, D = q.shape
+    Hkv = k.shape[1]
+    rows = torch.arange(B, device=q.device)
+    k[rows, :, slots] = k_new.to(k.dtype)  # (B, Hkv, D) into each row's slot
+    v[rows, :, slots] = v_new.to(v.dtype)
+    q_groups = (q * D**-0.5).view(B, Hkv, Hq // Hkv, D).to(k.dtype)  # (B, Hkv, G, D)
+    scores = torch.matmul(q_groups, k.transpose(-1, -2)).float()  # (B, Hkv, G, S)
+    probs = torch.softmax(scores.masked_fill_(empty[:, None, None], float("-inf")), dim=-1)
+    out = torch.matmul(probs.to(v.dtype), v)  # (B, Hkv, G, D)
+    return out.float().view(B, Hq, D)
+
+
+def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+_ELSEWHERE = torch.library.Library("snapstream", "IMPL")  # kept: it holds the registrations
+_ELSEWHERE.impl("slot_attention", grouped_slot_attention, "CompositeExplicitAutograd")
+_ELSEWHERE.impl("rms_norm", _rms_norm_elsewhere, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("snapstream::slot_attention")
+def _slot_attention_shape(q, k, v, k_new, v_new, slots, empty):
+    return q.new_empty(q.shape)
+
+
+@torch.library.register_fake("snapstream::rms_norm")
+def _rms_norm_shape(x, weight, eps):
+    return torch.empty_like(x)
