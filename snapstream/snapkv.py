@@ -24,25 +24,30 @@ POOLS = {"avg": F.avg_pool1d, "max": F.max_pool1d}
 def snapkv_scores(
     q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str
 ) -> torch.Tensor:
-    """Per-KV-head importance of every prompt key.
+    """Per-KV-head importance of every prompt key, as SnapKV (Alg. 1) and NVIDIA kvpress's
+    SnapKVPress compute it.
 
-    q_window (Hq, W, D): rotated queries of the last W prompt positions.
+    q_window (Hq, W, D): rotated queries of the last W prompt positions (W < P).
     k (Hkv, P, D): rotated keys of the whole prompt.
-    Returns (Hkv, P) float32: softmax attention (fp32, causal inside the window) summed over the
-    window queries and over the query heads of each GQA group, then pooled along positions.
+    Returns (Hkv, P) float32: each window query's softmax attention (fp32, causal inside the
+    window) over the keys before the window, averaged over the window, pooled along positions
+    per query head, averaged over each GQA group; the window's own keys get +inf (SnapKV always
+    keeps them, so they never borrow votes from the window's attention to itself).
     """
     num_q_heads, window, head_dim = q_window.shape
     num_kv_heads, prompt_len, _ = k.shape
-    group = num_q_heads // num_kv_heads
+    group, before = num_q_heads // num_kv_heads, prompt_len - window
     q = q_window.float().reshape(num_kv_heads, group * window, head_dim)  # (Hkv, G*W, D)
     logits = q @ k.float().transpose(1, 2) / math.sqrt(head_dim)  # (Hkv, G*W, P)
     logits = logits.view(num_kv_heads, group, window, prompt_len)
-    query_pos = torch.arange(prompt_len - window, prompt_len, device=k.device)  # (W,)
+    query_pos = torch.arange(before, prompt_len, device=k.device)  # (W,)
     key_pos = torch.arange(prompt_len, device=k.device)  # (P,)
     future = key_pos[None, :] > query_pos[:, None]  # (W, P)
     probs = logits.masked_fill(future, float("-inf")).softmax(dim=-1)  # (Hkv, G, W, P)
-    votes = probs.sum(dim=(1, 2))  # (Hkv, P)
-    return _pool(votes, kernel, pooling)
+    votes = probs[..., :before].mean(dim=2)  # (Hkv, G, P - W)
+    pooled = _pool(votes.reshape(num_q_heads, before), kernel, pooling)  # (Hq, P - W)
+    scores = pooled.view(num_kv_heads, group, before).mean(dim=1)  # (Hkv, P - W)
+    return F.pad(scores, (0, window), value=math.inf)
 
 
 def select_topk(scores: torch.Tensor, n_sink: int, n_recent: int, n_topk: int) -> torch.Tensor:

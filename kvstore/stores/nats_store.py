@@ -252,7 +252,9 @@ async def _connect(config: NatsStoreConfig) -> nats.NATS:
             connect.cancel()
         return await connect
     except (asyncio.CancelledError, nats.errors.Error, *NatsBlobStore.unavailable_errors) as exc:
-        last = f" (last error: {_describe(errors[-1])})" if errors else ""
+        refusals = [e for e in errors if AUTH_VIOLATION in str(e).lower()]
+        telling = refusals or errors  # a refusal says more than the resets that follow it
+        last = f" (last error: {_describe(telling[-1])})" if telling else ""
         raise StoreUnavailable(f"KV store {redact_url(config.url)} unavailable: no connection "
                                f"within {config.connect_timeout_s} s{last}") from exc
 

@@ -17,27 +17,32 @@ from snapstream.policy import CacheLayout
 def snapkv_reference_scores(
     q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str
 ) -> torch.Tensor:
-    """SnapKV (Li et al. 2024, Alg. 1) per KV head: observation-window attention votes summed over
-    the window and the GQA group, then 1-D pooling with zero/-inf padding. Returns (Hkv, P)."""
+    """SnapKV (Li et al. 2024, Alg. 1) per query head, as kvpress's SnapKVPress computes it: the
+    attention of each window query (causal inside the window) over the keys before the window,
+    averaged over the window, 1-D pooled with zero/-inf padding, then averaged over each GQA
+    group; the window's own keys score +inf (SnapKV always keeps them). Returns (Hkv, P)."""
     num_q_heads, window, head_dim = q_window.shape
     num_kv_heads, prompt_len, _ = k.shape
     group = num_q_heads // num_kv_heads
-    scores = torch.zeros(num_kv_heads, prompt_len, dtype=torch.float64)
+    before = prompt_len - window
+    per_head = torch.zeros(num_q_heads, before, dtype=torch.float64)
     for head in range(num_q_heads):
         keys = k[head // group].double()
         for i in range(window):
             pos = prompt_len - window + i
             logits = keys[: pos + 1] @ q_window[head, i].double() / math.sqrt(head_dim)
-            scores[head // group, : pos + 1] += torch.softmax(logits, dim=0)
-    pooled = torch.empty_like(scores)
+            per_head[head] += torch.softmax(logits, dim=0)[:before] / window
+    pooled = torch.empty_like(per_head)
     half = kernel // 2
-    for j in range(prompt_len):
-        lo, hi = max(0, j - half), min(prompt_len, j + half + 1)
+    for j in range(before):
+        lo, hi = max(0, j - half), min(before, j + half + 1)
         if pooling == "avg":
-            pooled[:, j] = scores[:, lo:hi].sum(dim=1) / kernel
+            pooled[:, j] = per_head[:, lo:hi].sum(dim=1) / kernel
         else:
-            pooled[:, j] = scores[:, lo:hi].max(dim=1).values
-    return pooled
+            pooled[:, j] = per_head[:, lo:hi].max(dim=1).values
+    scores = torch.full((num_kv_heads, prompt_len), math.inf, dtype=torch.float64)
+    scores[:, :before] = pooled.view(num_kv_heads, group, before).mean(dim=1)
+    return scores
 
 
 def kept_mask(
