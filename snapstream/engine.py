@@ -26,7 +26,7 @@ from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.quant import QUANT_SCHEMES, quantize_model
 from snapstream.sampling import SamplingParams, sample_batch
 from snapstream.tokenizer import Tokenizer
-from snapstream.weight_formats import WeightFormat, weight_format
+from snapstream.weight_formats import AUTO, WeightFormat, weight_format
 
 
 @dataclass(frozen=True)
@@ -59,16 +59,17 @@ class Engine:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path | None = None, dtype: str | torch.dtype = "float32",
+        cls, path: str | Path | None = None, dtype: str | torch.dtype = AUTO,
         device: str = "cpu", compile: bool = False,
     ) -> Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
-        model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.WEIGHT_FORMATS``
-        ("int8", "int4": quantized weights, float32 activations, bfloat16 KV cache) or a torch
-        float dtype."""
-        fmt = weight_format(dtype) if isinstance(dtype, str) else WeightFormat(
-            str(dtype).removeprefix("torch."))
+        model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.DTYPE_CHOICES``
+        ("int8", "int4": quantized weights, float32 activations, bfloat16 KV cache; "auto": the
+        checkpoint's own format on the CPU, float32 elsewhere) or a torch float dtype."""
         checkpoint = open_checkpoint(path)
+        native = checkpoint.native_format if torch.device(device).type == "cpu" else "float32"
+        fmt = weight_format(dtype, native) if isinstance(dtype, str) else WeightFormat(
+            str(dtype).removeprefix("torch."))
         model = load_model(checkpoint, dtype=getattr(torch, fmt.compute), device=device)
         if fmt.quant is not None:
             quantize_model(model, QUANT_SCHEMES[fmt.quant])

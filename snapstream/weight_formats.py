@@ -4,6 +4,10 @@ Each name says what the activations and norms are computed in, whether the linea
 are quantized after loading (:mod:`snapstream.quant`), and what the KV cache holds: the quantized
 formats keep it in bfloat16, half the bytes of float32 (blobs and decode pools alike), for a
 KL of ~1e-4 per token on the default model (docs/benchmarks.md).
+
+``auto`` (the default everywhere) serves a checkpoint in the format its weights already have:
+a GGUF whose linear layers are Q4_0/Q4_1 blocks runs ``int4`` (the same 4-bit groups of 32),
+Q8_0 runs ``int8``, anything else ``float32``.
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ WEIGHT_FORMATS = {
     "int8": WeightFormat("float32", quant="int8", kv="bfloat16"),
     "int4": WeightFormat("float32", quant="int4", kv="bfloat16"),
 }
-DTYPE_CHOICES = tuple(WEIGHT_FORMATS)
+AUTO = "auto"
+DTYPE_CHOICES = (AUTO, *WEIGHT_FORMATS)
 
 
-def weight_format(name: str) -> WeightFormat:
-    if name not in WEIGHT_FORMATS:
-        raise ValueError(f"dtype must be one of {sorted(WEIGHT_FORMATS)}, got {name!r}")
-    return WEIGHT_FORMATS[name]
+def weight_format(name: str, native: str = "float32") -> WeightFormat:
+    """The format ``name`` names; ``auto`` is ``native``, the checkpoint's own (a name of
+    ``WEIGHT_FORMATS``, as ``Checkpoint.native_format`` gives it)."""
+    if name not in DTYPE_CHOICES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_CHOICES)}, got {name!r}")
+    return WEIGHT_FORMATS[native if name == AUTO else name]

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         batches=tuple(int(b) for b in args.batches.split(",")), steps=args.steps,
         prefill_len=args.prefill_len, memory_limit_gib=args.memory_limit_gib,
         with_transformers=not args.no_transformers)
-    engine = Engine.from_pretrained(args.model)
+    engine = Engine.from_pretrained(args.model, dtype="float32")  # transformers gets its weights
     results = run_engine_bench(cfg, engine)
     body = render(results, cfg, engine.config)
     print(body)

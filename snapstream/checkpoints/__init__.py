@@ -23,6 +23,7 @@ class Checkpoint(Protocol):
     name: str
     config: ModelConfig
     policy_file: Path  # the model's default cache policy, when the file exists
+    native_format: str  # the weight format its weights already have (weight_formats)
 
     def state_dict(self, dtype: torch.dtype) -> dict[str, torch.Tensor]: ...
 

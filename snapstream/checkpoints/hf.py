@@ -36,6 +36,7 @@ class HFCheckpoint:
         self.name = path.name
         self.config = ModelConfig.from_file(path / "config.json")
         self.policy_file = path / POLICY_FILE
+        self.native_format = "float32"  # float weights, whatever their width
 
     def state_dict(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file

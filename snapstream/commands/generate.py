@@ -9,7 +9,7 @@ from dataclasses import replace
 from snapstream.policy import POLICY_KINDS, POOLINGS, CachePolicy
 from snapstream.sampling_params import SamplingParams
 from snapstream.serving.settings import DTYPE_HELP, MODEL_HELP
-from snapstream.weight_formats import DTYPE_CHOICES
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES
 
 
 def parse_ids(text: str) -> list[int]:
@@ -53,7 +53,7 @@ def sampling_from_args(args: argparse.Namespace, stop_token_ids=()) -> SamplingP
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help=MODEL_HELP)
-    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", help=DTYPE_HELP)
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=AUTO, help=DTYPE_HELP)
     parser.add_argument("--device", default="cpu")
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text")

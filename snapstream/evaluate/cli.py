@@ -20,7 +20,7 @@ from snapstream.evaluate.budget import Budget, SplitRule
 from snapstream.evaluate.config import EvalConfig
 from snapstream.policy import POOLINGS, CachePolicy
 from snapstream.serving.settings import DTYPE_HELP
-from snapstream.weight_formats import DTYPE_CHOICES
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES
 
 
 def _list_of(convert: Callable, what: str) -> Callable[[str], tuple]:
@@ -37,7 +37,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--model", default=None,
         help=".gguf file or checkpoint directory (default: SmolLM2-135M-Instruct)")
-    add("--dtype", choices=DTYPE_CHOICES, default="float32", help=DTYPE_HELP)
+    add("--dtype", choices=DTYPE_CHOICES, default=AUTO, help=DTYPE_HELP)
     add("--device", default="cpu")
     add("--tasks", type=_list_of(str, "task names"), default=d.tasks)
     add("--context-lens", type=_list_of(int, "integers"), default=d.context_lens)

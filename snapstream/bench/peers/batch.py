@@ -33,7 +33,7 @@ SLOT_MARGIN = 64  # context tokens beyond prompt + new tokens
 
 @dataclass(frozen=True)
 class PeersBatchConfig:
-    systems: tuple[str, ...] = ("llama.cpp", "snapstream-int4", "snapstream", "openvino",
+    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-fp32", "openvino",
                                 "openvino-evict")
     concurrency: tuple[int, ...] = (4, 16)
     prompt_len: int = 4096

@@ -26,7 +26,7 @@ WARMUP_TOKENS = 256
 
 @dataclass(frozen=True)
 class PeersBenchConfig:
-    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-int4", "snapstream-full",
+    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-fp32", "snapstream-full",
                                 "openvino", "openvino-evict", "transformers", "kvpress-snapkv")
     lengths: tuple[int, ...] = (1024, 4096, 8000)
     max_new_tokens: int = 32

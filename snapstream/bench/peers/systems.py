@@ -161,18 +161,19 @@ register(PeerSystem(
     venv=recipes.KVPRESS, runner="run_hf.py", generate_options=_snapkv_press))
 register(PeerSystem(
     name="snapstream",
-    label="snapstream in process (Engine: prefill + SnapKV, then the static ring-buffer decode "
-          "step), GGUF dequantized to fp32, fp32 KV of the budget's size whatever the length",
+    label="snapstream in process as served (Engine: prefill + SnapKV, then the static "
+          "ring-buffer decode step), the default format for this Q4_1 GGUF: int4 weights (its "
+          "4-bit groups of 32; torch's int4 CPU kernel in decode, the dequantized bfloat16 GEMM "
+          "in prefill; int8 LM head), float32 activations, bfloat16 KV of the budget's size "
+          "whatever the length",
     venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
 register(PeerSystem(
-    name="snapstream-int4",
-    label="snapstream in process, int4 weights (the GGUF's Q4 blocks at 32 inputs a group, "
-          "torch's int4 CPU kernel in decode, the dequantized bfloat16 GEMM in prefill; int8 LM "
-          "head), float32 activations, bfloat16 KV of the budget's size whatever the length",
-    venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "int4"},
+    name="snapstream-fp32",
+    label="snapstream in process, the GGUF dequantized to float32 (weights, activations, KV)",
+    venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "float32"},
     generate_options=_snapstream_policy))
 register(PeerSystem(
     name="snapstream-full",
-    label="snapstream in process, full policy (every prompt token kept, fp32 KV sized to the "
-          "prompt + new tokens)",
+    label="snapstream in process as served, full policy (every prompt token kept, the KV "
+          "sized to the prompt + new tokens)",
     venv=None, runner="run_snapstream.py", generate_options=_full_policy))

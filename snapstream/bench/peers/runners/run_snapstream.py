@@ -1,7 +1,8 @@
 """snapstream's own engine as a peer runner (run with the project's python, in process: no
 router, no store; the prefill -> SequenceCache -> static decode path the services run).
 
-``load`` options: ``dtype`` (``float32``, default). ``generate`` options: ``policy`` = the
+``load`` options: ``dtype`` (a name of ``weight_formats.DTYPE_CHOICES``; default ``auto``, the
+format the service runs). ``generate`` options: ``policy`` = the
 fields of a ``CachePolicy`` (kind, n_sink, n_topk, n_recent, window...) laid over the model's
 default policy. KV bytes are the decode pool's row for this sequence: K and V of every layer
 and KV head over the layout's slots, plus the int32 slot positions.
@@ -35,11 +36,16 @@ class SnapstreamRunner:
         from snapstream.engine import Engine
 
         torch.set_num_threads(args["n_threads"])
-        dtype = args.get("options", {}).get("dtype", "float32")
+        dtype = args.get("options", {}).get("dtype", "auto")
         start = time.perf_counter()
         self.engine = Engine.from_pretrained(args["model"], dtype=dtype)
+        quantized = {type(m).__name__ for m in self.engine.model.modules()} & {
+            "Int4Linear", "Int8Linear"}
         return {"load_s": time.perf_counter() - start,
-                "settings": {"dtype": dtype, "torch_threads": torch.get_num_threads(),
+                "settings": {"dtype": dtype, "weights": sorted(quantized) or ["float"],
+                             "activations": str(self.engine.dtype).removeprefix("torch."),
+                             "kv_cache": str(self.engine.kv_dtype).removeprefix("torch."),
+                             "torch_threads": torch.get_num_threads(),
                              "default_policy": str(self.engine.default_policy)}}
 
     def _policy(self, args: dict):
