@@ -7,7 +7,7 @@ with SnapstreamClient("localhost:50051", timeout_s=60) as client:
     for chunk in client.generate_stream("The passkey is", max_new_tokens=16, stop="\\n"):
         print(chunk.text, end="", flush=True)
     completion = client.generate([72, 105], temperature=0.0, policy="snapstream")
-    answer = client.chat([{"role": "user", "content": "What is the capital of France?"}])
+    answer = client.chat([{"role": "user", "content": "Name three primary colors."}])
 ```
 
 Options left out (or None) take the server's defaults. Every failure raises a

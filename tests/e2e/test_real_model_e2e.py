@@ -25,10 +25,12 @@ def router(tmp_path_factory) -> str:
 def test_chat_answers_a_question(router):
     with SnapstreamClient(router, timeout_s=300) as client:
         info = client.info()
-        completion = client.chat([{"role": "user", "content": "What is the capital of France?"}],
+        # (asked the capital of France, the served int4 model and llama.cpp on the same GGUF
+        # both start "L'Étoile, ...": a near-tie that only float32 activations tip to "The")
+        completion = client.chat([{"role": "user", "content": "Name three primary colors."}],
                                  max_new_tokens=24, temperature=0.0)
     assert info.model_name.startswith("SmolLM2-135M-Instruct") and info.has_chat_template
-    assert "Paris" in completion.text
+    assert all(color in completion.text for color in ("Red", "Blue", "Yellow"))
     assert completion.finish_reason == "stop_token"  # <|im_end|> ends the turn
 
 
