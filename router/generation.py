@@ -245,6 +245,11 @@ class Generation:
                         full.add(worker.address)
                         tried.add(worker.address)
                         continue
+                    if err.code() == grpc.StatusCode.NOT_FOUND:
+                        # the store lost the blob (a restart without persistence, its TTL):
+                        # nothing the client asked for is missing, so it may retry
+                        raise Unavailable(f"the request's KV cache is gone from the store "
+                                          f"({err.details()}); retry the request") from err
                     if err.code() not in FAILOVER_CODES:
                         raise
                     log.warning("decode worker %s failed (%s); resuming %s after %d tokens",

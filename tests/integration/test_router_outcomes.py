@@ -77,6 +77,27 @@ async def test_a_client_that_leaves_between_the_put_and_the_answer_leaves_no_blo
         await wait_idle(stack)  # the router released the key it gave the prefill
 
 
+class LosingPrefill(PrefillServicer):
+    """A prefill worker whose blob is gone by the time decode reads it, as after a store
+    restart without persistence."""
+
+    async def Prefill(self, request, context):
+        response = await super().Prefill(request, context)
+        await self.store.delete(response.blob_key)
+        return response
+
+
+async def test_a_blob_the_store_lost_is_unavailable_not_not_found(tiny_model_dir, redis_url):
+    async with serving_stack(tiny_model_dir, redis_url, prefill_cls=LosingPrefill) as stack:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, generation_pb2.GenerateRequest(
+                prompt="where did it go " * 4, max_new_tokens=8, policy=POLICY), timeout=60)
+        await wait_idle(stack)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "KV cache is gone from the store" in err.value.details()
+    assert "retry" in err.value.details()
+
+
 async def test_a_store_that_is_down_is_named(tiny_model_dir, tmp_path: Path):
     server = start_server("redis", tmp_path)
     async with serving_stack(tiny_model_dir, server.url) as stack:
