@@ -11,7 +11,7 @@ from google.protobuf.message import DecodeError
 from snapstream.bench.faults.cli import _names
 from snapstream.bench.faults.load import Tally, one_request
 from snapstream.bench.faults.poison import POISON
-from snapstream.bench.faults.scenarios import SCENARIOS, FaultConfig
+from snapstream.bench.faults.scenarios import SCENARIOS, FaultConfig, Result, _recovered
 from snapstream.client import ResourceExhausted, Unavailable
 from snapstream.v1 import generation_pb2
 
@@ -29,7 +29,8 @@ def test_each_poison_body_is_what_its_name_says(name: str) -> None:
 
 def test_scenarios_are_named_and_an_unknown_one_is_refused() -> None:
     assert _names("soak, poison") == ("soak", "poison")
-    assert set(SCENARIOS) == {"decode-kills", "prefill-kills", "store-restarts", "poison", "soak"}
+    assert set(SCENARIOS) == {"decode-kills", "prefill-kills", "store-restarts", "poison",
+                              "deadlines", "soak"}
     with pytest.raises(ValueError, match="unknown scenario"):
         _names("decode-kills,meteor")
 
@@ -47,6 +48,18 @@ def test_tally_counts_every_outcome() -> None:
     tally.lost.update({"UNAVAILABLE": 2, "INTERNAL": 1})
     assert tally.total == 8
     assert tally.lost_line() == "UNAVAILABLE 2, INTERNAL 1"
+
+
+def test_each_recovery_is_counted_and_shown(capsys) -> None:
+    result = Result("decode kills", 0, Tally())
+    result.faults = 1
+    _recovered(result, 2.5, 3)
+    result.faults = 2
+    _recovered(result, None, 3)
+    assert result.recoveries_s == [2.5] and result.unrecovered == 1
+    assert result.recovery() == "2.5 / 2.5 (1 never)"
+    assert capsys.readouterr().err.splitlines() == [
+        "  decode kills 1/3: recovered in 2.5 s", "  decode kills 2/3: never recovered"]
 
 
 class _Refusing:

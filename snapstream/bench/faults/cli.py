@@ -109,6 +109,6 @@ def _table(results: list[Result]) -> str:
         table += "\n\nFirst message of each kind of lost request:\n\n" + "\n".join(examples)
     poison = [r for r in results if r.poison_codes]
     for result in poison:
-        table += "\n\n" + markdown_table(["poison request: status", "times"],
+        table += "\n\n" + markdown_table(["request: status", "times"],
                                          sorted(result.poison_codes.items()))
     return table

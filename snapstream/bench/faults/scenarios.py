@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
+import sys
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ from snapstream.bench.faults.load import Tally, closed_loop, wait_for
 from snapstream.bench.faults.poison import POISON, send_poison
 from snapstream.client import AsyncSnapstreamClient
 from snapstream.cluster import LocalCluster
-from snapstream.v1 import decode_pb2, decode_pb2_grpc
+from snapstream.v1 import decode_pb2, decode_pb2_grpc, generation_pb2
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class FaultConfig:
     prefill_kills: int = 10
     store_restarts: int = 5
     poison_rounds: int = 20  # each sends every poison request once, beside the normal load
+    deadline_requests: int = 200  # normal requests with a client deadline of 0.05-2 s
     soak_s: float = 600.0
     soak_streams: int = 200
     streams: int = 8  # concurrent normal streams during the fault scenarios
@@ -34,7 +37,8 @@ class FaultConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("decode_kills", "prefill_kills", "store_restarts", "poison_rounds"):
+        for name in ("decode_kills", "prefill_kills", "store_restarts", "poison_rounds",
+                     "deadline_requests"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("soak_s", "hang_timeout_s"):
@@ -118,14 +122,20 @@ async def _under_load(run: Run, streams: int, inject: Callable[[Result], Awaitab
     return result
 
 
-async def _kill_and_recover(run: Run, name: str, result: Result) -> None:
-    await run.call(run.cluster.kill, name)
-    result.faults += 1
-    recovered = await wait_for(lambda: run.serving(name), timeout_s=180.0)
-    if recovered is None:
+def _recovered(result: Result, seconds: float | None, total: int) -> None:
+    """Count one fault's recovery (None: never) and show progress on stderr."""
+    if seconds is None:
         result.unrecovered += 1
     else:
-        result.recoveries_s.append(recovered)
+        result.recoveries_s.append(seconds)
+    after = "never recovered" if seconds is None else f"recovered in {seconds:.1f} s"
+    print(f"  {result.scenario} {result.faults}/{total}: {after}", file=sys.stderr, flush=True)
+
+
+async def _kill_and_recover(run: Run, name: str, result: Result, total: int) -> None:
+    await run.call(run.cluster.kill, name)
+    result.faults += 1
+    _recovered(result, await wait_for(lambda: run.serving(name), timeout_s=180.0), total)
     await asyncio.sleep(run.rng.uniform(0.5, 1.5))
 
 
@@ -137,7 +147,7 @@ async def decode_kills(run: Run) -> Result:
             running = await run.decode_running()
             busy = [name for name, count in running.items() if count]
             victim = run.rng.choice(busy or sorted(running) or ["decode-0"])
-            await _kill_and_recover(run, victim, result)
+            await _kill_and_recover(run, victim, result, run.config.decode_kills)
 
     return await _under_load(run, run.config.streams, inject, Result("decode kills", 0, Tally()))
 
@@ -149,7 +159,7 @@ async def _any_busy(run: Run) -> bool:
 async def prefill_kills(run: Run) -> Result:
     async def inject(result: Result) -> None:
         for _ in range(run.config.prefill_kills):
-            await _kill_and_recover(run, "prefill", result)
+            await _kill_and_recover(run, "prefill", result, run.config.prefill_kills)
 
     return await _under_load(run, run.config.streams, inject,
                              Result("prefill kills", 0, Tally()))
@@ -163,10 +173,7 @@ async def store_restarts(run: Run) -> Result:
             result.faults += 1
             recovered = await wait_for(lambda: _request_succeeds(run), timeout_s=180.0,
                                        interval_s=0.5)
-            if recovered is None:
-                result.unrecovered += 1
-            else:
-                result.recoveries_s.append(recovered)
+            _recovered(result, recovered, run.config.store_restarts)
             await asyncio.sleep(run.rng.uniform(1.0, 2.0))
 
     return await _under_load(run, run.config.streams, inject,
@@ -184,18 +191,44 @@ async def _request_succeeds(run: Run) -> bool:
 async def poison(run: Run) -> Result:
     """Every poison request, ``poison_rounds`` times, beside the normal load."""
     async def inject(result: Result) -> None:
-        for _ in range(run.config.poison_rounds):
+        for done in range(1, run.config.poison_rounds + 1):
             for name, request in POISON.items():
                 code = await send_poison(run.cluster.endpoints["router"], request)
                 result.poison_codes[f"{name}: {code}"] += 1
                 result.faults += 1
+            print(f"  poison round {done}/{run.config.poison_rounds}", file=sys.stderr,
+                  flush=True)
 
     return await _under_load(run, run.config.streams, inject, Result("poison", 0, Tally()))
 
 
+async def deadlines(run: Run) -> Result:
+    """Normal requests whose client deadline (0.05-2 s) strikes anywhere, in the prefill's
+    put included: each must end, and none may leave its blob behind."""
+    async def inject(result: Result) -> None:
+        prompts = sorted(run.expected)
+        for done in range(1, run.config.deadline_requests + 1):
+            body = generation_pb2.GenerateRequest(
+                prompt=run.rng.choice(prompts),
+                max_new_tokens=run.config.max_new_tokens).SerializeToString()
+            code = await send_poison(run.cluster.endpoints["router"], body,
+                                     timeout_s=run.rng.uniform(0.05, 2.0))
+            result.poison_codes[f"deadline 0.05-2 s: {code}"] += 1
+            result.faults += 1
+            if done % 50 == 0:
+                print(f"  deadlines {done}/{run.config.deadline_requests}", file=sys.stderr,
+                      flush=True)
+
+    return await _under_load(run, run.config.streams, inject, Result("deadlines", 0, Tally()))
+
+
 async def soak(run: Run) -> Result:
     async def inject(result: Result) -> None:
-        await asyncio.sleep(run.config.soak_s)
+        start = time.monotonic()
+        while (left := run.config.soak_s - (time.monotonic() - start)) > 0:
+            await asyncio.sleep(min(60.0, left))
+            print(f"  soak {time.monotonic() - start:.0f}/{run.config.soak_s:.0f} s",
+                  file=sys.stderr, flush=True)
 
     return await _under_load(run, run.config.soak_streams, inject, Result("soak", 0, Tally()))
 
@@ -205,6 +238,7 @@ SCENARIOS: dict[str, Callable[[Run], Awaitable[Result]]] = {
     "prefill-kills": prefill_kills,
     "store-restarts": store_restarts,
     "poison": poison,
+    "deadlines": deadlines,
     "soak": soak,
 }
 
