@@ -107,8 +107,8 @@ def _table(results: list[Result]) -> str:
                 for code, message in r.tally.lost_examples.items()]
     if examples:
         table += "\n\nFirst message of each kind of lost request:\n\n" + "\n".join(examples)
-    poison = [r for r in results if r.poison_codes]
-    for result in poison:
+    coded = [r for r in results if r.codes]
+    for result in coded:
         table += "\n\n" + markdown_table(["request: status", "times"],
-                                         sorted(result.poison_codes.items()))
+                                         sorted(result.codes.items()))
     return table

@@ -41,7 +41,7 @@ POISON: dict[str, bytes] = {
 }
 
 
-async def send_poison(router: str, body: bytes, timeout_s: float = 60.0) -> str:
+async def send_raw(router: str, body: bytes, timeout_s: float = 60.0) -> str:
     """The status the router ends the stream with (its name; OK for a full stream)."""
     async with grpc.aio.insecure_channel(router) as channel:
         call = channel.unary_stream("/snapstream.v1.Generation/Generate")(body, timeout=timeout_s)

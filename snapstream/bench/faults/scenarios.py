@@ -16,7 +16,7 @@ import grpc
 
 from kvstore import open_store
 from snapstream.bench.faults.load import Tally, closed_loop, wait_for
-from snapstream.bench.faults.poison import POISON, send_poison
+from snapstream.bench.faults.poison import POISON, send_raw
 from snapstream.client import AsyncSnapstreamClient
 from snapstream.cluster import LocalCluster
 from snapstream.v1 import decode_pb2, decode_pb2_grpc, generation_pb2
@@ -55,7 +55,7 @@ class Result:
     tally: Tally
     recoveries_s: list[float] = field(default_factory=list)
     unrecovered: int = 0  # faults after which the member never served again
-    poison_codes: Counter = field(default_factory=Counter)
+    codes: Counter = field(default_factory=Counter)  # "request: status" -> times
     blobs_left: int = 0
     slots_left: int = 0
     seconds: float = 0.0
@@ -122,6 +122,10 @@ async def _under_load(run: Run, streams: int, inject: Callable[[Result], Awaitab
     return result
 
 
+def _progress(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
 def _recovered(result: Result, seconds: float | None, total: int) -> None:
     """Count one fault's recovery (None: never) and show progress on stderr."""
     if seconds is None:
@@ -129,7 +133,7 @@ def _recovered(result: Result, seconds: float | None, total: int) -> None:
     else:
         result.recoveries_s.append(seconds)
     after = "never recovered" if seconds is None else f"recovered in {seconds:.1f} s"
-    print(f"  {result.scenario} {result.faults}/{total}: {after}", file=sys.stderr, flush=True)
+    _progress(f"{result.scenario} {result.faults}/{total}: {after}")
 
 
 async def _kill_and_recover(run: Run, name: str, result: Result, total: int) -> None:
@@ -193,11 +197,10 @@ async def poison(run: Run) -> Result:
     async def inject(result: Result) -> None:
         for done in range(1, run.config.poison_rounds + 1):
             for name, request in POISON.items():
-                code = await send_poison(run.cluster.endpoints["router"], request)
-                result.poison_codes[f"{name}: {code}"] += 1
+                code = await send_raw(run.cluster.endpoints["router"], request)
+                result.codes[f"{name}: {code}"] += 1
                 result.faults += 1
-            print(f"  poison round {done}/{run.config.poison_rounds}", file=sys.stderr,
-                  flush=True)
+            _progress(f"poison round {done}/{run.config.poison_rounds}")
 
     return await _under_load(run, run.config.streams, inject, Result("poison", 0, Tally()))
 
@@ -211,13 +214,12 @@ async def deadlines(run: Run) -> Result:
             body = generation_pb2.GenerateRequest(
                 prompt=run.rng.choice(prompts),
                 max_new_tokens=run.config.max_new_tokens).SerializeToString()
-            code = await send_poison(run.cluster.endpoints["router"], body,
+            code = await send_raw(run.cluster.endpoints["router"], body,
                                      timeout_s=run.rng.uniform(0.05, 2.0))
-            result.poison_codes[f"deadline 0.05-2 s: {code}"] += 1
+            result.codes[f"deadline 0.05-2 s: {code}"] += 1
             result.faults += 1
             if done % 50 == 0:
-                print(f"  deadlines {done}/{run.config.deadline_requests}", file=sys.stderr,
-                      flush=True)
+                _progress(f"deadlines {done}/{run.config.deadline_requests}")
 
     return await _under_load(run, run.config.streams, inject, Result("deadlines", 0, Tally()))
 
@@ -227,8 +229,7 @@ async def soak(run: Run) -> Result:
         start = time.monotonic()
         while (left := run.config.soak_s - (time.monotonic() - start)) > 0:
             await asyncio.sleep(min(60.0, left))
-            print(f"  soak {time.monotonic() - start:.0f}/{run.config.soak_s:.0f} s",
-                  file=sys.stderr, flush=True)
+            _progress(f"soak {time.monotonic() - start:.0f}/{run.config.soak_s:.0f} s")
 
     return await _under_load(run, run.config.soak_streams, inject, Result("soak", 0, Tally()))
 
