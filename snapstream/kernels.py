@@ -5,6 +5,9 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``slot_attention(q, k, v, k_new, v_new, slots, empty)``: writes each row's new key and value
   into its slot of the cache (in place), then one query per row attends over every slot.
 - ``rms_norm(x, weight, eps)``: ``F.rms_norm`` in one pass per row.
+- ``int4_matmul(x, weight, scale_zeros, n)``, ``int8_matmul(x, weight, scales, n)``: weight-only
+  quantized matmul in the blocked layout of snapstream/quant.py (CPU only, as quantization is;
+  their shapes are registered for ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import snapstream._kernels  # noqa: F401  (loading it registers the CPU kernels)
 
 slot_attention = torch.ops.snapstream.slot_attention
 rms_norm = torch.ops.snapstream.rms_norm
+int4_matmul = torch.ops.snapstream.int4_matmul
+int8_matmul = torch.ops.snapstream.int8_matmul
 
 
 def grouped_slot_attention(
@@ -55,3 +60,13 @@ def _slot_attention_shape(q, k, v, k_new, v_new, slots, empty):
 @torch.library.register_fake("snapstream::rms_norm")
 def _rms_norm_shape(x, weight, eps):
     return torch.empty_like(x)
+
+
+@torch.library.register_fake("snapstream::int4_matmul")
+def _int4_matmul_shape(x, weight, scale_zeros, n):
+    return x.new_empty((x.shape[0], n), dtype=torch.float32)
+
+
+@torch.library.register_fake("snapstream::int8_matmul")
+def _int8_matmul_shape(x, weight, scales, n):
+    return x.new_empty((x.shape[0], n), dtype=torch.float32)

@@ -4,18 +4,20 @@ Weights are requantized at load from the checkpoint's dequantized float weights:
 scale per output row (symmetric), or int4 with a scale and a zero per group of 32 inputs (the
 blocks of GGUF's Q4_0/Q4_1, which it then reproduces up to the bfloat16 rounding of the scales).
 The LM head is int8 in both, and a tied embedding looks its rows up there.
-torch's CPU kernels (``aten._weight_int8pack_mm``, ``aten._weight_int4pack_mm_for_cpu``)
-vectorize bfloat16 activations only on x86: float32 input takes a scalar loop, ~10x slower
-than a float32 ``F.linear`` (torch 2.13, ``int8mm_kernel.cpp``). So each layer rounds its
-input to bfloat16 for the matmul (products accumulate in float32) and returns float32; norms,
-attention and residuals stay in the model's dtype.
 
-Those kernels are matrix-vector products: they win while few rows come in (decode), and lose
-to oneDNN's bfloat16 GEMM once a prompt's rows do. From ``GEMM_MIN_ROWS`` rows on, a layer
+The matmul is the project's kernel (``snapstream::int4_matmul``, ``int8_matmul``,
+snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block of 16 outputs
+is dequantized once per call to bfloat16 and multiplied with every row of the input (rounded to
+bfloat16, products summed in float32), so a decode batch reads and unpacks the weights once
+(torch's ``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 2.3x slower at 16
+rows, docs/benchmarks.md). Layers return float32; norms, attention and residuals stay in the
+model's dtype.
+
+From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's bfloat16 GEMM is faster: a layer then
 multiplies by its weight dequantized to bfloat16, made on the first such call (the kernel
-applied to the identity, so it is exactly what the kernel computes with, rounded to
-bfloat16) and kept outside the state dict: a decode worker never makes it, and it does not
-change the model's fingerprint.
+applied to the identity, so it is exactly the weight the kernel computes with) and kept
+outside the state dict: a decode worker never makes it, and it does not change the model's
+fingerprint.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from snapstream.kernels import int4_matmul, int8_matmul
 from snapstream.model import Transformer
 
 MATMUL_DTYPE = torch.bfloat16  # what the kernels take as activations and scales
 INT4_GROUP = 32  # inputs per int4 scale/zero; divides every hidden size of the Llama family
-GEMM_MIN_ROWS = 64  # from this many input rows on, the dequantized bfloat16 GEMM is faster
+BLOCK = 16  # outputs per block of the kernels' packed layout
+GEMM_MIN_ROWS = 128  # from this many input rows on, the dequantized bfloat16 GEMM is faster
 
 
 def quantize_int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,19 +54,35 @@ def quantize_int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 def quantize_int4_groups(weight: torch.Tensor, group: int = INT4_GROUP
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight (N, K) float -> (q (N, K) int32 in [0, 15], scale_zeros (K/group, N, 2) bfloat16)
-    with weight ~= (q - 8) * scale + zero in each group (the convention of torch's kernel)."""
+    """weight (N, K) float -> (q (N, K) uint8 in [0, 15], scale_zeros (K/group, N, 2) bfloat16)
+    with weight ~= (q - 8) * scale + zero in each group."""
     N, K = weight.shape
-    if K % group or N % 16:
-        raise ValueError(f"int4 weights need in_features divisible by {group} and out_features "
-                         f"by 16 (torch's packing), got a {N}x{K} weight")
+    if K % group:
+        raise ValueError(f"int4 weights need in_features divisible by {group}, got a {N}x{K} "
+                         "weight")
     groups = weight.detach().float().view(N, K // group, group)  # (N, G, group)
     lo, hi = groups.amin(-1), groups.amax(-1)  # (N, G)
     scales = ((hi - lo) / 15).clamp(min=1e-12).to(MATMUL_DTYPE).float()  # (N, G)
     zeros = (lo + 8 * scales).to(MATMUL_DTYPE).float()  # (N, G)
     q = ((groups - zeros[..., None]) / scales[..., None]).add_(8).round_().clamp_(0, 15)
     scale_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1)  # (G, N, 2)
-    return q.to(torch.int32).view(N, K), scale_zeros.contiguous().to(MATMUL_DTYPE)
+    return q.to(torch.uint8).view(N, K), scale_zeros.contiguous().to(MATMUL_DTYPE)
+
+
+def to_blocks(q: torch.Tensor) -> torch.Tensor:
+    """q (N, K) -> (ceil(N/16), K/2, 16, 2), zero rows padding N to whole blocks: [b, p, j, t]
+    is output 16b + j at input 2p + t (the kernels' layout)."""
+    N, K = q.shape
+    if K % 2:
+        raise ValueError(f"quantized weights need an even in_features, got a {N}x{K} weight")
+    padded = torch.cat([q, q.new_zeros(-N % BLOCK, K)])  # (NB*16, K)
+    return padded.view(-1, BLOCK, K // 2, 2).transpose(1, 2).contiguous()
+
+
+def from_blocks(blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``to_blocks``'s input rows back: rows (...) int64 -> (..., K)."""
+    picked = blocks[rows // BLOCK, :, rows % BLOCK]  # (..., K/2, 2)
+    return picked.reshape(*rows.shape, -1)
 
 
 def _flat_bf16(x: torch.Tensor) -> torch.Tensor:
@@ -79,14 +99,14 @@ class QuantizedLinear(nn.Module):
     bias: torch.Tensor | None
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        """x (M, K) bfloat16 -> (M, N) bfloat16 through the quantized weight."""
+        """x (M, K) bfloat16 -> (M, N) float32 through the quantized weight."""
         raise NotImplementedError
 
     @cached_property
     def gemm_weight(self) -> torch.Tensor:
         """(N, K) bfloat16: the kernel's weight, read back through the identity."""
         identity = torch.eye(self.in_features, dtype=MATMUL_DTYPE)  # (K, K)
-        return self.kernel(identity).T.contiguous()  # (N, K)
+        return self.kernel(identity).T.to(MATMUL_DTYPE).contiguous()  # (N, K)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., K) -> (..., N) in x's dtype."""
@@ -97,41 +117,56 @@ class QuantizedLinear(nn.Module):
 
 
 class Int8Linear(QuantizedLinear):
-    """``nn.Linear`` with int8 weights (N, K) and one bfloat16 scale per output row."""
+    """``nn.Linear`` with int8 weights and one bfloat16 scale per output row."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         q, scales = quantize_int8_rows(linear.weight)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight", q)  # (N, K) int8
-        self.register_buffer("scales", scales)  # (N,) bfloat16
+        self.register_buffer("weight", to_blocks(q))  # (N/16, K/2, 16, 2) int8
+        self.register_buffer("scales", torch.cat(
+            [scales, scales.new_zeros(-len(scales) % BLOCK)]))  # (N/16 * 16,) bfloat16
         self.bias = linear.bias  # (N,) in the model's dtype, or None
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The weight's rows ``ids`` (...) as floats, (..., K) float32."""
+        return from_blocks(self.weight, ids).float() * self.scales[ids].float()[..., None]
 
     def dequantized(self) -> torch.Tensor:
         """The weight the layer computes with, (N, K) float32."""
-        return self.weight.float() * self.scales.float()[:, None]
+        return self.rows(torch.arange(self.out_features))
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scales)  # (M, N)
+        return int8_matmul(x, self.weight, self.scales, self.out_features)
 
 
 class Int4Linear(QuantizedLinear):
-    """``nn.Linear`` with int4 weights in torch's packed CPU layout, a bfloat16 scale and zero
-    per group of ``INT4_GROUP`` inputs."""
+    """``nn.Linear`` with int4 weights, a bfloat16 scale and zero per group of ``INT4_GROUP``
+    inputs."""
 
-    def __init__(self, linear: nn.Linear, group: int = INT4_GROUP) -> None:
+    def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        q, scale_zeros = quantize_int4_groups(linear.weight, group)
-        self.in_features, self.out_features, self.group = (
-            linear.in_features, linear.out_features, group)
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)  # (N, K/2) uint8
-        self.register_buffer("weight", packed)
-        self.register_buffer("scale_zeros", scale_zeros)  # (K/group, N, 2) bfloat16
+        q, scale_zeros = quantize_int4_groups(linear.weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        pairs = to_blocks(q)  # (N/16, K/2, 16, 2) in [0, 15]
+        self.register_buffer("weight", pairs[..., 0] | pairs[..., 1] << 4)  # (N/16, K/2, 16)
+        G, N = scale_zeros.shape[:2]
+        padded = torch.cat([scale_zeros, scale_zeros.new_zeros(G, -N % BLOCK, 2)], dim=1)
+        self.register_buffer("scale_zeros", padded.view(G, -1, BLOCK, 2).permute(1, 0, 3, 2)
+                             .contiguous())  # (N/16, K/group, 2, 16) bfloat16
         self.bias = linear.bias
 
+    def dequantized(self) -> torch.Tensor:
+        """The weight the layer computes with, (N, K) float32."""
+        N, K = self.out_features, self.in_features
+        pairs = torch.stack([self.weight & 15, self.weight >> 4], dim=-1)  # (N/16, K/2, 16, 2)
+        q = from_blocks(pairs, torch.arange(N)).float().view(N, -1, INT4_GROUP)  # (N, G, group)
+        scales, zeros = self.scale_zeros.permute(0, 3, 1, 2).reshape(-1, K // INT4_GROUP, 2)[
+            :N].float().unbind(-1)  # (N, G) each
+        return ((q - 8) * scales[..., None] + zeros[..., None]).view(N, K)
+
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(
-            x, self.weight, self.group, self.scale_zeros)  # (M, N)
+        return int4_matmul(x, self.weight, self.scale_zeros, self.out_features)
 
 
 class Int8Embedding(nn.Module):
@@ -139,12 +174,11 @@ class Int8Embedding(nn.Module):
 
     def __init__(self, head: Int8Linear, dtype: torch.dtype) -> None:
         super().__init__()
-        self.weight, self.scales, self.dtype = head.weight, head.scales, dtype  # shared buffers
+        self.rows, self.dtype = head.rows, dtype  # the head's buffers, not a second copy
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids (...) -> (..., hidden) in the model's dtype."""
-        rows = self.weight[input_ids].float()  # (..., hidden)
-        return (rows * self.scales[input_ids].float()[..., None]).to(self.dtype)
+        return self.rows(input_ids).to(self.dtype)
 
 
 @dataclass(frozen=True)

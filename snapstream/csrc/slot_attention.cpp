@@ -126,6 +126,39 @@ __attribute__((target("avx512f"))) void scores_avx512(const float* q, const KV* 
     }
   }
 }
+
+// acc (G, D) = probs (G, end - begin) @ v[begin:end] (S, D), D a multiple of 16, skipping empty
+// slots: for 64 dimensions and up to 4 query heads at a time, the sums stay in registers and
+// each value row is widened once for all of them.
+template <typename KV>
+__attribute__((target("avx512f"))) void values_avx512(const float* probs, const KV* v,
+                                                      const bool* empty, int64_t begin,
+                                                      int64_t end, int64_t group, int64_t dim,
+                                                      float* acc) {
+  constexpr int kHeads = 4, kVectors = 4;  // query heads and 16-wide vectors per register tile
+  const int64_t n = end - begin;
+  for (int64_t d0 = 0; d0 < dim; d0 += 16 * kVectors) {
+    const int64_t vectors = std::min<int64_t>(kVectors, (dim - d0) / 16);
+    for (int64_t g0 = 0; g0 < group; g0 += kHeads) {
+      const int64_t heads = std::min<int64_t>(kHeads, group - g0);
+      __m512 sums[kHeads][kVectors];
+      for (int h = 0; h < kHeads; ++h)
+        for (int u = 0; u < kVectors; ++u) sums[h][u] = _mm512_setzero_ps();
+      for (int64_t s = begin; s < end; ++s) {
+        if (empty[s]) continue;  // NaN or stale values never leak in
+        __m512 row[kVectors];
+        for (int64_t u = 0; u < vectors; ++u) row[u] = load16(v + s * dim + d0 + 16 * u);
+        for (int64_t h = 0; h < heads; ++h) {
+          const __m512 p = _mm512_set1_ps(probs[(g0 + h) * n + (s - begin)]);
+          for (int64_t u = 0; u < vectors; ++u) sums[h][u] = _mm512_fmadd_ps(p, row[u], sums[h][u]);
+        }
+      }
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t u = 0; u < vectors; ++u)
+          _mm512_storeu_ps(acc + (g0 + h) * dim + d0 + 16 * u, sums[h][u]);
+    }
+  }
+}
 #endif
 
 template <typename KV>
@@ -191,8 +224,14 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
     }
     chunk_max[g] = m;
     chunk_sum[g] = sum;
-    std::fill(acc + g * dim, acc + (g + 1) * dim, 0.f);
   }
+  if (use_avx512 && dim % 16 == 0) {
+#if SNAPSTREAM_AVX512
+    values_avx512(scores, v, empty, begin, end, group, dim, acc);
+#endif
+    return;
+  }
+  std::fill(acc, acc + group * dim, 0.f);
   for (int64_t s = begin; s < end; s += kUnroll) {
     const int64_t count = std::min(kUnroll, end - s);
     for (int64_t u = 0; u < kUnroll; ++u) {

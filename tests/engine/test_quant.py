@@ -103,8 +103,8 @@ def test_a_long_prefill_leaves_the_fingerprint_as_it_was(tiny_model_dir):
 
     with pytest.raises(ValueError, match="divisible by 32"):
         Int4Linear(nn.Linear(48, 32))
-    with pytest.raises(ValueError, match="by 16"):
-        Int4Linear(nn.Linear(64, 24))
+    with pytest.raises(ValueError, match="even in_features"):
+        Int8Linear(nn.Linear(63, 32))
 
 
 def test_int8_embedding_reads_the_heads_rows():
@@ -191,10 +191,53 @@ def test_cli_dtype_choices_come_from_the_registry(monkeypatch):
         add_dtype_setting(argparse.ArgumentParser())
 
 
-def test_quantized_layer_matches_kernel_free_reference():
-    """The kernel computes x (rounded to bfloat16) @ dequantized weight, output in bfloat16."""
-    linear = spread_linear(64, 96)
-    layer = Int8Linear(linear)
-    x = torch.randn(4, 96)
-    want = F.linear(x.to(torch.bfloat16).float(), layer.dequantized())
-    assert rel_error(layer(x), want) < 0.01
+@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX512-BF16 kernel where the CPU has it
+@pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
+@pytest.mark.parametrize("n", [24, 50, 64])  # outputs filling part of the last block of 16
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17])  # register tiles of 8, chains for few
+def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, generic,
+                                                                  layer_type, n, rows):
+    """The kernels give x (rounded to bfloat16) @ the float32 weight up to float32 rounding
+    (a weight off by one int4 step, a swapped pair or a wrong scale is off by >1e-2)."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    layer = layer_type(spread_linear(n, 96, seed=n))
+    x = torch.randn(rows, 96, dtype=torch.bfloat16)
+    got = layer.kernel(x)
+    want = F.linear(x.float(), layer.dequantized())
+    assert got.shape == (rows, n) and got.dtype == torch.float32
+    assert rel_error(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
+def test_dequantized_weight_is_the_quantized_float_weight(layer_type):
+    linear = spread_linear(40, 64)
+    layer = layer_type(linear)
+    if layer_type is Int8Linear:
+        q, scales = quantize_int8_rows(linear.weight)
+        want = q.float() * scales.float()[:, None]
+    else:
+        q, scale_zeros = quantize_int4_groups(linear.weight)
+        scales, zeros = scale_zeros.float().unbind(-1)  # (G, N) each
+        want = ((q.view(40, 2, 32).float() - 8) * scales.T[..., None]
+                + zeros.T[..., None]).view(40, 64)
+    assert torch.equal(layer.dequantized(), want)
+
+
+def test_quantized_kernels_reject_a_mismatched_weight():
+    layer = Int4Linear(spread_linear(32, 64))
+    with pytest.raises(RuntimeError, match="do not fill"):
+        torch.ops.snapstream.int4_matmul(torch.zeros(1, 64, dtype=torch.bfloat16), layer.weight,
+                                         layer.scale_zeros, 48)
+    with pytest.raises(RuntimeError, match="int4 weight must be"):
+        torch.ops.snapstream.int4_matmul(torch.zeros(1, 96, dtype=torch.bfloat16), layer.weight,
+                                         layer.scale_zeros, 32)
+
+
+@pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
+def test_quantized_kernels_have_shapes_for_torch_compile(layer_type):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layer = layer_type(spread_linear(40, 64))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        out = layer.kernel(torch.empty(3, 64, dtype=torch.bfloat16))
+    assert out.shape == (3, 40) and out.dtype == torch.float32
