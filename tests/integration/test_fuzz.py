@@ -9,7 +9,7 @@ from collections import Counter
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from snapstream.v1 import common_pb2, generation_pb2
@@ -81,6 +81,8 @@ def test_any_request_gets_a_client_status_and_the_cluster_still_serves(tiny_mode
             @settings(max_examples=80, deadline=None, database=None,
                       suppress_health_check=[HealthCheck.too_slow])
             @given(requests())
+            @example(generation_pb2.GenerateRequest(prompt="ok " * 4, max_new_tokens=2))
+            @example(generation_pb2.GenerateRequest(prompt="ok", max_new_tokens=2**32 - 1))
             def check(request: generation_pb2.GenerateRequest) -> None:
                 code = runner.run(_status(stack, request))
                 codes[code] += 1
@@ -93,4 +95,5 @@ def test_any_request_gets_a_client_status_and_the_cluster_still_serves(tiny_mode
             runner.run(wait_idle(stack))
         finally:
             runner.run(stack_context.__aexit__(None, None, None))
+    # the two explicit examples make both certain; random draws are mostly invalid
     assert codes["OK"] and codes["INVALID_ARGUMENT"], codes
