@@ -11,6 +11,7 @@ BENCHMARKS: dict[str, str] = {
     "peers": "snapstream.bench.peers.cli",
     "faults": "snapstream.bench.faults.cli",
     "quant": "snapstream.bench.quant_cli",
+    "kernels": "snapstream.bench.kernel_bench",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from snapstream.bench.peers.bench import PeersBenchConfig
+from snapstream.bench.peers.passkey import PeersPasskeyConfig, passkey_set, render_passkey
 from snapstream.bench.peers.prompts import filler_text, passkey_prompt
 from snapstream.bench.peers.report import (
     common_prefix,
@@ -104,6 +105,31 @@ def test_passkey_prompt_has_the_exact_length_and_the_passkey_at_its_depth():
     assert passkey_prompt(tok, filler, 3001).passkey != prompt.passkey
     with pytest.raises(ValueError, match="filler"):
         passkey_prompt(tok, filler[:100], 3000)
+
+
+def test_the_passkey_set_has_a_key_and_a_depth_per_prompt():
+    tok = CharTokenizer()
+    cfg = PeersPasskeyConfig(systems=("snapstream",), prompts=8, prompt_len=3000)
+    prompts = passkey_set(tok, cfg)
+    assert len({p.passkey for p in prompts}) == 8 and {len(p.token_ids) for p in prompts} == {3000}
+    depths = [tok.decode(p.token_ids).index(f"The pass key is {p.passkey}.") / 3000
+              for p in prompts]
+    assert depths == sorted(depths) and depths[0] < 0.1 and depths[-1] > 0.85
+
+
+def test_the_passkey_table_counts_answers_and_shows_the_misses():
+    cfg = PeersPasskeyConfig(systems=("snapstream", "transformers"), prompts=2)
+    results = {"systems": {
+        "snapstream": {"label": "s", "answers": [{"passkey": "1", "text": " 1.", "found": True},
+                                                 {"passkey": "2", "text": " 2.", "found": True}]},
+        "transformers": {"label": "t", "answers": [
+            {"passkey": "1", "text": " 1.", "found": True},
+            {"passkey": "2", "text": " 7 is it", "found": False}]}},
+        "failures": {"kvpress-snapkv": "venv build failed"}}
+    body = render_passkey(results, cfg)
+    assert "| snapstream | 2/2 | - |" in body
+    assert "| transformers | 1/2 | '7 is it' |" in body
+    assert "- kvpress-snapkv: venv build failed" in body
 
 
 def test_cpu_features_names_the_vector_extensions():

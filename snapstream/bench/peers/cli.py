@@ -3,7 +3,8 @@
 Builds each peer's venv on first use (cached; llama.cpp compiles for ~15-30 min) and writes the
 tables into the ``peers`` section of docs/benchmarks.md: ``--parts batch1`` (every system, one
 request at a time), ``serve`` (snapstream's serving loop against llama-server under
-concurrency, prefill included) and ``batch`` (decode throughput with c sequences at once).
+concurrency, prefill included) and ``batch`` (decode throughput with c sequences at once);
+``passkey`` (retrieval on 8 prompts per system, answers only) writes ``peers-passkey``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
-PARTS = ("batch1", "serve", "batch")
+PARTS = ("batch1", "serve", "batch", "passkey")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
 
     from snapstream.bench.peers.batch import PeersBatchConfig, render_batch, run_peers_batch
     from snapstream.bench.peers.bench import PeersBenchConfig, _stderr, run_peers_bench
+    from snapstream.bench.peers.passkey import (
+        PeersPasskeyConfig,
+        render_passkey,
+        run_peers_passkey,
+    )
     from snapstream.bench.peers.report import render
     from snapstream.bench.peers.serve import PeersServeConfig, render_serve, run_peers_serve
     from snapstream.bench.report import write_section
@@ -83,19 +89,27 @@ def run(args: argparse.Namespace) -> int:
         budget=cfg.budget)
     # SIGTERM unwinds like Ctrl-C, so the runners get stopped on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    results, bodies = {}, []
+    results: dict[str, dict] = {}
+    bodies: dict[str, list[str]] = {"peers": [], "peers-passkey": []}  # doc section -> tables
     if "batch1" in parts:
         results["batch1"] = run_peers_bench(cfg)
-        bodies.append(render(results["batch1"], cfg, args.baseline))
+        bodies["peers"].append(render(results["batch1"], cfg, args.baseline))
     if "serve" in parts:
         results["serve"] = run_peers_serve(serve_cfg, _stderr)
-        bodies.append(render_serve(results["serve"], serve_cfg))
+        bodies["peers"].append(render_serve(results["serve"], serve_cfg))
     if "batch" in parts:
         results["batch"] = run_peers_batch(batch_cfg)
-        bodies.append(render_batch(results["batch"], batch_cfg, args.baseline))
-    body = "\n\n".join(bodies)
-    print(body)
-    write_section(args.doc, "peers", body)
+        bodies["peers"].append(render_batch(results["batch"], batch_cfg, args.baseline))
+    if "passkey" in parts:
+        passkey_cfg = PeersPasskeyConfig(systems=cfg.systems, prompt_len=args.serve_prompt_len,
+                                         n_threads=args.threads, budget=cfg.budget)
+        results["passkey"] = run_peers_passkey(passkey_cfg)
+        bodies["peers-passkey"].append(render_passkey(results["passkey"], passkey_cfg))
+    for section, tables in bodies.items():
+        if tables:
+            body = "\n\n".join(tables)
+            print(body)
+            write_section(args.doc, section, body)
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(results, indent=1))

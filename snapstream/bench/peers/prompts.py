@@ -67,12 +67,12 @@ def filler_text(root: Path = LICENSES) -> str:
 
 
 def passkey_prompt(tokenizer: TextTokenizer, filler_ids: Sequence[int], num_tokens: int,
-                   depth: float = 0.5) -> Prompt:
+                   depth: float = 0.5, seed: int = 0) -> Prompt:
     """A prompt of exactly ``num_tokens`` ids: filler, the passkey sentence at ``depth``, more
-    filler, the question. The passkey is fixed by ``num_tokens``."""
+    filler, the question. The passkey is fixed by ``num_tokens`` and ``seed``."""
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must lie in [0, 1], got {depth}")
-    passkey = str(random.Random(num_tokens).randint(10000, 99999))
+    passkey = str(random.Random(num_tokens + 1_000_003 * seed).randint(10000, 99999))
     needle = tokenizer.encode(f"\n\nThe pass key is {passkey}. Remember it. {passkey} is the "
                               "pass key.\n\n")
     question = tokenizer.encode(QUESTION)

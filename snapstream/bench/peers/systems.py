@@ -163,9 +163,9 @@ register(PeerSystem(
     name="snapstream",
     label="snapstream in process as served (Engine: prefill + SnapKV, then the static "
           "ring-buffer decode step), the default format for this Q4_1 GGUF: int4 weights (its "
-          "4-bit groups of 32; torch's int4 CPU kernel in decode, the dequantized bfloat16 GEMM "
-          "in prefill; int8 LM head), float32 activations, bfloat16 KV of the budget's size "
-          "whatever the length",
+          "4-bit groups of 32; snapstream's int4 kernel, the dequantized bfloat16 GEMM from 128 "
+          "rows of a prompt on; int8 LM head), float32 activations, bfloat16 KV of the budget's "
+          "size whatever the length",
     venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
 register(PeerSystem(
     name="snapstream-fp32",
