@@ -7,17 +7,17 @@ The LM head is int8 in both, and a tied embedding looks its rows up there.
 
 The matmul is the project's kernel (``snapstream::int4_matmul``, ``int8_matmul``,
 snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block of 16 outputs
-is dequantized once per call to bfloat16 and multiplied with every row of the input (rounded to
-bfloat16, products summed in float32), so a decode batch reads and unpacks the weights once
-(torch's ``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 2.3x slower at 16
-rows, docs/benchmarks.md). Layers return float32; norms, attention and residuals stay in the
-model's dtype.
+is read and unpacked once per call for every row of the input (rounded to bfloat16, products
+summed in float32), so a decode batch reads the weights once (torch's
+``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 1.7x slower at 16 rows,
+docs/benchmarks.md "Quantized matmul kernels"). Layers return float32; norms, attention and
+residuals stay in the model's dtype.
 
-From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's bfloat16 GEMM is faster: a layer then
-multiplies by its weight dequantized to bfloat16, made on the first such call (the kernel
-applied to the identity, so it is exactly the weight the kernel computes with) and kept
-outside the state dict: a decode worker never makes it, and it does not change the model's
-fingerprint.
+From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's bfloat16 GEMM is as fast or faster: a layer
+then multiplies by its weight dequantized to bfloat16, made on the first such call (the kernel
+applied to the identity, so it is the weight the kernel computes with, rounded to bfloat16)
+and kept outside the state dict: a decode worker never makes it, and it does not change the
+model's fingerprint.
 """
 
 from __future__ import annotations
