@@ -126,7 +126,8 @@ def test_the_passkey_table_counts_answers_and_shows_the_misses():
             {"passkey": "1", "text": " 1.", "found": True},
             {"passkey": "2", "text": " 7 is it", "found": False}]}},
         "failures": {"kvpress-snapkv": "venv build failed"}}
-    body = render_passkey(results, cfg)
+    body = render_passkey(results, cfg, "snapstream bench peers --parts passkey")
+    assert "Command: `snapstream bench peers --parts passkey`" in body
     assert "| snapstream | 2/2 | - |" in body
     assert "| transformers | 1/2 | '7 is it' |" in body
     assert "- kvpress-snapkv: venv build failed" in body

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from snapstream.bench.peers.report import render
     from snapstream.bench.peers.serve import PeersServeConfig, render_serve, run_peers_serve
-    from snapstream.bench.report import write_section
+    from snapstream.bench.report import command_line, write_section
 
     parts = tuple(args.parts.split(","))
     if not parts or set(parts) - set(PARTS):
@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         passkey_cfg = PeersPasskeyConfig(systems=cfg.systems, prompt_len=args.serve_prompt_len,
                                          n_threads=args.threads, budget=cfg.budget)
         results["passkey"] = run_peers_passkey(passkey_cfg)
-        bodies["peers-passkey"].append(render_passkey(results["passkey"], passkey_cfg))
+        bodies["peers-passkey"].append(render_passkey(results["passkey"], passkey_cfg,
+                                                       command_line()))
     for section, tables in bodies.items():
         if tables:
             body = "\n\n".join(tables)

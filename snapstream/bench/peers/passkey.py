@@ -82,13 +82,13 @@ def run_peers_passkey(cfg: PeersPasskeyConfig, echo: Echo | None = None) -> dict
             "systems": systems, "failures": failures}
 
 
-def render_passkey(results: dict, cfg: PeersPasskeyConfig) -> str:
+def render_passkey(results: dict, cfg: PeersPasskeyConfig, command: str) -> str:
     rows = [[name, f"{sum(a['found'] for a in s['answers'])}/{len(s['answers'])}",
              ", ".join(repr(a["text"].strip()[:24]) for a in s["answers"] if not a["found"])
              or "-"] for name, s in results["systems"].items()]
     failed = "\n".join(f"- {name}: {why}" for name, why in results["failures"].items())
     return "\n".join([
-        "### Passkey retrieval at equal KV memory", "",
+        "### Passkey retrieval at equal KV memory", "", f"Command: `{command}`", "",
         f"{cfg.prompts} prompts of {cfg.prompt_len} tokens per system, each with its own pass "
         f"key at depth (i + 0.5)/{cfg.prompts}, greedy, {cfg.max_new_tokens} new tokens; the "
         f"compressing systems hold {cfg.budget.total} tokens of KV (1/"
