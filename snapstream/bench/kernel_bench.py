@@ -1,7 +1,8 @@
 """Quantized matmul kernels: ours (snapstream::int4_matmul/int8_matmul) against torch's, by batch.
 
 The model's own linear layers, all of them in turn (their weights come from memory as in a
-decode step, not from cache): the 30 blocks' q/k/v/o and MLP as int4, the LM head as int8.
+decode step, not from cache): every block's attention and MLP projections as int4, the LM head
+as int8.
 Each row of x is what one decoding sequence sends through a step. Three ways, called
 round-robin in one process: our kernel on the packed blocks, torch's kernel on the same
 quantized weights (``_weight_int4pack_mm_for_cpu``, ``_weight_int8pack_mm``), and oneDNN's
@@ -102,7 +103,8 @@ def run_kernel_bench(cfg: KernelBenchConfig, path: str | None) -> dict:
                             **{way: statistics.median(t) for way, t in times.items()}})
             print(f"rows {m:4d} {part:6s} " + "  ".join(
                 f"{way} {fmt_ms(results[-1][way])} ms" for way in ways), flush=True)
-    return {"model": checkpoint.name, "config": asdict(cfg), "results": results}
+    return {"model": checkpoint.name, "config": asdict(cfg), "linears": len(linears),
+            "results": results}
 
 
 def render(results: dict, command: str) -> str:
@@ -112,7 +114,8 @@ def render(results: dict, command: str) -> str:
     return "\n\n".join([
         "### Quantized matmul kernels",
         f"`{command}` — model {results['model']}; {machine_line()}. ms for one pass over the "
-        "model's weights (layers: its 210 int4 linear layers; head: the int8 LM head), medians of "
+        f"model's weights (layers: its {results['linears']} int4 linear layers, fused q/k/v and "
+        "gate/up included; head: the int8 LM head), medians of "
         f"{results['config']['calls']} passes, the three ways round-robin; speed-up = their time "
         "/ ours.",
         markdown_table(["rows", "weights", "ours ms", "torch's kernel ms", "bf16 GEMM ms",
