@@ -123,16 +123,18 @@ SNAPSTREAM_BF16 inline void dot(__m512* acc, __m512bh w, const uint32_t* x_pairs
                               (__m512bh)_mm512_set1_epi32(static_cast<int>(x_pairs[m * pairs + p])));
 }
 
-// Independent accumulators per row: few rows would otherwise wait on vdpbf16ps's latency.
-template <int ROWS>
-constexpr int kChains = ROWS >= 4 ? 1 : 4 / ROWS;
+// Two independent accumulators per row (even and odd pairs), so that few rows do not wait on
+// vdpbf16ps's latency. The same for every tile size: a row's sums are added in one order
+// whatever else is in the batch, so a sequence's tokens do not depend on its batch-mates
+// (a stream resumed on another decode worker stays token-identical).
+constexpr int kChains = 2;
 
 // ROWS rows of x (bfloat16 pairs as uint32, (ROWS, K/2); x_sums (ROWS, K/32) their group
 // sums) times an int4 block.
 template <int ROWS>
 SNAPSTREAM_BF16 void rows_int4(const Block& block, const uint32_t* x_pairs, const float* x_sums,
                                const BlockOut& out) {
-  constexpr int chains = kChains<ROWS>;
+  constexpr int chains = kChains;
   const int64_t pairs = block.k / 2, groups = block.k / kGroup;
   __m512 acc[ROWS];
   for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
@@ -160,7 +162,7 @@ SNAPSTREAM_BF16 void rows_int4(const Block& block, const uint32_t* x_pairs, cons
 template <int ROWS>
 SNAPSTREAM_BF16 void rows_int8(const Block& block, const uint32_t* x_pairs, const float*,
                                const BlockOut& out) {
-  constexpr int chains = kChains<ROWS>;
+  constexpr int chains = kChains;
   const int64_t pairs = block.k / 2;
   __m512 partial[chains][ROWS];
   for (int c = 0; c < chains; ++c)

@@ -241,3 +241,17 @@ def test_quantized_kernels_have_shapes_for_torch_compile(layer_type):
     with FakeTensorMode(allow_non_fake_inputs=True):
         out = layer.kernel(torch.empty(3, 64, dtype=torch.bfloat16))
     assert out.shape == (3, 40) and out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("generic", ["0", "1"])
+@pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
+def test_a_rows_result_does_not_depend_on_its_batch(monkeypatch, generic, layer_type):
+    """Bit for bit: a decode row gets the same logits alone or among 16 others (register tiles
+    of 8 rows and a remainder), so a stream resumed on another worker stays token-identical."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    layer = layer_type(spread_linear(48, 96))
+    x = torch.randn(17, 96, dtype=torch.bfloat16)
+    together = layer.kernel(x)
+    for i in (0, 7, 8, 16):
+        assert torch.equal(layer.kernel(x[i : i + 1])[0], together[i])
+        assert torch.equal(layer.kernel(x[i : i + 3])[0], together[i])
