@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from snapstream.bench.report import (
     fmt_ratio,
     machine_line,
     markdown_table,
+    parse_ints,
     write_section,
 )
 from snapstream.serving.settings import add_model_setting
@@ -43,9 +42,6 @@ class KernelBenchConfig:
     warmup: int = 2
     threads: int = 2
 
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(",") if part.strip())
 
 
 def layer_calls(linears: list[nn.Linear], head: nn.Linear
@@ -74,6 +70,7 @@ def layer_calls(linears: list[nn.Linear], head: nn.Linear
 
 
 def run_kernel_bench(cfg: KernelBenchConfig, path: str | None) -> dict:
+    from snapstream.bench.quant_bench import interleaved
     from snapstream.checkpoints import open_checkpoint
     from snapstream.loader import load_model
 
@@ -90,17 +87,12 @@ def run_kernel_bench(cfg: KernelBenchConfig, path: str | None) -> dict:
     for m in cfg.rows:
         inputs = {k: torch.randn(m, k).to(torch.bfloat16) for k in in_features["layers"]}
         for part, ways in parts.items():
-            ks = in_features[part]
-            times: dict[str, list[float]] = {way: [] for way in ways}
-            for i in range(cfg.warmup + cfg.calls):
-                for way, calls in ways.items():
-                    start = time.perf_counter()
-                    for call, k in zip(calls, ks, strict=True):
-                        call(inputs[k])
-                    if i >= cfg.warmup:
-                        times[way].append(time.perf_counter() - start)
+            xs = [inputs[k] for k in in_features[part]]  # one input per weight
+            medians = interleaved({(way, cfg.threads): lambda i, calls=calls, xs=xs: [
+                call(x) for call, x in zip(calls, xs, strict=True)]
+                for way, calls in ways.items()}, cfg.calls, cfg.warmup)
             results.append({"rows": m, "part": part,
-                            **{way: statistics.median(t) for way, t in times.items()}})
+                            **{way: seconds for (way, _), seconds in medians.items()}})
             print(f"rows {m:4d} {part:6s} " + "  ".join(
                 f"{way} {fmt_ms(results[-1][way])} ms" for way in ways), flush=True)
     return {"model": checkpoint.name, "config": asdict(cfg), "linears": len(linears),
@@ -126,7 +118,7 @@ def render(results: dict, command: str) -> str:
 def register(parser: argparse.ArgumentParser) -> None:
     add_model_setting(parser)
     defaults = KernelBenchConfig()
-    parser.add_argument("--rows", type=_ints, default=defaults.rows,
+    parser.add_argument("--rows", type=parse_ints, default=defaults.rows,
                         help="input rows (decoding sequences) per call")
     parser.add_argument("--calls", type=int, default=defaults.calls)
     parser.add_argument("--threads", type=int, default=defaults.threads)

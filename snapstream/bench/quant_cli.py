@@ -14,20 +14,17 @@ from snapstream.bench.report import (
     fmt_ratio,
     machine_line,
     markdown_table,
+    parse_ints,
     write_section,
 )
 from snapstream.serving.settings import add_model_setting
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(",") if part.strip())
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_model_setting(parser)
     parser.add_argument("--formats", default="float32,int8,int4",
                         help="the first is the reference of ratios and parity")
-    parser.add_argument("--threads", type=_ints, default=(1, 2),
+    parser.add_argument("--threads", type=parse_ints, default=(1, 2),
                         help="torch thread counts, each measured in the same rounds")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--no-8k", action="store_true", help="skip batch 1 at 8192 tokens")

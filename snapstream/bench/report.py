@@ -11,6 +11,11 @@ from pathlib import Path
 import torch
 
 
+def parse_ints(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers from the command line ("1,4,16"; blanks skipped)."""
+    return tuple(int(part) for part in text.split(",") if part.strip())
+
+
 def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]

@@ -8,13 +8,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from snapstream.bench.report import parse_ints
 from snapstream.serving.settings import add_model_setting
 
 PARTS = ("serve", "blob")
 
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(",") if part.strip())
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -31,8 +29,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--openai-url", default=None,
                         help="base URL (http://HOST:PORT/v1) of the OpenAI-compatible server "
                         "the openai system drives (default: the local cluster's router)")
-    parser.add_argument("--concurrency", type=_ints, default=(1, 8, 32))
-    parser.add_argument("--requests", type=_ints, default=(16, 32, 64),
+    parser.add_argument("--concurrency", type=parse_ints, default=(1, 8, 32))
+    parser.add_argument("--requests", type=parse_ints, default=(16, 32, 64),
                         help="requests sent at each concurrency level")
     parser.add_argument("--prompt-len", type=int, default=1500, help="prompt bytes")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -48,7 +46,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     parser.add_argument("--slo-itl-p90-ms", type=float, default=250.0)
     parser.add_argument("--blob-stores", type=_names, default=("redis", "nats"))
-    parser.add_argument("--blob-sizes-mib", type=_ints, default=(1, 64, 1024))
+    parser.add_argument("--blob-sizes-mib", type=parse_ints, default=(1, 64, 1024))
     parser.add_argument("--blob-repeats", type=int, default=3)
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
     parser.add_argument("--json-out", type=Path, default=None)
