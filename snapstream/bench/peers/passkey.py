@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from snapstream.bench.peers.bench import _stderr, started_peer
+from snapstream.bench.peers.bench import PeersBenchConfig, _stderr, started_peer
 from snapstream.bench.peers.process import RunnerError
 from snapstream.bench.peers.prompts import (
     Prompt,
@@ -26,8 +26,7 @@ from snapstream.bench.report import markdown_table
 
 @dataclass(frozen=True)
 class PeersPasskeyConfig:
-    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-fp32", "snapstream-full",
-                                "openvino", "openvino-evict", "transformers", "kvpress-snapkv")
+    systems: tuple[str, ...] = PeersBenchConfig.systems  # every system of the batch-1 part
     prompts: int = 8
     prompt_len: int = 4096
     max_new_tokens: int = 16
