@@ -13,13 +13,16 @@ PANELS = (("kernel x pooling", "kernel"), ("window", "window"), ("n_sink", "n_si
 
 def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_accuracy: float,
                path: Path) -> None:
-    """``centre``: the rule the second stage varies one axis of at a time; ``full_accuracy``:
-    the full cache's on the same samples, drawn as the ceiling."""
+    """The first stage's kernel x pooling, then the last round's axes; ``centre``: the rule that
+    round varies one axis of at a time; ``full_accuracy``: the full cache's on the same
+    samples, drawn as the ceiling."""
     budgets = [key for key in table[0] if "/" in key]
+    last = max(e["stage"] for e in table)
     fig, axes = _pyplot().subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.6),
                                    sharey=True, layout="constrained")
     for ax, (axis, field) in zip(axes, PANELS, strict=True):
-        entries = [e for e in table if e["axis"] == axis]
+        stage = 0 if axis == "kernel x pooling" else last
+        entries = [e for e in table if e["axis"] == axis and e["stage"] == stage]
         poolings = dict.fromkeys(e["pooling"] for e in entries)
         for label in budgets:
             for pooling in poolings:
@@ -35,5 +38,5 @@ def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_acc
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("snapstream accuracy")
-    fig.suptitle(f"second stage around {centre}", fontsize=8)
+    fig.suptitle(f"round {last} around {centre}", fontsize=8)
     _save(fig, path)

@@ -1,15 +1,19 @@
 """The policy sweep: its variants, the choice from a table, the policy file it writes."""
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
+from snapstream.evaluate.budget import SplitRule
 from snapstream.evaluate.sweep import (
     AXES,
     BASE,
+    MAX_ROUNDS,
+    RING_SLACK,
     axis_variants,
     choose,
+    choose_kernel,
     kernel_variants,
     main,
     policy_fields,
@@ -24,37 +28,56 @@ def test_variants_cross_kernel_and_pooling_and_vary_other_axes_alone():
     found = variants()
     crossed = [v.rule for v in found if v.axis == "kernel x pooling"]
     assert len(crossed) == len(AXES["kernel"]) * len(AXES["pooling"])
-    for axis in ("window", "n_sink", "recent_fraction"):
+    for axis in ("kernel", "window", "n_sink", "recent_fraction"):
         rules = [v.rule for v in found if v.axis == axis]
         assert sorted(getattr(r, axis) for r in rules) == sorted(AXES[axis])
-        assert all(r.kernel == BASE.kernel and r.pooling == BASE.pooling for r in rules)
+        assert all(replace(r, **{axis: getattr(BASE, axis)}) == BASE for r in rules)
 
 
-def test_second_stage_is_centred_on_the_first_and_skips_what_it_decoded():
+def test_a_round_is_centred_on_its_centre_and_skips_what_was_decoded():
     centre = replace(BASE, kernel=15, pooling="max")
     done = frozenset(run.policy for run in sweep_runs(kernel_variants(), 2048))
     second = sweep_runs(axis_variants(centre), 2048, with_full=False, skip=done)
     assert second and not {run.policy for run in second} & done
-    assert all((run.policy.kernel, run.policy.pooling) == (15, "max") for run in second)
+    assert all(run.policy.pooling == "max" for run in second)
     assert all(run.policy.kind == "snapstream" for run in second)
+    # the kernel axis at the centre's window, sinks and ring was decoded in the first stage
+    assert all(run.policy.kernel == 15 for run in second)
 
 
 def entry(axis: str, mean: float, **fields) -> dict:
     rule = {"n_sink": BASE.n_sink, "window": BASE.window, "recent_fraction": BASE.recent_fraction,
             "kernel": BASE.kernel, "pooling": BASE.pooling, **fields}
-    return {"axis": axis, **rule, "1/4": mean, "1/8": mean, "mean": mean}
+    return {"stage": 1, "axis": axis, **rule, "1/4": mean, "1/8": mean, "mean": mean,
+            "correct": round(mean * 20)}
 
 
-def test_choose_takes_each_axis_best_and_the_base_on_ties():
+def test_the_kernel_stage_takes_the_best_kernel_and_pooling():
     table = [entry("kernel x pooling", 0.5), entry("kernel x pooling", 0.8, kernel=15),
-             entry("kernel x pooling", 0.8, kernel=31, pooling="max"),
+             entry("kernel x pooling", 0.9, kernel=31, pooling="max")]
+    chosen = choose_kernel(table)
+    assert (chosen.kernel, chosen.pooling) == (31, "max")
+    assert replace(chosen, kernel=BASE.kernel, pooling=BASE.pooling) == BASE
+
+
+def test_choose_takes_each_axis_best_and_the_centre_on_ties():
+    centre = replace(BASE, kernel=31, pooling="max")
+    table = [entry("kernel", 0.5, kernel=31), entry("kernel", 0.5, kernel=15),
              entry("window", 0.6), entry("window", 0.6, window=64),
              entry("n_sink", 0.4), entry("n_sink", 0.7, n_sink=16),
              entry("recent_fraction", 0.5), entry("recent_fraction", 0.9, recent_fraction=0.0)]
-    chosen = choose(table)
+    chosen = choose(table, centre)
     assert (chosen.kernel, chosen.window, chosen.n_sink, chosen.recent_fraction) == (
-        15, BASE.window, 16, 0.0)
-    assert chosen.pooling == BASE.pooling
+        31, BASE.window, 16, 0.0)
+    assert chosen.pooling == "max"
+
+
+def test_the_ring_takes_the_largest_share_within_the_slack_of_the_best():
+    table = [entry("recent_fraction", 0.80, recent_fraction=0.0),
+             entry("recent_fraction", 0.80 - RING_SLACK / 20, recent_fraction=0.25),
+             entry("recent_fraction", 0.80 - (RING_SLACK + 1) / 20, recent_fraction=0.5)]
+    others = [entry(axis, 0.5) for axis in ("kernel", "window", "n_sink")]
+    assert choose(table + others, BASE).recent_fraction == 0.25
 
 
 def test_policy_fields_load_as_a_policy_of_the_serving_budget():
@@ -66,13 +89,20 @@ def test_policy_fields_load_as_a_policy_of_the_serving_budget():
 @pytest.mark.timeout(600)
 def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
     model = write_tiny_model(tmp_path / "tiny")
-    assert main(["--model", str(model), "--tasks", "niah", "--context-len", "700",
+    assert main(["--model", str(model), "--tasks", "niah", "--context-lens", "700",
                  "--n-per-cell", "1", "--out", str(tmp_path / "out"), "--write-policy"]) == 0
     result = json.loads((tmp_path / "out" / "sweep.json").read_text())
-    assert len(result["table"]) == len(variants())
+    rounds = max(e["stage"] for e in result["table"])
+    assert 1 <= rounds <= MAX_ROUNDS and len(result["centres"]) == rounds
+    assert len(result["table"]) == len(kernel_variants()) + rounds * len(axis_variants(BASE))
     assert all(0.0 <= e["mean"] <= 1.0 for e in result["table"])
     assert 0.0 <= result["full_accuracy"] <= 1.0
+    last = [e for e in result["table"] if e["stage"] == rounds]
+    chosen = choose(last, SplitRule(**result["centres"][-1]))
+    assert asdict(chosen) == result["chosen"]
+    # the descent stops when a round's pick is its own centre, or after MAX_ROUNDS
+    assert rounds == MAX_ROUNDS or asdict(chosen) == result["centres"][-1]
     written = json.loads((model / "snapstream_policy.json").read_text())
-    assert written == result["policy"] == policy_fields(choose(result["table"]))
+    assert written == result["policy"] == policy_fields(chosen)
     assert (tmp_path / "out" / "sweep.png").read_bytes().startswith(b"\x89PNG")
     assert "wrote the model's default policy" in capsys.readouterr().out
