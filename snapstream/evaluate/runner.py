@@ -3,9 +3,9 @@ run decoded for a group of prompts at once (:mod:`~snapstream.evaluate.lockstep`
 
 Runs whose policies are equal (``1/4`` of 1024 tokens and ``256``) are decoded once and
 reported under each label. With gaps, the prompt cut before its answer cue is the same for
-every gap above 0, so it is run once for them all. Progress counts prompt tokens as their
-forwards finish (shared ones too), so its ETA weighs long prompts right (decoding, which grows
-with the group, rides along).
+every gap above 0, so it is run once for them all. Progress counts the token positions run:
+each distinct prompt's forward, then each policy's decode of a group (forced gap tokens and
+the most new tokens a row may take), so a gap run's long forced decodes weigh in its ETA.
 """
 
 from __future__ import annotations
@@ -36,19 +36,36 @@ def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progres
     samples runs no prompt again (it must ask for no window above the first call's, which
     keeps the last ``max_window`` queries at least)."""
     runs_for = runs_for or cfg.runs
-    total = sum(sample.num_tokens for sample in samples) * len(cfg.gaps)
+    groups = [(group, runs_for(group[0][1].context_len))
+              for group in _groups(samples, cfg.max_group_tokens)]
+    inputs = {(gap, index): model_inputs(engine, cfg, gap, index, sample)
+              for group, _ in groups for index, sample in group for gap in cfg.gaps}
     rows: list[Row] = []
-    with tqdm(total=total, desc="eval", unit="tok", unit_scale=True, disable=not progress,
-              smoothing=0.0) as bar:
-        for group in _groups(samples, cfg.max_group_tokens):
-            runs = runs_for(group[0][1].context_len)
+    total = _work(engine, cfg.gaps, groups, inputs, cached=forwards or {})
+    with tqdm(total=total, desc="eval", unit="tok",
+              unit_scale=True, disable=not progress, smoothing=0.0) as bar:
+        for group, runs in groups:
             # every gap > 0 has one prompt; a caller's cache keeps every prompt
             shared = {} if forwards is None else forwards
             window = max(max_window, *(run.policy.window for run in runs))
             for gap in cfg.gaps:
-                rows += _evaluate_group(engine, cfg, gap, group, runs, window, shared,
-                                        keep_all=forwards is not None, on_forward=bar.update)
+                rows += _evaluate_group(engine, gap, group, [inputs[gap, i] for i, _ in group],
+                                        runs, window, shared, keep_all=forwards is not None,
+                                        on_progress=bar.update)
     return rows
+
+
+def _work(engine: Engine, gaps: tuple[int, ...],
+          groups: list[tuple[list[tuple[int, Sample]], list[Run]]],
+          inputs: dict[tuple[int, int], tuple[list[int], list[int]]],
+          cached: dict[tuple[int, ...], PromptForward]) -> int:
+    """Token positions :func:`evaluate` runs: every distinct prompt's forward not ``cached``,
+    and per group, gap and distinct policy, each row's forced tokens and new-token budget."""
+    prompts = {tuple(ids) for ids, _ in inputs.values()} - cached.keys()
+    decoded = sum(len(dict.fromkeys(run.policy for run in runs))
+                  * (len(inputs[gap, index][1]) + max_new_tokens(engine, sample))
+                  for group, runs in groups for index, sample in group for gap in gaps)
+    return sum(map(len, prompts)) + decoded
 
 
 def _groups(samples: Sequence[Sample], max_tokens: int) -> Iterator[list[tuple[int, Sample]]]:
@@ -65,20 +82,21 @@ def _groups(samples: Sequence[Sample], max_tokens: int) -> Iterator[list[tuple[i
         yield group
 
 
-def _evaluate_group(engine: Engine, cfg: EvalConfig, gap: int, group: list[tuple[int, Sample]],
-                    runs: list[Run], max_window: int,
-                    shared: dict[tuple[int, ...], PromptForward], *, keep_all: bool,
-                    on_forward: Callable[[int], object]) -> list[Row]:
-    """``shared``: forwards kept for the next gap (prompts that stop before the cue) or, with
-    ``keep_all``, for the caller."""
-    inputs = [model_inputs(engine, cfg, gap, index, sample) for index, sample in group]
+def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
+                    inputs: list[tuple[list[int], list[int]]], runs: list[Run],
+                    max_window: int, shared: dict[tuple[int, ...], PromptForward], *,
+                    keep_all: bool, on_progress: Callable[[int], object]) -> list[Row]:
+    """``inputs``: each row's :func:`model_inputs`; ``shared``: forwards kept for the next gap
+    (prompts that stop before the cue) or, with ``keep_all``, for the caller."""
     forwards = []
-    for (ids, _), (_, sample) in zip(inputs, group, strict=True):
-        forward = shared.get(tuple(ids)) or PromptForward.run(engine.model, ids, max_window)
+    for ids, _ in inputs:
+        forward = shared.get(tuple(ids))
+        if forward is None:
+            forward = PromptForward.run(engine.model, ids, max_window)
+            on_progress(len(ids))
         if gap or keep_all:
             shared[tuple(ids)] = forward
         forwards.append(forward)
-        on_forward(sample.num_tokens)
     budgets = [max_new_tokens(engine, sample) for _, sample in group]
     extra = max(len(forced) + new for (_, forced), new in zip(inputs, budgets, strict=True))
     longest = max(forward.prompt_len for forward in forwards)
@@ -92,6 +110,8 @@ def _evaluate_group(engine: Engine, cfg: EvalConfig, gap: int, group: list[tuple
                      max_new_tokens=new)
             for forward, (_, forced), new, (_, sample)
             in zip(forwards, inputs, budgets, group, strict=True)])
+        on_progress(sum(len(forced) + new for (_, forced), new in zip(inputs, budgets,
+                                                                       strict=True)))
     return [_row(index, sample, gap, run, forward.prompt_len, out)
             for run in runs
             for (index, sample), forward, out in zip(group, forwards, outputs[run.policy],

@@ -6,6 +6,7 @@ import io
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -137,6 +138,49 @@ def test_gaps_above_zero_share_one_forward_and_match_each_gap_alone(checkpoint, 
     for gap in cfg.gaps:
         alone = runner.evaluate(engine, replace(cfg, gaps=(gap,)), samples, progress=False)
         assert [row for row in together if row.gap == gap] == alone
+
+
+class _Bar:
+    """tqdm's part the runner uses, recording what it is told."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, total: int, **_):
+        self.total, self.updates = total, []
+        _Bar.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        return False
+
+    def update(self, n: int) -> None:
+        self.updates.append(n)
+
+
+def test_progress_counts_forwards_and_forced_decodes_to_its_total(checkpoint, monkeypatch):
+    from snapstream.engine import Engine
+    from snapstream.evaluate import runner
+    from snapstream.evaluate.config import EvalConfig
+
+    engine = Engine.from_pretrained(checkpoint)
+    cfg = EvalConfig(tasks=("niah",), context_lens=(600,), placements=("after",),
+                     policies=("full", "snapstream"), budgets=(Budget.parse("1/4"),),
+                     n_per_cell=2, gaps=(0, 200))
+    samples = cfg.samples(engine.tokenizer)
+    monkeypatch.setattr(runner, "tqdm", _Bar)
+    _Bar.made.clear()
+    forwards: dict = {}
+    runner.evaluate(engine, cfg, samples, forwards=forwards)
+    bar = _Bar.made[-1]
+    assert sum(bar.updates) == bar.total
+    # the last steps are the gap's decodes (200 forced tokens a row, 2 rows, 2 policies), not
+    # the forwards: the bar reaches its end when the work does
+    assert bar.updates[-1] >= 2 * 200 and bar.updates[-2] >= 2 * 200
+    runner.evaluate(engine, cfg, samples, forwards=forwards)  # every prompt cached
+    again = _Bar.made[-1]
+    assert sum(again.updates) == again.total < bar.total
 
 
 def test_eval_with_gaps_writes_its_results(checkpoint, tmp_path):
