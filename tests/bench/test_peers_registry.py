@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from snapstream.bench.peers.systems import (
     Budget,
     PeerSystem,
     compression_ratio,
+    default_budget,
     get_system,
     register,
 )
@@ -27,6 +29,8 @@ from snapstream.bench.peers.venvs import (
     find_venv,
     peers_root,
 )
+from snapstream.checkpoints import open_checkpoint
+from snapstream.policy import load_default_policy
 
 
 def _spec(**changes) -> VenvSpec:
@@ -127,7 +131,14 @@ def test_compression_ratio_keeps_exactly_the_budget(num_tokens, keep):
                                  dict(kernel=4)])
 def test_budget_refuses_bad_layouts(bad):
     with pytest.raises(ValueError):
-        Budget(**bad)
+        Budget(**{**asdict(default_budget()), **bad})
+
+
+def test_the_default_budget_is_the_default_models_policy():
+    policy = load_default_policy(open_checkpoint().policy_file)
+    budget = default_budget()
+    assert (budget.total, budget.n_sink, budget.n_recent, budget.window, budget.kernel) == (
+        policy.budget, policy.n_sink, policy.n_recent, policy.window, policy.kernel)
 
 
 @pytest.mark.parametrize("bad", [dict(max_new_tokens=1), dict(lengths=(8190,)),

@@ -14,7 +14,7 @@ from snapstream.policy import CachePolicy
 from snapstream.sampling import SamplingParams
 from tests.tiny_models import write_tiny_model
 
-BUDGET = Budget(total=48, n_sink=4, n_recent=16, window=8)
+BUDGET = Budget(total=48, n_sink=4, n_recent=16, window=8, kernel=31)
 
 
 @pytest.fixture(scope="module")

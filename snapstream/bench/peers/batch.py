@@ -24,7 +24,7 @@ from snapstream.bench.peers.prompts import (
     model_path,
 )
 from snapstream.bench.peers.runners.peer_protocol import median
-from snapstream.bench.peers.systems import Budget, get_system
+from snapstream.bench.peers.systems import Budget, default_budget, get_system
 from snapstream.bench.peers.venvs import Echo, PeerBuildError
 from snapstream.bench.report import markdown_table
 
@@ -40,7 +40,7 @@ class PeersBatchConfig:
     max_new_tokens: int = 128
     rounds: int = 2
     n_threads: int = 2
-    budget: Budget = field(default_factory=Budget)
+    budget: Budget = field(default_factory=default_budget)
     timeout_s: float = 3600.0
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from snapstream.bench.peers.process import RunnerError, RunnerProcess
 from snapstream.bench.peers.prompts import Prompt, load_tokenizer, model_path, passkey_prompts
 from snapstream.bench.peers.runners import RUNNERS
-from snapstream.bench.peers.systems import Budget, PeerSystem, get_system
+from snapstream.bench.peers.systems import Budget, PeerSystem, default_budget, get_system
 from snapstream.bench.peers.venvs import Echo, PeerBuildError, Venv, ensure_venv, peers_root
 from snapstream.bench.serve_profile import machine_cpu_s, process_cpu_s
 
@@ -33,7 +33,7 @@ class PeersBenchConfig:
     rounds: int = 3
     n_threads: int = 2
     n_ctx: int = 8192
-    budget: Budget = field(default_factory=Budget)
+    budget: Budget = field(default_factory=default_budget)
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:

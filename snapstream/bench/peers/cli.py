@@ -36,8 +36,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=defaults.rounds)
     parser.add_argument("--threads", type=int, default=defaults.n_threads)
     parser.add_argument("--budget", type=int, default=defaults.budget.total,
-                        help="KV budget in tokens of the compressing systems (half of it the "
-                             "recent ring, as in the model's policy)")
+                        help="KV budget in tokens of the compressing systems (their recent "
+                             "ring the share of it the model's policy gives its ring)")
     parser.add_argument("--baseline", default="llama.cpp", help="system the ratios divide by")
     parser.add_argument("--serve-concurrency", default=",".join(map(str, serve.concurrency)))
     parser.add_argument("--serve-requests", default=",".join(map(str, serve.requests)),
@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = PeersBenchConfig(
         systems=tuple(args.systems.split(",")), lengths=_ints(args.lengths),
         max_new_tokens=args.max_new_tokens, rounds=args.rounds, n_threads=args.threads,
-        budget=replace(defaults.budget, total=args.budget,  # the ring: half, as the policy's
-                       n_recent=max(defaults.budget.window, args.budget // 2)))
+        budget=replace(defaults.budget, total=args.budget, n_recent=max(
+            defaults.budget.window,
+            round(args.budget * defaults.budget.n_recent / defaults.budget.total))))
     serve_cfg = PeersServeConfig(
         concurrency=_ints(args.serve_concurrency), requests=_ints(args.serve_requests),
         prompt_len=args.serve_prompt_len, max_new_tokens=args.max_new_tokens,

@@ -19,7 +19,7 @@ from snapstream.bench.peers.prompts import (
     model_path,
     passkey_prompt,
 )
-from snapstream.bench.peers.systems import Budget, get_system
+from snapstream.bench.peers.systems import Budget, default_budget, get_system
 from snapstream.bench.peers.venvs import Echo, PeerBuildError
 from snapstream.bench.report import markdown_table
 
@@ -31,7 +31,7 @@ class PeersPasskeyConfig:
     prompt_len: int = 4096
     max_new_tokens: int = 16
     n_threads: int = 2
-    budget: Budget = field(default_factory=Budget)
+    budget: Budget = field(default_factory=default_budget)
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@ policies), speaking the same protocol as the peers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from snapstream.bench.peers import recipes
 from snapstream.bench.peers.models import openvino_ir
 from snapstream.bench.peers.runners import RUNNERS
 from snapstream.bench.peers.venvs import Echo, Venv, VenvSpec
+from snapstream.checkpoints import open_checkpoint
+from snapstream.policy import load_default_policy
 
 
 @dataclass(frozen=True)
@@ -23,14 +26,14 @@ class Budget:
     """The KV budget that systems with a fixed-size or compressed cache get, in tokens:
     ``n_sink`` first tokens, ``n_recent`` last ones, the rest chosen by the system's scoring
     (SnapKV) over a ``window`` of the last prompt queries, smoothed by a ``kernel``-wide pooling
-    where the system has one. The defaults are the default model's policy file (4 + 508 + 512,
-    window 32, kernel 31: the sweep's choice, docs/accuracy.md)."""
+    where the system has one. :func:`default_budget` is the default model's policy file (the
+    sweep's choice, docs/accuracy.md)."""
 
-    total: int = 1024
-    n_sink: int = 4
-    n_recent: int = 512
-    window: int = 32
-    kernel: int = 31
+    total: int
+    n_sink: int
+    n_recent: int
+    window: int
+    kernel: int
 
     def __post_init__(self) -> None:
         if self.n_sink + self.n_recent >= self.total:
@@ -40,6 +43,14 @@ class Budget:
             raise ValueError(f"Budget.window must be ≥ 1, got {self.window}")
         if self.kernel < 1 or self.kernel % 2 == 0:
             raise ValueError(f"Budget.kernel must be odd and ≥ 1, got {self.kernel}")
+
+
+@functools.cache
+def default_budget() -> Budget:
+    """The default model's served policy as a :class:`Budget`."""
+    policy = load_default_policy(open_checkpoint().policy_file)
+    return Budget(total=policy.budget, n_sink=policy.n_sink, n_recent=policy.n_recent,
+                  window=policy.window, kernel=policy.kernel)
 
 
 # (model GGUF, venv or None, echo) -> the model path the runner loads
