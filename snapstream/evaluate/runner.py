@@ -2,10 +2,11 @@
 run decoded for a group of prompts at once (:mod:`~snapstream.evaluate.lockstep`).
 
 Runs whose policies are equal (``1/4`` of 1024 tokens and ``256``) are decoded once and
-reported under each label. With gaps, the prompt cut before its answer cue is the same for
-every gap above 0, so it is run once for them all. Progress counts the token positions run:
-each distinct prompt's forward, then each policy's decode of a group (forced gap tokens and
-the most new tokens a row may take), so a gap run's long forced decodes weigh in its ETA.
+reported under each label. Every prompt stops before its answer cue, which is decoded as
+forced tokens (:func:`model_inputs`), so one forward serves every gap. Progress counts the
+token positions run: each distinct prompt's forward, then each policy's decode of a group
+(forced tokens and the most new tokens a row may take), so long forced decodes weigh in its
+ETA.
 """
 
 from __future__ import annotations
@@ -45,13 +46,12 @@ def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progres
     with tqdm(total=total, desc="eval", unit="tok",
               unit_scale=True, disable=not progress, smoothing=0.0) as bar:
         for group, runs in groups:
-            # every gap > 0 has one prompt; a caller's cache keeps every prompt
+            # every gap has the same prompt; a caller's cache keeps every prompt
             shared = {} if forwards is None else forwards
             window = max(max_window, *(run.policy.window for run in runs))
             for gap in cfg.gaps:
                 rows += _evaluate_group(engine, gap, group, [inputs[gap, i] for i, _ in group],
-                                        runs, window, shared, keep_all=forwards is not None,
-                                        on_progress=bar.update)
+                                        runs, window, shared, on_progress=bar.update)
     return rows
 
 
@@ -85,17 +85,16 @@ def _groups(samples: Sequence[Sample], max_tokens: int) -> Iterator[list[tuple[i
 def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
                     inputs: list[tuple[list[int], list[int]]], runs: list[Run],
                     max_window: int, shared: dict[tuple[int, ...], PromptForward], *,
-                    keep_all: bool, on_progress: Callable[[int], object]) -> list[Row]:
+                    on_progress: Callable[[int], object]) -> list[Row]:
     """``inputs``: each row's :func:`model_inputs`; ``shared``: forwards kept for the next gap
-    (prompts that stop before the cue) or, with ``keep_all``, for the caller."""
+    (and, when the caller passed its cache, for the caller)."""
     forwards = []
     for ids, _ in inputs:
         forward = shared.get(tuple(ids))
         if forward is None:
             forward = PromptForward.run(engine.model, ids, max_window)
             on_progress(len(ids))
-        if gap or keep_all:
-            shared[tuple(ids)] = forward
+        shared[tuple(ids)] = forward
         forwards.append(forward)
     budgets = [max_new_tokens(engine, sample) for _, sample in group]
     extra = max(len(forced) + new for (_, forced), new in zip(inputs, budgets, strict=True))
@@ -124,18 +123,22 @@ def max_new_tokens(engine: Engine, sample: Sample) -> int:
 
 def model_inputs(engine: Engine, cfg: EvalConfig, gap: int, index: int,
                  sample: Sample) -> tuple[list[int], list[int]]:
-    """The prompt's token ids and the ids decoded after it before generation: none, or with a
-    ``gap``, the prompt stops before the answer cue, and ``gap`` tokens of prose (drawn for
-    this sample) and the cue follow it as if generated."""
+    """The prompt's token ids and the ids decoded after it before generation. The prompt stops
+    before the answer cue, as a served request stops at the assistant's turn: the cue is the
+    start of the answer, not something compression may look at. With a ``gap``, ``gap`` tokens
+    of prose (drawn for this sample) come first, as if generated, then the cue."""
+    head = sample.prompt.removesuffix(sample.cue)
+    prompt = head.rstrip(" ")  # raw's "Answer: ": the space starts the cue's first token
+    no_bos = len(engine.tokenizer.encode(""))  # 1 when the tokenizer adds BOS
     if not gap:
-        return engine.encode(sample.prompt), []
+        return engine.encode(prompt), engine.tokenizer.encode(head[len(prompt):] + sample.cue)[
+            no_bos:]
     rng = random.Random(f"gap/{cfg.seed}/{index}")
     prose = corpus("prose")
     text = prose.window(prose.draw_start(rng), gap * GAP_CHARS_PER_TOKEN).text
-    no_bos = len(engine.tokenizer.encode(""))  # 1 when the tokenizer adds BOS
     gap_ids = engine.tokenizer.encode(text)[no_bos:][:gap]
     cue_ids = engine.tokenizer.encode(f"\n\n{sample.cue}")[no_bos:]
-    return engine.encode(sample.prompt.removesuffix(sample.cue)), gap_ids + cue_ids
+    return engine.encode(prompt), gap_ids + cue_ids
 
 
 def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int,
