@@ -5,9 +5,13 @@ one sample grid at budgets 1/4 and 1/8, in stages that share the prompts' forwar
 kernel with every pooling around ``BASE``; then rounds of coordinate descent around the best so
 far: the kernel, the window, the sinks and the ring's share of the budget, one axis at a time,
 the next round centred on the last round's pick of each axis (ties go to the centre's), until
-the pick is its own centre or ``MAX_ROUNDS`` have run. The evaluation grid then checks the
-choice. ``--write-policy`` writes it as the model's policy file (a 1024-token budget split by
-the chosen rule), which :func:`~snapstream.policy.load_default_policy` reads.
+the pick is its own centre or ``MAX_ROUNDS`` have run. Those answers come right after the
+prompt, where the sinks and the ring only take slots from SnapKV; a last stage, on prompts
+answered after ``GEN_GAPS`` generated tokens (question after, one length), picks the sinks and
+the ring's share around the descent's choice by their answers over every gap. The evaluation
+grid then checks the choice. ``--write-policy`` writes it as the model's policy file (a
+1024-token budget split by the chosen rule), which
+:func:`~snapstream.policy.load_default_policy` reads.
 """
 
 from __future__ import annotations
@@ -33,12 +37,15 @@ AXES: dict[str, tuple] = {
 BUDGETS = ("1/4", "1/8")
 SERVING_BUDGET = 1024
 MAX_ROUNDS = 3
-RING_SLACK = 1  # correct answers (over both budgets) a larger ring share may give up
+# the last stage: what decode keeps besides SnapKV's picks, scored after long generations
+GEN_AXES = ("n_sink", "recent_fraction")
+GEN_GAPS = (0, 128, 512)
+GEN_CONTEXT_LEN = 2048
 
 
 @dataclass(frozen=True)
 class Variant:
-    axis: str  # KERNEL_AXIS or one of ROUND_AXES
+    axis: str  # KERNEL_AXIS or one of ROUND_AXES (GEN_AXES in the last stage)
     rule: SplitRule
 
 
@@ -56,6 +63,12 @@ def axis_variants(centre: SplitRule) -> list[Variant]:
     """Each of ``ROUND_AXES`` alone around ``centre`` (the kernel at the centre's pooling)."""
     return [Variant(axis, replace(centre, **{axis: value}))
             for axis in ROUND_AXES for value in AXES[axis]]
+
+
+def generation_variants(centre: SplitRule) -> list[Variant]:
+    """Each of ``GEN_AXES`` alone around ``centre``."""
+    return [Variant(axis, replace(centre, **{axis: value}))
+            for axis in GEN_AXES for value in AXES[axis]]
 
 
 def variants(base: SplitRule = BASE) -> list[Variant]:
@@ -92,14 +105,17 @@ def _policy_of(row: Row):
 
 
 def tabulate(rows: list[Row], found: list[Variant], stage: int) -> list[dict]:
-    """Accuracy of every variant in ``found`` at every budget and their mean, tagged with
-    ``stage`` (0: kernel x pooling, then the round's number)."""
+    """Accuracy of every variant in ``found`` at every budget (over every gap in ``rows``) and
+    their mean, tagged with ``stage`` (0: kernel x pooling, then the round's number, then the
+    generation stage's) and the gaps scored."""
     budgeted = [row for row in rows if row.budget_label]
+    gaps = sorted({row.gap for row in budgeted})
     table = []
     for variant in found:
         counts = {label: _correct(budgeted, variant.rule, label) for label in BUDGETS}
         scores = {label: right / n for label, (right, n) in counts.items()}
-        table.append({"stage": stage, "axis": variant.axis, **asdict(variant.rule), **scores,
+        table.append({"stage": stage, "axis": variant.axis, "gaps": gaps,
+                      **asdict(variant.rule), **scores,
                       "mean": sum(scores.values()) / len(scores),
                       "correct": sum(right for right, _ in counts.values())})
     return table
@@ -112,26 +128,17 @@ def choose_kernel(table: list[dict]) -> SplitRule:
     return replace(BASE, kernel=top["kernel"], pooling=top["pooling"])
 
 
-def _pick(entries: list[dict], axis: str, centre: SplitRule) -> object:
-    """``axis``'s value with the most correct answers (ties: the centre's); for the ring's
-    share, the largest within ``RING_SLACK`` answers of that (see :func:`choose`)."""
-    best = max(entries, key=lambda e: (e["correct"], e[axis] == getattr(centre, axis)))
-    if axis != "recent_fraction":
-        return best[axis]
-    return max(e[axis] for e in entries if e["correct"] >= best["correct"] - RING_SLACK)
-
-
-def choose(table: list[dict], centre: SplitRule) -> SplitRule:
-    """Each of ``ROUND_AXES``'s best value in one round's ``table`` (ties: the centre's).
-
-    The ring's share is the largest within ``RING_SLACK`` correct answers of the best: the
-    sweep asks right after the prompt, where the ring beyond the observation window only
-    takes slots from SnapKV, but in decode the ring is all the model keeps of its own output,
-    which no retrieval answer measures, so one prompt's noise goes to the larger ring."""
+def choose(table: list[dict], centre: SplitRule,
+           axes: tuple[str, ...] = ROUND_AXES) -> SplitRule:
+    """Each of ``axes``'s value with the most correct answers in one stage's ``table`` (ties:
+    the centre's)."""
     by_axis: dict[str, list[dict]] = defaultdict(list)
     for entry in table:
         by_axis[entry["axis"]].append(entry)
-    return replace(centre, **{axis: _pick(by_axis[axis], axis, centre) for axis in ROUND_AXES})
+    return replace(centre, **{
+        axis: max(by_axis[axis], key=lambda e, a=axis: (e["correct"],
+                                                        e[a] == getattr(centre, a)))[axis]
+        for axis in axes})
 
 
 def policy_fields(rule: SplitRule) -> dict:
@@ -178,20 +185,39 @@ def main(argv: list[str] | None = None) -> int:
         centres.append(choose(last, centre))
         if centres[-1] == centre:
             break
-    write_outputs(rows, cfg.to_json(), str(args.model or engine.name), args.out)
-    chosen = centres[-1]
-    full = [row.correct for row in rows if row.policy == "full"]
+    descent = centres[-1]
+    gen_cfg = replace(cfg, context_lens=(args.gen_context_len,), placements=("after",),
+                      gaps=parse_ints(args.gen_gaps), n_per_cell=args.gen_n_per_cell)
+    print(f"generation stage: sinks and ring share around {descent}, answers after "
+          f"{', '.join(map(str, gen_cfg.gaps))} generated tokens", flush=True)
+    found = generation_variants(descent)
+    gen_rows = evaluate(engine, gen_cfg, gen_cfg.samples(engine.tokenizer),
+                        runs_for=lambda n: sweep_runs(found, n))
+    table += tabulate(gen_rows, found, stage=len(centres))
+    chosen = choose(table[-len(found):], descent, GEN_AXES)
+    write_outputs(rows + gen_rows, cfg.to_json(), str(args.model or engine.name), args.out)
     result = {"base": asdict(BASE), "centres": [asdict(c) for c in centres[:-1]],
-              "chosen": asdict(chosen), "policy": policy_fields(chosen),
-              "full_accuracy": sum(full) / len(full), "table": table}
+              "descent": asdict(descent), "chosen": asdict(chosen),
+              "policy": policy_fields(chosen), "full_accuracy": _accuracy(rows),
+              "generation": {"context_len": args.gen_context_len, "gaps": list(gen_cfg.gaps),
+                             "n_per_cell": args.gen_n_per_cell,
+                             "full_accuracy": _accuracy(gen_rows)},
+              "table": table}
     (args.out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot_sweep(table, centres[-2], chosen, result["full_accuracy"], args.out / "sweep.png")
+    plot_sweep(table, centres[-2], chosen, result["full_accuracy"],
+               result["generation"]["full_accuracy"], args.out / "sweep.png")
     print(json.dumps(result["policy"]))
     if args.write_policy:
         path = open_checkpoint(args.model).policy_file
         path.write_text(json.dumps(result["policy"], indent=1) + "\n")
         print(f"wrote the model's default policy to {path}")
     return 0
+
+
+def _accuracy(rows: list[Row]) -> float:
+    """The full cache's accuracy over ``rows``."""
+    full = [row.correct for row in rows if row.policy == "full"]
+    return sum(full) / len(full)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -207,6 +233,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-format", choices=("chat", "raw"), default="chat")
     parser.add_argument("--max-group-tokens", type=int, default=16384,
                         help="prompt tokens decoded together (and held at once per group)")
+    parser.add_argument("--gen-gaps", default=",".join(map(str, GEN_GAPS)),
+                        help="generated tokens before the answer in the generation stage")
+    parser.add_argument("--gen-context-len", type=int, default=GEN_CONTEXT_LEN,
+                        help="prompt tokens in the generation stage")
+    parser.add_argument("--gen-n-per-cell", type=int, default=4,
+                        help="prompts per task in the generation stage")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--write-policy", action="store_true",
                         help="write the chosen policy as the model's policy file")

@@ -7,36 +7,47 @@ from pathlib import Path
 from snapstream.evaluate.budget import SplitRule
 from snapstream.evaluate.plots import _pyplot, _save
 
-PANELS = (("kernel x pooling", "kernel"), ("window", "window"), ("n_sink", "n_sink"),
-          ("recent_fraction", "recent_fraction"))
+# (axis, the rule's field on the x axis, stage): "first" is the kernel x pooling stage, "round"
+# the descent's last round, "generation" the sinks and ring scored after generated tokens
+PANELS = (("kernel x pooling", "kernel", "first"), ("window", "window", "round"),
+          ("n_sink", "n_sink", "round"), ("recent_fraction", "recent_fraction", "round"),
+          ("n_sink", "n_sink", "generation"),
+          ("recent_fraction", "recent_fraction", "generation"))
+COLUMNS = 3
 
 
 def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_accuracy: float,
-               path: Path) -> None:
-    """The first stage's kernel x pooling, then the last round's axes; ``centre``: the rule that
-    round varies one axis of at a time; ``full_accuracy``: the full cache's on the same
-    samples, drawn as the ceiling."""
+               generation_full_accuracy: float, path: Path) -> None:
+    """The first stage's kernel x pooling, the last round's axes, then the generation stage's;
+    ``centre``: the rule the last round varies one axis of at a time; the full cache's accuracy
+    on each stage's samples is drawn as its ceiling."""
     budgets = [key for key in table[0] if "/" in key]
     last = max(e["stage"] for e in table)
-    fig, axes = _pyplot().subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.6),
+    stages = {"first": 0, "round": last - 1, "generation": last}
+    ceilings = {"first": full_accuracy, "round": full_accuracy,
+                "generation": generation_full_accuracy}
+    rows = -(-len(PANELS) // COLUMNS)
+    fig, axes = _pyplot().subplots(rows, COLUMNS, figsize=(4.2 * COLUMNS, 3.6 * rows),
                                    sharey=True, layout="constrained")
-    for ax, (axis, field) in zip(axes, PANELS, strict=True):
-        stage = 0 if axis == "kernel x pooling" else last
-        entries = [e for e in table if e["axis"] == axis and e["stage"] == stage]
+    for ax, (axis, field, stage) in zip(axes.flat, PANELS, strict=True):
+        entries = [e for e in table if e["axis"] == axis and e["stage"] == stages[stage]]
         poolings = dict.fromkeys(e["pooling"] for e in entries)
         for label in budgets:
             for pooling in poolings:
                 points = sorted((e[field], e[label]) for e in entries if e["pooling"] == pooling)
                 name = f"{label} {pooling}" if len(poolings) > 1 else label
                 ax.plot(*zip(*points, strict=True), marker="o", label=name)
-        ax.axhline(full_accuracy, color="grey", linestyle="--", label="full cache")
+        ax.axhline(ceilings[stage], color="grey", linestyle="--", label="full cache")
         ax.axvline(getattr(chosen, field), color="black", linestyle=":", label="chosen")
         if field in ("kernel", "window"):
             ax.set_xscale("log", base=2)
-        where = "window, sinks, ring at base" if axis == "kernel x pooling" else "others at centre"
+        gaps = ", ".join(map(str, entries[0]["gaps"]))
+        where = {"first": "window, sinks, ring at base", "round": "others at centre",
+                 "generation": f"after {gaps} generated tokens"}[stage]
         ax.set(xlabel=field, title=f"{axis} ({where})", ylim=(-0.03, 1.03))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    axes[0].set_ylabel("snapstream accuracy")
-    fig.suptitle(f"round {last} around {centre}", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("snapstream accuracy")
+    fig.suptitle(f"round {last - 1} around {centre}; chosen {chosen}", fontsize=8)
     _save(fig, path)

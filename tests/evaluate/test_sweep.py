@@ -1,5 +1,6 @@
 """The policy sweep: its variants, the choice from a table, the policy file it writes."""
 
+import csv
 import json
 from dataclasses import asdict, replace
 
@@ -9,11 +10,12 @@ from snapstream.evaluate.budget import SplitRule
 from snapstream.evaluate.sweep import (
     AXES,
     BASE,
+    GEN_AXES,
     MAX_ROUNDS,
-    RING_SLACK,
     axis_variants,
     choose,
     choose_kernel,
+    generation_variants,
     kernel_variants,
     main,
     policy_fields,
@@ -72,12 +74,18 @@ def test_choose_takes_each_axis_best_and_the_centre_on_ties():
     assert chosen.pooling == "max"
 
 
-def test_the_ring_takes_the_largest_share_within_the_slack_of_the_best():
-    table = [entry("recent_fraction", 0.80, recent_fraction=0.0),
-             entry("recent_fraction", 0.80 - RING_SLACK / 20, recent_fraction=0.25),
-             entry("recent_fraction", 0.80 - (RING_SLACK + 1) / 20, recent_fraction=0.5)]
-    others = [entry(axis, 0.5) for axis in ("kernel", "window", "n_sink")]
-    assert choose(table + others, BASE).recent_fraction == 0.25
+def test_the_generation_stage_moves_only_the_sinks_and_the_ring():
+    centre = replace(BASE, kernel=31, window=16)
+    found = generation_variants(centre)
+    assert {v.axis for v in found} == set(GEN_AXES)
+    assert all(replace(v.rule, n_sink=centre.n_sink, recent_fraction=centre.recent_fraction)
+               == centre for v in found)
+    table = [entry("n_sink", 0.5, kernel=31, window=16),
+             entry("n_sink", 0.5, kernel=31, window=16, n_sink=16),
+             entry("recent_fraction", 0.4, kernel=31, window=16, recent_fraction=0.5),
+             entry("recent_fraction", 0.6, kernel=31, window=16, recent_fraction=0.125)]
+    chosen = choose(table, centre, GEN_AXES)
+    assert chosen == replace(centre, recent_fraction=0.125)  # the sinks tie: the centre's
 
 
 def test_policy_fields_load_as_a_policy_of_the_serving_budget():
@@ -90,18 +98,31 @@ def test_policy_fields_load_as_a_policy_of_the_serving_budget():
 def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
     model = write_tiny_model(tmp_path / "tiny")
     assert main(["--model", str(model), "--tasks", "niah", "--context-lens", "700",
-                 "--n-per-cell", "1", "--out", str(tmp_path / "out"), "--write-policy"]) == 0
+                 "--n-per-cell", "1", "--gen-context-len", "600", "--gen-gaps", "0,40",
+                 "--gen-n-per-cell", "1", "--out", str(tmp_path / "out"),
+                 "--write-policy"]) == 0
     result = json.loads((tmp_path / "out" / "sweep.json").read_text())
-    rounds = max(e["stage"] for e in result["table"])
+    rounds = max(e["stage"] for e in result["table"]) - 1
     assert 1 <= rounds <= MAX_ROUNDS and len(result["centres"]) == rounds
-    assert len(result["table"]) == len(kernel_variants()) + rounds * len(axis_variants(BASE))
+    assert len(result["table"]) == (len(kernel_variants()) + rounds * len(axis_variants(BASE))
+                                    + len(generation_variants(BASE)))
     assert all(0.0 <= e["mean"] <= 1.0 for e in result["table"])
     assert 0.0 <= result["full_accuracy"] <= 1.0
+    assert result["generation"]["gaps"] == [0, 40]
     last = [e for e in result["table"] if e["stage"] == rounds]
-    chosen = choose(last, SplitRule(**result["centres"][-1]))
-    assert asdict(chosen) == result["chosen"]
+    descent = choose(last, SplitRule(**result["centres"][-1]))
+    assert asdict(descent) == result["descent"]
     # the descent stops when a round's pick is its own centre, or after MAX_ROUNDS
-    assert rounds == MAX_ROUNDS or asdict(chosen) == result["centres"][-1]
+    assert rounds == MAX_ROUNDS or asdict(descent) == result["centres"][-1]
+    generation = [e for e in result["table"] if e["stage"] == rounds + 1]
+    assert all(e["gaps"] == [0, 40] for e in generation)
+    chosen = choose(generation, descent, GEN_AXES)
+    assert asdict(chosen) == result["chosen"]
+    assert replace(chosen, n_sink=descent.n_sink,
+                   recent_fraction=descent.recent_fraction) == descent
+    with (tmp_path / "out" / "results.csv").open() as f:
+        gaps = {row["gap"] for row in csv.DictReader(f)}
+    assert gaps == {"0", "40"}  # the generation stage's rows are kept
     written = json.loads((model / "snapstream_policy.json").read_text())
     assert written == result["policy"] == policy_fields(chosen)
     assert (tmp_path / "out" / "sweep.png").read_bytes().startswith(b"\x89PNG")
