@@ -1,10 +1,12 @@
 """Greedy decoding of several prompts at once under one cache layout, scored as it goes.
 
 Each row first decodes its forced tokens (text written as if the model had generated it, then
-the answer cue), then generates greedily until :func:`~snapstream.data.verdict` decides, a stop
-token comes, or ``max_new_tokens`` are written (a row with no answers is not scored: it runs to
-a stop token or the limit). All rows step together through one static
-decode step, as in serving; a finished row idles until the batch ends.
+the answer cue), scoring how well the model predicts them (their mean negative log-likelihood:
+how well it still models text it writes once the cache has evicted most of it), then generates
+greedily until :func:`~snapstream.data.verdict` decides, a stop token comes, or
+``max_new_tokens`` are written (a row with no answers is not scored: it runs to a stop token or
+the limit). All rows step together through one static decode step, as in serving; a finished
+row idles until the batch ends.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class RowOutput:
     text: str = ""
     correct: bool | None = None  # None while undecided
     finish_reason: str = ""  # "verdict" | "stop_token" | "length"
+    forced_nll: float = 0.0  # summed negative log-likelihood of the forced tokens, nats
+
+    def mean_forced_nll(self, num_forced: int) -> float | None:
+        return self.forced_nll / num_forced if num_forced else None
 
 
 @torch.no_grad()
@@ -48,6 +54,7 @@ def decode_rows(engine: Engine, rows: Sequence[RowInput]) -> list[RowOutput]:
     stop_ids = set(engine.tokenizer.eos_token_ids)
     for step in range(max(len(r.forced_ids) + r.max_new_tokens for r in rows)):
         greedy = logits.argmax(dim=-1).tolist()  # (B,)
+        _score_forced(rows, outputs, step, logits)
         tokens = [_next_token(engine, row, out, step, greedy[i], stop_ids)
                   for i, (row, out) in enumerate(zip(rows, outputs, strict=True))]
         if all(out.finish_reason for out in outputs):
@@ -55,6 +62,19 @@ def decode_rows(engine: Engine, rows: Sequence[RowInput]) -> list[RowOutput]:
         logits = decoder.step(torch.tensor(tokens, device=engine.device), positions)
         positions += 1
     return outputs
+
+
+def _score_forced(rows: Sequence[RowInput], outputs: list[RowOutput], step: int,
+                  logits: torch.Tensor) -> None:
+    """Add each row's forced token at ``step`` to its ``forced_nll``; logits (B, V)."""
+    forcing = [i for i, row in enumerate(rows) if step < len(row.forced_ids)]
+    if not forcing:
+        return
+    log_probs = torch.log_softmax(logits[forcing].float(), dim=-1)  # (F, V)
+    targets = torch.tensor([rows[i].forced_ids[step] for i in forcing], device=logits.device)
+    nll = -log_probs.gather(1, targets[:, None])[:, 0]  # (F,)
+    for i, value in zip(forcing, nll.tolist(), strict=True):
+        outputs[i].forced_nll += value
 
 
 def _next_token(engine: Engine, row: RowInput, out: RowOutput, step: int, greedy: int,

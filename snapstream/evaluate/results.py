@@ -20,7 +20,9 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
 class Row:
     """One sample decoded at one gap under one run. ``budget_label``, ``budget`` and
     ``budget_fraction`` are None for ``full``; ``generated`` is the text up to the point where
-    its verdict was decided (``finish_reason`` "verdict"), a stop token or the token limit."""
+    its verdict was decided (``finish_reason`` "verdict"), a stop token or the token limit;
+    ``forced_nll`` the mean negative log-likelihood (nats per token) of the tokens decoded as
+    given before it (the gap's prose, then the answer cue)."""
 
     sample: int
     task: str
@@ -44,6 +46,7 @@ class Row:
     prompt_tokens: int
     new_tokens: int
     finish_reason: str
+    forced_nll: float | None
 
 
 COLUMNS = tuple(f.name for f in fields(Row))

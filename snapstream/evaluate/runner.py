@@ -111,10 +111,10 @@ def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
             in zip(forwards, inputs, budgets, group, strict=True)])
         on_progress(sum(len(forced) + new for (_, forced), new in zip(inputs, budgets,
                                                                        strict=True)))
-    return [_row(index, sample, gap, run, forward.prompt_len, out)
+    return [_row(index, sample, gap, run, forward.prompt_len, len(forced), out)
             for run in runs
-            for (index, sample), forward, out in zip(group, forwards, outputs[run.policy],
-                                                     strict=True)]
+            for (index, sample), forward, (_, forced), out
+            in zip(group, forwards, inputs, outputs[run.policy], strict=True)]
 
 
 def max_new_tokens(engine: Engine, sample: Sample) -> int:
@@ -141,7 +141,7 @@ def model_inputs(engine: Engine, cfg: EvalConfig, gap: int, index: int,
     return engine.encode(prompt), gap_ids + cue_ids
 
 
-def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int,
+def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int, num_forced: int,
          out: RowOutput) -> Row:
     policy = run.policy
     fraction = None if run.budget_tokens is None else run.budget_tokens / sample.context_len
@@ -153,4 +153,4 @@ def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int,
         n_recent=policy.n_recent, window=policy.window, kernel=policy.kernel,
         pooling=policy.pooling, correct=bool(out.correct), answer=sample.answer,
         generated=out.text, prompt_tokens=prompt_len, new_tokens=len(out.token_ids),
-        finish_reason=out.finish_reason)
+        finish_reason=out.finish_reason, forced_nll=out.mean_forced_nll(num_forced))

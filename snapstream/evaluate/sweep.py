@@ -8,8 +8,11 @@ the next round centred on the last round's pick of each axis (ties go to the cen
 the pick is its own centre or ``MAX_ROUNDS`` have run. Those answers come right after the
 prompt, where the sinks and the ring only take slots from SnapKV; a last stage, on prompts
 answered after ``GEN_GAPS`` generated tokens (question after, one length), picks the sinks and
-the ring's share around the descent's choice by their answers over every gap. The evaluation
-grid then checks the choice. ``--write-policy`` writes it as the model's policy file (a
+the ring's share around the descent's choice: of the values within ``GEN_SLACK`` answers (over
+every gap) of the best, the one under which the model best predicts the generated text (the
+lowest mean negative log-likelihood of the gaps' tokens), since the ring is all it keeps of
+its own output and the answers alone do not see that. The evaluation grid then checks the
+choice. ``--write-policy`` writes it as the model's policy file (a
 1024-token budget split by the chosen rule), which
 :func:`~snapstream.policy.load_default_policy` reads.
 """
@@ -41,6 +44,7 @@ MAX_ROUNDS = 3
 GEN_AXES = ("n_sink", "recent_fraction")
 GEN_GAPS = (0, 128, 512)
 GEN_CONTEXT_LEN = 2048
+GEN_SLACK = 1  # answers (over every gap and budget) a better-predicted generation may give up
 
 
 @dataclass(frozen=True)
@@ -89,11 +93,10 @@ def sweep_runs(found: list[Variant], context_len: int, with_full: bool = True,
     return runs
 
 
-def _correct(rows: list[Row], rule: SplitRule, label: str) -> tuple[int, int]:
-    """(correct answers, prompts) of ``rule`` at budget ``label``."""
-    matches = [row.correct for row in rows if row.budget_label == label
-               and rule.policy("snapstream", row.budget) == _policy_of(row)]
-    return sum(matches), len(matches)
+def _rows_of(rows: list[Row], rule: SplitRule, label: str) -> list[Row]:
+    """``rule``'s rows at budget ``label``."""
+    return [row for row in rows if row.budget_label == label
+            and rule.policy("snapstream", row.budget) == _policy_of(row)]
 
 
 def _policy_of(row: Row):
@@ -107,17 +110,20 @@ def _policy_of(row: Row):
 def tabulate(rows: list[Row], found: list[Variant], stage: int) -> list[dict]:
     """Accuracy of every variant in ``found`` at every budget (over every gap in ``rows``) and
     their mean, tagged with ``stage`` (0: kernel x pooling, then the round's number, then the
-    generation stage's) and the gaps scored."""
+    generation stage's) and the gaps scored; ``forced_nll``: the mean negative log-likelihood
+    of the generated text over the gap rows, both budgets (None without gaps)."""
     budgeted = [row for row in rows if row.budget_label]
     gaps = sorted({row.gap for row in budgeted})
     table = []
     for variant in found:
-        counts = {label: _correct(budgeted, variant.rule, label) for label in BUDGETS}
-        scores = {label: right / n for label, (right, n) in counts.items()}
+        mine = {label: _rows_of(budgeted, variant.rule, label) for label in BUDGETS}
+        scores = {label: sum(row.correct for row in r) / len(r) for label, r in mine.items()}
+        nll = [row.forced_nll for r in mine.values() for row in r if row.gap]
         table.append({"stage": stage, "axis": variant.axis, "gaps": gaps,
                       **asdict(variant.rule), **scores,
                       "mean": sum(scores.values()) / len(scores),
-                      "correct": sum(right for right, _ in counts.values())})
+                      "correct": sum(row.correct for r in mine.values() for row in r),
+                      "forced_nll": sum(nll) / len(nll) if nll else None})
     return table
 
 
@@ -128,17 +134,34 @@ def choose_kernel(table: list[dict]) -> SplitRule:
     return replace(BASE, kernel=top["kernel"], pooling=top["pooling"])
 
 
-def choose(table: list[dict], centre: SplitRule,
-           axes: tuple[str, ...] = ROUND_AXES) -> SplitRule:
-    """Each of ``axes``'s value with the most correct answers in one stage's ``table`` (ties:
-    the centre's)."""
+def _by_axis(table: list[dict]) -> dict[str, list[dict]]:
     by_axis: dict[str, list[dict]] = defaultdict(list)
     for entry in table:
         by_axis[entry["axis"]].append(entry)
+    return by_axis
+
+
+def choose(table: list[dict], centre: SplitRule) -> SplitRule:
+    """Each of ``ROUND_AXES``'s value with the most correct answers in one round's ``table``
+    (ties: the centre's)."""
+    by_axis = _by_axis(table)
     return replace(centre, **{
         axis: max(by_axis[axis], key=lambda e, a=axis: (e["correct"],
                                                         e[a] == getattr(centre, a)))[axis]
-        for axis in axes})
+        for axis in ROUND_AXES})
+
+
+def choose_generation(table: list[dict], centre: SplitRule) -> SplitRule:
+    """Each of ``GEN_AXES``'s value, of those within ``GEN_SLACK`` correct answers of the best,
+    under which the generated text is best predicted (ties: the centre's)."""
+    by_axis = _by_axis(table)
+    picks = {}
+    for axis in GEN_AXES:
+        best = max(e["correct"] for e in by_axis[axis])
+        picks[axis] = min((e for e in by_axis[axis] if e["correct"] >= best - GEN_SLACK),
+                          key=lambda e, a=axis: (e["forced_nll"],
+                                                 e[a] != getattr(centre, a)))[axis]
+    return replace(centre, **picks)
 
 
 def policy_fields(rule: SplitRule) -> dict:
@@ -194,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     gen_rows = evaluate(engine, gen_cfg, gen_cfg.samples(engine.tokenizer),
                         runs_for=lambda n: sweep_runs(found, n))
     table += tabulate(gen_rows, found, stage=len(centres))
-    chosen = choose(table[-len(found):], descent, GEN_AXES)
+    chosen = choose_generation(table[-len(found):], descent)
     write_outputs(rows + gen_rows, cfg.to_json(), str(args.model or engine.name), args.out)
     result = {"base": asdict(BASE), "centres": [asdict(c) for c in centres[:-1]],
               "descent": asdict(descent), "chosen": asdict(chosen),

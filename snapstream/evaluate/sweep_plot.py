@@ -18,9 +18,10 @@ COLUMNS = 3
 
 def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_accuracy: float,
                generation_full_accuracy: float, path: Path) -> None:
-    """The first stage's kernel x pooling, the last round's axes, then the generation stage's;
-    ``centre``: the rule the last round varies one axis of at a time; the full cache's accuracy
-    on each stage's samples is drawn as its ceiling."""
+    """The first stage's kernel x pooling, the last round's axes, then the generation stage's
+    (with the generated text's negative log-likelihood on a second axis); ``centre``: the rule
+    the last round varies one axis of at a time; the full cache's accuracy on each stage's
+    samples is drawn as its ceiling."""
     budgets = [key for key in table[0] if "/" in key]
     last = max(e["stage"] for e in table)
     stages = {"first": 0, "round": last - 1, "generation": last}
@@ -38,6 +39,8 @@ def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_acc
                 name = f"{label} {pooling}" if len(poolings) > 1 else label
                 ax.plot(*zip(*points, strict=True), marker="o", label=name)
         ax.axhline(ceilings[stage], color="grey", linestyle="--", label="full cache")
+        if stage == "generation":
+            _plot_nll(ax, entries, field)
         ax.axvline(getattr(chosen, field), color="black", linestyle=":", label="chosen")
         if field in ("kernel", "window"):
             ax.set_xscale("log", base=2)
@@ -51,3 +54,13 @@ def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_acc
         ax.set_ylabel("snapstream accuracy")
     fig.suptitle(f"round {last - 1} around {centre}; chosen {chosen}", fontsize=8)
     _save(fig, path)
+
+
+def _plot_nll(ax, entries: list[dict], field: str) -> None:
+    """The generated text's mean negative log-likelihood against ``field``, right axis."""
+    twin = ax.twinx()
+    points = sorted((e[field], e["forced_nll"]) for e in entries)
+    twin.plot(*zip(*points, strict=True), color="black", marker="x", linestyle="-.",
+              label="NLL of generated text")
+    twin.set_ylabel("nats per generated token")
+    twin.legend(fontsize=7, loc="lower right")

@@ -4,11 +4,13 @@ alone; forced tokens go through the cache first; scoring stops a row."""
 import random
 
 import pytest
+import torch
 
 from snapstream.engine import Engine
 from snapstream.evaluate.budget import SplitRule
 from snapstream.evaluate.forward import PromptForward
 from snapstream.evaluate.lockstep import RowInput, decode_rows
+from snapstream.model import causal_attend
 from snapstream.sampling import SamplingParams
 from tests.tiny_models import random_model, tiny_config, tiny_snapstream_tokenizer
 
@@ -58,3 +60,24 @@ def test_scored_rows_stop_at_their_verdict(engine):
         assert out.correct is False  # a random model does not write the answer
         assert out.finish_reason in ("verdict", "length", "stop_token")
         assert len(out.token_ids) <= STEPS
+
+
+def test_forced_nll_is_the_full_caches_teacher_forced_loss(engine):
+    forced = (5, 6, 7, 8, 9, 10, 11, 12)
+    outputs = decode_rows(engine, rows(engine, "full", forced))
+    for ids, out in zip(prompts(), outputs, strict=True):
+        sequence = torch.tensor([ids + list(forced)])  # (1, P + F)
+        positions = torch.arange(sequence.shape[1])[None]  # (1, P + F)
+        with torch.no_grad():
+            hidden = engine.model(sequence, positions, causal_attend)  # (1, P + F, hidden)
+            logits = engine.model.logits(hidden[0, len(ids) - 1 : -1]).float()  # (F, V)
+        expected = torch.nn.functional.cross_entropy(logits, torch.tensor(forced)).item()
+        assert out.mean_forced_nll(len(forced)) == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_policy_that_evicts_the_forced_text_predicts_it_differently(engine):
+    forced = tuple(range(40, 120))  # longer than the 16-token ring of 64 slots
+    full, compressed = (decode_rows(engine, rows(engine, kind, forced))[0]
+                        for kind in ("full", "streaming"))
+    assert full.forced_nll > 0 and compressed.forced_nll > 0
+    assert full.forced_nll != pytest.approx(compressed.forced_nll, rel=1e-4)

@@ -11,9 +11,11 @@ from snapstream.evaluate.sweep import (
     AXES,
     BASE,
     GEN_AXES,
+    GEN_SLACK,
     MAX_ROUNDS,
     axis_variants,
     choose,
+    choose_generation,
     choose_kernel,
     generation_variants,
     kernel_variants,
@@ -47,11 +49,11 @@ def test_a_round_is_centred_on_its_centre_and_skips_what_was_decoded():
     assert all(run.policy.kernel == 15 for run in second)
 
 
-def entry(axis: str, mean: float, **fields) -> dict:
+def entry(axis: str, mean: float, forced_nll: float | None = None, **fields) -> dict:
     rule = {"n_sink": BASE.n_sink, "window": BASE.window, "recent_fraction": BASE.recent_fraction,
             "kernel": BASE.kernel, "pooling": BASE.pooling, **fields}
     return {"stage": 1, "axis": axis, **rule, "1/4": mean, "1/8": mean, "mean": mean,
-            "correct": round(mean * 20)}
+            "correct": round(mean * 20), "forced_nll": forced_nll}
 
 
 def test_the_kernel_stage_takes_the_best_kernel_and_pooling():
@@ -80,14 +82,20 @@ def test_the_generation_stage_moves_only_the_sinks_and_the_ring():
     assert {v.axis for v in found} == set(GEN_AXES)
     assert all(replace(v.rule, n_sink=centre.n_sink, recent_fraction=centre.recent_fraction)
                == centre for v in found)
-    table = [entry("n_sink", 0.5, kernel=31, window=16),
-             entry("n_sink", 0.5, kernel=31, window=16, n_sink=16),
-             entry("recent_fraction", 0.4, kernel=31, window=16, recent_fraction=0.5),
-             entry("recent_fraction", 0.6, kernel=31, window=16, recent_fraction=0.125)]
-    chosen = choose(table, centre, GEN_AXES)
-    assert chosen == replace(centre, recent_fraction=0.125)  # the sinks tie: the centre's
 
 
+def test_the_generation_stage_takes_the_best_predicted_text_within_the_slack():
+    centre = replace(BASE, kernel=31, window=16, recent_fraction=0.125)
+    best = 0.8
+    table = [entry("n_sink", 0.5, 2.0, n_sink=4), entry("n_sink", 0.5, 2.0, n_sink=16),
+             entry("recent_fraction", best, 3.0, recent_fraction=0.0),
+             entry("recent_fraction", best - GEN_SLACK / 20, 2.5, recent_fraction=0.125),
+             entry("recent_fraction", best - GEN_SLACK / 20, 2.2, recent_fraction=0.25),
+             entry("recent_fraction", best - (GEN_SLACK + 1) / 20, 1.9, recent_fraction=0.5)]
+    chosen = choose_generation(table, centre)
+    # the ring: 1/2 predicts best but lost too many answers; of the rest 1/4 predicts best
+    assert chosen.recent_fraction == 0.25
+    assert chosen.n_sink == centre.n_sink == 4  # a tie goes to the centre's
 def test_policy_fields_load_as_a_policy_of_the_serving_budget():
     policy = CachePolicy(**policy_fields(BASE))
     assert policy.kind == "snapstream" and policy.budget == 1024
@@ -116,7 +124,8 @@ def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
     assert rounds == MAX_ROUNDS or asdict(descent) == result["centres"][-1]
     generation = [e for e in result["table"] if e["stage"] == rounds + 1]
     assert all(e["gaps"] == [0, 40] for e in generation)
-    chosen = choose(generation, descent, GEN_AXES)
+    assert all(e["forced_nll"] > 0 for e in generation)
+    chosen = choose_generation(generation, descent)
     assert asdict(chosen) == result["chosen"]
     assert replace(chosen, n_sink=descent.n_sink,
                    recent_fraction=descent.recent_fraction) == descent
