@@ -61,22 +61,29 @@ def _budget_panel(ax, entries: list[dict]) -> None:
 
 
 def plot_accuracy_vs_gap(rows: Sequence[Row], path: Path) -> None:
-    """Accuracy (all tasks) vs the tokens generated before the answer, a line per run."""
+    """Against the tokens generated before the answer, a line per run: accuracy (all tasks),
+    and how well the model predicts the generated text (its mean negative log-likelihood)."""
     gaps = sorted({row.gap for row in rows})
     if len(gaps) < 2:
         return
     table = accuracy_table(rows, ("gap",))
-    fig, ax = _pyplot().subplots(figsize=(5.5, 4), layout="constrained")
+    fig, axes = _pyplot().subplots(1, 2, figsize=(11, 4), layout="constrained")
     for run in dict.fromkeys((e["policy"], e["budget_label"]) for e in table):
-        points = sorted((e["gap"], e["accuracy"]) for e in table
-                        if (e["policy"], e["budget_label"]) == run)
+        entries = sorted((e for e in table if (e["policy"], e["budget_label"]) == run),
+                         key=lambda e: e["gap"])
         label = run[0] if run[1] is None else f"{run[0]} {run[1]}"
-        ax.plot(*zip(*points, strict=True), marker="o", label=label)
-    ax.set_xscale("symlog", linthresh=32)
-    ax.set(xlabel="tokens generated between question and answer", ylabel="accuracy",
-           ylim=(-0.03, 1.03))
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+        axes[0].plot([e["gap"] for e in entries], [e["accuracy"] for e in entries],
+                     marker="o", label=label)
+        generated = [e for e in entries if e["gap"]]
+        axes[1].plot([e["gap"] for e in generated], [e["forced_nll"] for e in generated],
+                     marker="o", label=label)
+    axes[0].set(ylabel="accuracy", ylim=(-0.03, 1.03))
+    axes[1].set(ylabel="nats per token of the generated text and cue")
+    for ax in axes:
+        ax.set_xscale("symlog", linthresh=32)
+        ax.set(xlabel="tokens generated between question and answer")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
     _save(fig, path)
 
 

@@ -61,7 +61,8 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
 
 def accuracy_table(rows: Sequence[Row], keys: Sequence[str]) -> list[dict]:
     """Accuracy per ``keys + (policy, budget_label)`` group, in order of first appearance, with
-    ``full_accuracy`` of the same ``keys`` group and ``relative_to_full`` (None where unknown)."""
+    ``full_accuracy`` of the same ``keys`` group and ``relative_to_full`` (None where unknown),
+    and the group's mean ``forced_nll`` (None where no row decoded forced tokens)."""
     groups: dict[tuple, list[Row]] = defaultdict(list)
     for row in rows:
         groups[tuple(getattr(row, k) for k in (*keys, *RUN_KEYS))].append(row)
@@ -78,9 +79,11 @@ def accuracy_table(rows: Sequence[Row], keys: Sequence[str]) -> list[dict]:
 def _entry(entry: dict, members: list[Row]) -> dict:
     fractions = [row.budget_fraction for row in members if row.budget_fraction is not None]
     correct = sum(row.correct for row in members)
+    nll = [row.forced_nll for row in members if row.forced_nll is not None]
     return entry | {
         "budget_fraction": sum(fractions) / len(fractions) if fractions else None,
         "n": len(members), "correct": correct, "accuracy": correct / len(members),
+        "forced_nll": sum(nll) / len(nll) if nll else None,
     }
 
 

@@ -6,14 +6,14 @@ from snapstream.evaluate.results import COLUMNS, Row, accuracy_table, summary_ta
 
 
 def row(policy: str, label: str | None, placement: str, correct: bool, task: str = "kv",
-        gap: int = 0) -> Row:
+        gap: int = 0, forced_nll: float | None = 1.5) -> Row:
     budget = {"1/4": 128, None: None}[label]
     return Row(sample=0, task=task, context_len=512, depth=0.5, placement=placement, gap=gap,
                policy=policy, budget_label=label, budget=budget,
                budget_fraction=None if budget is None else budget / 512, n_sink=4,
                n_topk=92, n_recent=32, window=32, kernel=7, pooling="avg", correct=correct,
                answer="AB12", generated='AB12, "x"' if not correct else "AB12",
-               prompt_tokens=500, new_tokens=3, finish_reason="verdict", forced_nll=1.5)
+               prompt_tokens=500, new_tokens=3, finish_reason="verdict", forced_nll=forced_nll)
 
 
 ROWS = [
@@ -62,3 +62,13 @@ def test_summary_table_names_gaps_when_there_are_several():
     lines = summary_table(summary).splitlines()
     assert lines[0] == "accuracy (after gap 0/after gap 64)"
     assert lines[3] == "| full | - | 1.00/0.00 | 1.00/0.00 |"
+
+
+def test_groups_average_the_forced_nll_of_the_rows_that_have_one():
+    rows = [row("snapstream", "1/4", "after", True, forced_nll=1.0),
+            row("snapstream", "1/4", "after", False, forced_nll=2.0),
+            row("snapstream", "1/4", "after", False, forced_nll=None),
+            row("full", None, "after", True, forced_nll=None)]
+    table = {e["policy"]: e for e in accuracy_table(rows, ("placement",))}
+    assert table["snapstream"]["forced_nll"] == 1.5
+    assert table["full"]["forced_nll"] is None
