@@ -224,11 +224,12 @@ def main(argv: list[str] | None = None) -> int:
               "policy": policy_fields(chosen), "full_accuracy": _accuracy(rows),
               "generation": {"context_len": args.gen_context_len, "gaps": list(gen_cfg.gaps),
                              "n_per_cell": args.gen_n_per_cell,
-                             "full_accuracy": _accuracy(gen_rows)},
+                             "full": {"accuracy": _accuracy(gen_rows),
+                                      "forced_nll": _generated_nll(gen_rows)}},
               "table": table}
     (args.out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_sweep(table, centres[-2], chosen, result["full_accuracy"],
-               result["generation"]["full_accuracy"], args.out / "sweep.png")
+               result["generation"]["full"], args.out / "sweep.png")
     print(json.dumps(result["policy"]))
     if args.write_policy:
         path = open_checkpoint(args.model).policy_file
@@ -241,6 +242,12 @@ def _accuracy(rows: list[Row]) -> float:
     """The full cache's accuracy over ``rows``."""
     full = [row.correct for row in rows if row.policy == "full"]
     return sum(full) / len(full)
+
+
+def _generated_nll(rows: list[Row]) -> float:
+    """The full cache's mean negative log-likelihood of the generated text (gap rows)."""
+    nll = [row.forced_nll for row in rows if row.policy == "full" and row.gap]
+    return sum(nll) / len(nll)
 
 
 def _parser() -> argparse.ArgumentParser:

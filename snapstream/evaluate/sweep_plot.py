@@ -17,16 +17,20 @@ COLUMNS = 3
 
 
 def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_accuracy: float,
-               generation_full_accuracy: float, path: Path) -> None:
+               generation_full: dict, path: Path) -> None:
     """The first stage's kernel x pooling, the last round's axes, then the generation stage's
-    (with the generated text's negative log-likelihood on a second axis); ``centre``: the rule
-    the last round varies one axis of at a time; the full cache's accuracy on each stage's
-    samples is drawn as its ceiling."""
+    (with the generated text's negative log-likelihood on a second axis, one scale for both
+    panels); ``centre``: the rule the last round varies one axis of at a time; the full cache's
+    accuracy on each stage's samples (``generation_full``: its ``accuracy`` and ``forced_nll``
+    in the generation stage) is drawn as its ceiling."""
     budgets = [key for key in table[0] if "/" in key]
     last = max(e["stage"] for e in table)
     stages = {"first": 0, "round": last - 1, "generation": last}
     ceilings = {"first": full_accuracy, "round": full_accuracy,
-                "generation": generation_full_accuracy}
+                "generation": generation_full["accuracy"]}
+    nll = [e["forced_nll"] for e in table if e["stage"] == last]
+    nll_limits = _padded(min(*nll, generation_full["forced_nll"]),
+                         max(*nll, generation_full["forced_nll"]))
     rows = -(-len(PANELS) // COLUMNS)
     fig, axes = _pyplot().subplots(rows, COLUMNS, figsize=(4.2 * COLUMNS, 3.6 * rows),
                                    sharey=True, layout="constrained")
@@ -40,7 +44,7 @@ def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_acc
                 ax.plot(*zip(*points, strict=True), marker="o", label=name)
         ax.axhline(ceilings[stage], color="grey", linestyle="--", label="full cache")
         if stage == "generation":
-            _plot_nll(ax, entries, field)
+            _plot_nll(ax, entries, field, generation_full["forced_nll"], nll_limits)
         ax.axvline(getattr(chosen, field), color="black", linestyle=":", label="chosen")
         if field in ("kernel", "window"):
             ax.set_xscale("log", base=2)
@@ -56,11 +60,19 @@ def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_acc
     _save(fig, path)
 
 
-def _plot_nll(ax, entries: list[dict], field: str) -> None:
-    """The generated text's mean negative log-likelihood against ``field``, right axis."""
+def _plot_nll(ax, entries: list[dict], field: str, full_nll: float,
+              limits: tuple[float, float]) -> None:
+    """The generated text's mean negative log-likelihood against ``field``, right axis, with
+    the full cache's."""
     twin = ax.twinx()
     points = sorted((e[field], e["forced_nll"]) for e in entries)
     twin.plot(*zip(*points, strict=True), color="black", marker="x", linestyle="-.",
               label="NLL of generated text")
-    twin.set_ylabel("nats per generated token")
-    twin.legend(fontsize=7, loc="lower right")
+    twin.axhline(full_nll, color="grey", linestyle="-.", label="NLL, full cache")
+    twin.set(ylabel="nats per generated token", ylim=limits)
+    twin.legend(fontsize=7, loc="center right")
+
+
+def _padded(low: float, high: float) -> tuple[float, float]:
+    pad = 0.1 * max(high - low, 1e-3)
+    return low - pad, high + pad

@@ -117,6 +117,8 @@ def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
     assert all(0.0 <= e["mean"] <= 1.0 for e in result["table"])
     assert 0.0 <= result["full_accuracy"] <= 1.0
     assert result["generation"]["gaps"] == [0, 40]
+    assert 0.0 <= result["generation"]["full"]["accuracy"] <= 1.0
+    assert result["generation"]["full"]["forced_nll"] > 0
     last = [e for e in result["table"] if e["stage"] == rounds]
     descent = choose(last, SplitRule(**result["centres"][-1]))
     assert asdict(descent) == result["descent"]
