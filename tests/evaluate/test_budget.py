@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from snapstream.evaluate.budget import Budget, SplitRule
+from snapstream.evaluate.budget import KIND_SINKS, Budget, SplitRule
 from snapstream.policy import POLICY_KINDS
 
 
@@ -86,3 +86,12 @@ def test_rule_from_a_policy_splits_its_own_budget_back():
     rule = SplitRule.from_policy(policy)
     assert rule.policy("snapstream", policy.budget) == policy
     assert rule.policy("snapstream", 512).n_recent == 128
+
+
+def test_streaming_keeps_its_own_sinks_whatever_the_rules():
+    for n_sink in (0, 16):
+        streaming = SplitRule(n_sink=n_sink).policy("streaming", 512)
+        snapstream = SplitRule(n_sink=n_sink).policy("snapstream", 512)
+        assert streaming.n_sink == KIND_SINKS["streaming"] == 4
+        assert snapstream.n_sink == n_sink
+        assert streaming.budget == snapstream.budget == 512
