@@ -77,7 +77,7 @@ def plot_accuracy_vs_gap(rows: Sequence[Row], path: Path) -> None:
         generated = [e for e in entries if e["gap"]]
         axes[1].plot([e["gap"] for e in generated], [e["forced_nll"] for e in generated],
                      marker="o", label=label)
-    axes[0].set(ylabel="accuracy", ylim=(-0.03, 1.03))
+    axes[0].set(ylabel="accuracy", ylim=(-0.03, 1.03), xlim=(0, max(gaps) * 1.1))
     axes[1].set(ylabel="nats per token of the generated text and cue")
     for ax in axes:
         ax.set_xscale("symlog", linthresh=32)
