@@ -21,7 +21,7 @@ the same (n_sink, n_topk, n_recent) holds the same number of tokens.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -130,6 +130,21 @@ class CachePolicy:
             raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) "
                              f"exceeds the capacity of {capacity} tokens")
         return self.spec.layout(self, prompt_len, max_new_tokens, capacity)
+
+
+# the fields a kind is defined by: a request for it that leaves them unset gets these, not the
+# model default's (tuned for the default's kind; SmolLM2's snapstream default has no sinks)
+KIND_OWN_FIELDS: dict[str, dict[str, int]] = {"streaming": {"n_sink": 4}}  # StreamingLLM
+
+
+def resolve_policy(default: CachePolicy, given: dict) -> CachePolicy:
+    """A request's policy: the fields it ``given`` (``kind`` among them), the rest the model's
+    ``default``'s, except that a kind other than the default's first takes its own defining
+    fields (:data:`KIND_OWN_FIELDS`): ``streaming`` asked of a sinkless default is still
+    StreamingLLM, with its 4 sinks. Raises ValueError naming a bad field."""
+    kind = given.get("kind", default.kind)
+    own = KIND_OWN_FIELDS.get(kind, {}) if kind != default.kind else {}
+    return replace(default, **(own | given))
 
 
 POLICY_FILE = "snapstream_policy.json"

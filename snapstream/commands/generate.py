@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 
-from snapstream.policy import POLICY_KINDS, POOLINGS, CachePolicy
+from snapstream.policy import POLICY_KINDS, POOLINGS, CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
 from snapstream.serving.settings import DTYPE_HELP, MODEL_HELP
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES
@@ -36,7 +35,7 @@ def policy_from_args(args: argparse.Namespace, defaults: CachePolicy) -> CachePo
     given = {name: getattr(args, name) for name in POLICY_FLAGS if getattr(args, name) is not None}
     if "policy" in given:
         given["kind"] = given.pop("policy")
-    return replace(defaults, **given)
+    return resolve_policy(defaults, given)
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser) -> None:

@@ -3,9 +3,10 @@
 A budget is written either as a fraction of the cell's context length (``1/4``, ``0.125``) or as
 an absolute token count (``256``, any integer). The split, for a budget of ``B`` tokens:
 
-- ``n_sink = min(n_sink, B - 1)`` (default 4; ``streaming`` always has StreamingLLM's 4
-  sinks, whatever the rule's: without them its window attention breaks down once the first
-  tokens leave it, and the rule's sinks are tuned for SnapKV, which keeps them by score),
+- ``n_sink = min(n_sink, B - 1)`` (default 4; ``streaming`` always has its own sinks,
+  StreamingLLM's 4 (``KIND_OWN_FIELDS``), whatever the rule's: without them its window
+  attention breaks down once the first tokens leave it, and the rule's sinks are tuned for
+  SnapKV, which keeps them by score),
 - ``window = min(window, B - n_sink)`` (SnapKV observation window, default 32),
 - ``n_recent = min(B - n_sink, max(window, round(B * recent_fraction)))`` (default 0.25; 0
   keeps the window alone), so the ring always holds the observation window, i.e. the question
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from snapstream.policy import CachePolicy
+from snapstream.policy import KIND_OWN_FIELDS, CachePolicy
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,6 @@ class Budget:
         return max(1, round(self.fraction * context_len))
 
 
-# kinds whose sinks are part of their definition, not the rule's to choose
-KIND_SINKS = {"streaming": 4}  # StreamingLLM (Xiao et al., 2024)
-
-
 @dataclass(frozen=True)
 class SplitRule:
     """How a budget of ``B`` tokens becomes a :class:`CachePolicy` (module docstring)."""
@@ -96,7 +93,7 @@ class SplitRule:
                                pooling=self.pooling)
         if budget < 2:
             raise ValueError(f"budgets: a budget of {budget} token(s) leaves no room for a ring")
-        n_sink = min(KIND_SINKS.get(kind, self.n_sink), budget - 1)
+        n_sink = min(KIND_OWN_FIELDS.get(kind, {}).get("n_sink", self.n_sink), budget - 1)
         window = min(self.window, budget - n_sink)
         n_recent = min(budget - n_sink, max(window, round(budget * self.recent_fraction)))
         return CachePolicy(kind=kind, n_sink=n_sink, n_topk=budget - n_sink - n_recent,

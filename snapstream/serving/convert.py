@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from google.protobuf.duration_pb2 import Duration
 
-from snapstream.policy import CachePolicy
+from snapstream.policy import CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import common_pb2
 
@@ -24,16 +24,19 @@ _POLICY_SIZES = ("n_sink", "n_topk", "n_recent", "window", "kernel")
 
 
 def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePolicy:
-    """Unset fields take ``default``'s; raises ValueError naming a bad field."""
+    """Unset fields take ``default``'s (:func:`~snapstream.policy.resolve_policy`); raises
+    ValueError naming a bad field."""
     if msg.kind not in KIND_FROM_PB and msg.kind != common_pb2.POLICY_KIND_UNSPECIFIED:
         raise ValueError(f"policy.kind: unknown value {msg.kind}")
     if msg.pooling not in POOLING_FROM_PB and msg.pooling != common_pb2.POOLING_UNSPECIFIED:
         raise ValueError(f"policy.pooling: unknown value {msg.pooling}")
-    fields = {name: getattr(msg, name) if msg.HasField(name) else getattr(default, name)
-              for name in _POLICY_SIZES}
+    given = {name: getattr(msg, name) for name in _POLICY_SIZES if msg.HasField(name)}
+    if msg.kind in KIND_FROM_PB:
+        given["kind"] = KIND_FROM_PB[msg.kind]
+    if msg.pooling in POOLING_FROM_PB:
+        given["pooling"] = POOLING_FROM_PB[msg.pooling]
     try:
-        return CachePolicy(kind=KIND_FROM_PB.get(msg.kind, default.kind),
-                           pooling=POOLING_FROM_PB.get(msg.pooling, default.pooling), **fields)
+        return resolve_policy(default, given)
     except ValueError as exc:
         raise ValueError(f"policy: {exc}") from None
 

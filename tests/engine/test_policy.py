@@ -1,8 +1,17 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from snapstream.policy import POLICY_FILE, CacheLayout, CachePolicy, load_default_policy
+from snapstream.policy import (
+    KIND_OWN_FIELDS,
+    POLICY_FILE,
+    CacheLayout,
+    CachePolicy,
+    load_default_policy,
+    resolve_policy,
+)
 
 
 @pytest.mark.parametrize(("fields", "name"), [
@@ -84,3 +93,27 @@ def test_a_kernel_wider_than_the_prompt_pools_like_one_spanning_it(pooling):
 
     votes = torch.rand(3, 40, generator=torch.Generator().manual_seed(0))
     assert torch.equal(_pool(votes, 2**32 - 1, pooling), _pool(votes, 79, pooling))
+
+
+SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, window=16,
+                       kernel=31)
+
+
+def test_a_request_of_the_defaults_kind_takes_the_defaults_fields():
+    assert resolve_policy(SINKLESS, {}) == SINKLESS
+    assert resolve_policy(SINKLESS, {"n_recent": 128}) == replace(SINKLESS, n_recent=128)
+
+
+def test_streaming_asked_of_a_sinkless_default_keeps_its_own_sinks():
+    policy = resolve_policy(SINKLESS, {"kind": "streaming"})
+    assert policy.n_sink == KIND_OWN_FIELDS["streaming"]["n_sink"] == 4
+    assert replace(policy, kind="snapstream", n_sink=0) == SINKLESS  # the rest: the default's
+    assert resolve_policy(SINKLESS, {"kind": "streaming", "n_sink": 0}).n_sink == 0  # asked
+    assert resolve_policy(SINKLESS, {"kind": "snapkv"}).n_sink == 0  # snapkv has no own sinks
+    streaming_default = replace(SINKLESS, kind="streaming")
+    assert resolve_policy(streaming_default, {}) == streaming_default  # the model's own choice
+
+
+def test_resolving_names_a_bad_field():
+    with pytest.raises(ValueError, match="kernel"):
+        resolve_policy(SINKLESS, {"kind": "streaming", "kernel": 4})

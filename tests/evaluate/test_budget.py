@@ -4,8 +4,8 @@ from fractions import Fraction
 
 import pytest
 
-from snapstream.evaluate.budget import KIND_SINKS, Budget, SplitRule
-from snapstream.policy import POLICY_KINDS
+from snapstream.evaluate.budget import Budget, SplitRule
+from snapstream.policy import KIND_OWN_FIELDS, POLICY_KINDS
 
 
 @pytest.mark.parametrize(("text", "fraction", "tokens"), [
@@ -92,6 +92,6 @@ def test_streaming_keeps_its_own_sinks_whatever_the_rules():
     for n_sink in (0, 16):
         streaming = SplitRule(n_sink=n_sink).policy("streaming", 512)
         snapstream = SplitRule(n_sink=n_sink).policy("snapstream", 512)
-        assert streaming.n_sink == KIND_SINKS["streaming"] == 4
+        assert streaming.n_sink == KIND_OWN_FIELDS["streaming"]["n_sink"] == 4
         assert snapstream.n_sink == n_sink
         assert streaming.budget == snapstream.budget == 512

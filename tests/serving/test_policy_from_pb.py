@@ -1,0 +1,30 @@
+"""A request's CachePolicy message against the model's default: unset fields, kinds, errors."""
+
+import pytest
+
+from snapstream.policy import CachePolicy
+from snapstream.serving.convert import policy_from_pb, policy_to_pb
+from snapstream.v1 import common_pb2
+
+SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, window=16,
+                       kernel=31)
+
+
+def test_an_empty_message_is_the_default():
+    assert policy_from_pb(common_pb2.CachePolicy(), SINKLESS) == SINKLESS
+    assert policy_from_pb(policy_to_pb(SINKLESS), CachePolicy()) == SINKLESS
+
+
+def test_streaming_with_its_sinks_unset_is_streamingllm():
+    msg = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_STREAMING)
+    policy = policy_from_pb(msg, SINKLESS)
+    assert (policy.kind, policy.n_sink, policy.n_topk, policy.n_recent) == (
+        "streaming", 4, 768, 256)
+    msg.n_sink = 0
+    assert policy_from_pb(msg, SINKLESS).n_sink == 0  # what the request asks for
+
+
+def test_a_bad_field_is_named():
+    msg = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_STREAMING, kernel=4)
+    with pytest.raises(ValueError, match="policy: kernel"):
+        policy_from_pb(msg, SINKLESS)
