@@ -27,7 +27,7 @@ from pathlib import Path
 
 from snapstream.evaluate.budget import Budget, SplitRule
 from snapstream.evaluate.config import EvalConfig, Run
-from snapstream.evaluate.results import Row
+from snapstream.evaluate.results import Row, accuracy_table
 
 BASE = SplitRule(n_sink=4, window=32, recent_fraction=0.25, kernel=7, pooling="avg")
 AXES: dict[str, tuple] = {
@@ -221,11 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     write_outputs(rows + gen_rows, cfg.to_json(), str(args.model or engine.name), args.out)
     result = {"base": asdict(BASE), "centres": [asdict(c) for c in centres[:-1]],
               "descent": asdict(descent), "chosen": asdict(chosen),
-              "policy": policy_fields(chosen), "full_accuracy": _accuracy(rows),
+              "policy": policy_fields(chosen), "full_accuracy": _full(rows)["accuracy"],
               "generation": {"context_len": args.gen_context_len, "gaps": list(gen_cfg.gaps),
                              "n_per_cell": args.gen_n_per_cell,
-                             "full": {"accuracy": _accuracy(gen_rows),
-                                      "forced_nll": _generated_nll(gen_rows)}},
+                             # the generated text's NLL: the rows with a gap
+                             "full": {"accuracy": _full(gen_rows)["accuracy"],
+                                      "forced_nll": _full([r for r in gen_rows if r.gap])[
+                                          "forced_nll"]}},
               "table": table}
     (args.out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_sweep(table, centres[-2], chosen, result["full_accuracy"],
@@ -238,16 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _accuracy(rows: list[Row]) -> float:
-    """The full cache's accuracy over ``rows``."""
-    full = [row.correct for row in rows if row.policy == "full"]
-    return sum(full) / len(full)
-
-
-def _generated_nll(rows: list[Row]) -> float:
-    """The full cache's mean negative log-likelihood of the generated text (gap rows)."""
-    nll = [row.forced_nll for row in rows if row.policy == "full" and row.gap]
-    return sum(nll) / len(nll)
+def _full(rows: list[Row]) -> dict:
+    """The full cache's :func:`~snapstream.evaluate.results.accuracy_table` entry over
+    ``rows``."""
+    return next(e for e in accuracy_table(rows, ()) if e["policy"] == "full")
 
 
 def _parser() -> argparse.ArgumentParser:
