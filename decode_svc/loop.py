@@ -18,13 +18,13 @@ import torch
 
 from decode_svc.backends import SN40LSimBackend, TorchBackend
 from decode_svc.sequence import DecodeEvent, Sequence, SlotTable, StreamSink
+from serving import metrics
+from serving.errors import QueueFull
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CacheLayout
 from snapstream.sampling import sample_row
-from snapstream.serving import metrics
-from snapstream.serving.errors import QueueFull
 
 log = logging.getLogger(__name__)
 

@@ -5,22 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from snapstream.serving.settings import (
-    add_dtype_setting,
-    add_model_setting,
-    add_server_settings,
-    add_setting,
-)
-from snapstream.serving.tls import TlsFiles, add_tls_settings, tls_from_args
+from serving.settings import add_server_settings, add_setting, add_worker_settings
+from serving.tls import TlsFiles, add_tls_settings, tls_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50053, metrics_port=9103)
     add_tls_settings(parser)
-    add_model_setting(parser)
-    add_dtype_setting(parser)
-    add_setting(parser, "--device", default="cpu")
-    add_setting(parser, "--store", default="redis://127.0.0.1:6379/0", help="KV store URL")
+    add_worker_settings(parser)
     add_setting(parser, "--slots", type=int, default=8, help="rows of the static decode batch")
     add_setting(parser, "--max-queue", type=int, default=64, help="waiting requests before "
                 "RESOURCE_EXHAUSTED")
@@ -31,7 +23,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from snapstream.serving.server import run as run_service
+    from serving.server import run as run_service
 
     if args.slots < 1 or args.max_queue < 0:
         raise ValueError("--slots must be >= 1 and --max-queue >= 0")
@@ -42,19 +34,16 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     from decode_svc.backends import BackendConfig, make_backend
     from decode_svc.loop import DecodeLoop
     from decode_svc.service import DecodeServicer
-    from kvstore import open_store
-    from kvstore.codec import BlobSpec
-    from snapstream.engine import Engine
-    from snapstream.serving.server import ServerSpec, serve, wait_until_idle
+    from serving.server import ServerSpec, serve, wait_until_idle
+    from serving.worker import open_worker
     from snapstream.v1 import decode_pb2_grpc
 
-    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    worker = await open_worker(args)
+    engine, store = worker.engine, worker.store
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
                            engine.config)
-    spec = BlobSpec.for_engine(engine)
-    store = await open_store(args.store)
     loop = DecodeLoop(engine, backend, slots=args.slots, max_queue=args.max_queue)
-    servicer = DecodeServicer(loop, store, spec)
+    servicer = DecodeServicer(loop, store, worker.spec)
 
     async def warmup() -> None:
         loop.start()

@@ -13,11 +13,11 @@ from decode_svc.sequence import DecodeEvent, Sequence, StreamSink
 from hwsim import DoesNotFitError
 from kvstore import BlobStore
 from kvstore.codec import BlobError, BlobSpec, decode_blob
+from serving import metrics
+from serving.convert import FINISH_TO_PB, duration, sampling_from_pb
+from serving.errors import Unavailable, register_status
 from snapstream.kvcache import SequenceCache
 from snapstream.sampling import SamplingParams
-from snapstream.serving import metrics
-from snapstream.serving.convert import FINISH_TO_PB, duration, sampling_from_pb
-from snapstream.serving.errors import Unavailable, register_status
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
 register_status(BlobError, grpc.StatusCode.FAILED_PRECONDITION)

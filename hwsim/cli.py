@@ -2,7 +2,7 @@
 
 Exit status: 0 when the configuration fits, 3 when it does not (the report still prints, with
 the tier and shortfall; with --json the object has fits=false and an error field), 2 for
-invalid input (raised as ValueError and printed on one line by snapstream.cli).
+invalid input (raised as ValueError and printed on one line by cli.main).
 """
 
 from __future__ import annotations

@@ -12,16 +12,12 @@ import struct
 import warnings
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from snapstream.config import ModelConfig
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CacheLayout
-
-if TYPE_CHECKING:
-    from snapstream.engine import Engine
 
 MAGIC = b"SNAPKV\x00\x00"
 VERSION = 1
@@ -66,11 +62,6 @@ class BlobSpec:
     @classmethod
     def for_model(cls, config: ModelConfig, fingerprint: bytes, dtype: torch.dtype) -> BlobSpec:
         return cls(fingerprint, config.num_layers, config.num_kv_heads, config.head_dim, dtype)
-
-    @classmethod
-    def for_engine(cls, engine: Engine) -> BlobSpec:
-        """What blobs of ``engine``'s model look like, in the engine's KV dtype."""
-        return cls.for_model(engine.config, engine.fingerprint, engine.kv_dtype)
 
     def payload_size(self, layout: CacheLayout) -> int:
         slots = self.num_layers * self.num_kv_heads * layout.budget

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from kvstore import BlobStore, new_blob_key
 from kvstore.codec import BlobSpec, encode_blob
 from kvstore.stores.base import check_key
+from serving import metrics
+from serving.convert import duration, policy_from_pb, sampling_from_pb
+from serving.errors import QueueFull
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling import SamplingParams, sample_batch
-from snapstream.serving import metrics
-from snapstream.serving.convert import duration, policy_from_pb, sampling_from_pb
-from snapstream.serving.errors import QueueFull
 from snapstream.v1 import prefill_pb2, prefill_pb2_grpc
 
 

@@ -21,9 +21,9 @@ from kvstore import new_blob_key
 from router.request import ResolvedRequest, ServedModel, resolve
 from router.text import TextStream
 from router.workers import WorkerPool
-from snapstream.serving import metrics
-from snapstream.serving.convert import FINISH_FROM_PB, policy_to_pb, sampling_to_pb
-from snapstream.serving.errors import QueueFull, Unavailable, status_for
+from serving import metrics
+from serving.convert import FINISH_FROM_PB, policy_to_pb, sampling_to_pb
+from serving.errors import QueueFull, Unavailable, status_for
 from snapstream.v1 import decode_pb2, generation_pb2, prefill_pb2
 
 log = logging.getLogger(__name__)

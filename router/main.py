@@ -8,14 +8,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from snapstream.serving.auth import ApiKeys, add_api_key_settings, api_keys_from_args
-from snapstream.serving.settings import (
+from serving.auth import ApiKeys, add_api_key_settings, api_keys_from_args
+from serving.settings import (
     add_model_setting,
     add_server_settings,
     add_setting,
     address_list,
 )
-from snapstream.serving.tls import TlsFiles, add_tls_settings, tls_from_args
+from serving.tls import TlsFiles, add_tls_settings, tls_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from snapstream.serving.server import run as run_service
+    from serving.server import run as run_service
 
     return run_service(_serve(args, Security(tls_from_args(args), api_keys_from_args(args))))
 
@@ -78,7 +78,7 @@ async def _serve(args: argparse.Namespace, security: Security) -> None:
     from router.generation import Generation
     from router.service import GenerationServicer
     from router.workers import WorkerPool, poll_decode_stats
-    from snapstream.serving.server import ServerSpec, serve, wait_until_idle
+    from serving.server import ServerSpec, serve, wait_until_idle
     from snapstream.v1 import decode_pb2_grpc, generation_pb2_grpc, prefill_pb2_grpc
 
     model = load_served_model(args.model, args.default_policy, args.default_max_new_tokens)

@@ -10,11 +10,11 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from serving.convert import policy_from_pb, sampling_from_pb
 from snapstream.chat import ChatMessage
 from snapstream.config import ModelConfig
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
-from snapstream.serving.convert import policy_from_pb, sampling_from_pb
 from snapstream.tokenizer import Tokenizer
 from snapstream.v1 import generation_pb2
 

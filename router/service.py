@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from router.generation import Completion, Event, Generation
-from snapstream.serving.convert import FINISH_TO_PB, duration, policy_to_pb
+from serving.convert import FINISH_TO_PB, duration, policy_to_pb
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from snapstream.serving.errors import Unavailable
-from snapstream.serving.server import CHANNEL_OPTIONS
-from snapstream.serving.tls import TlsFiles, open_channel
+from serving.errors import Unavailable
+from serving.server import CHANNEL_OPTIONS
+from serving.tls import TlsFiles, open_channel
 from snapstream.v1 import decode_pb2
 
 log = logging.getLogger(__name__)

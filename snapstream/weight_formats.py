@@ -42,3 +42,6 @@ def weight_format(name: str, native: str = "float32") -> WeightFormat:
     if name not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_CHOICES)}, got {name!r}")
     return WEIGHT_FORMATS[native if name == AUTO else name]
+DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: int4 for a Q4_0/Q4_1 "
+              "GGUF, int8 for Q8_0, else float32), float32, bfloat16, or int8/int4 weights "
+              "(CPU) with float32 activations and a bfloat16 KV cache")

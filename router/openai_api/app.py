@@ -23,7 +23,7 @@ from router.openai_api.errors import ApiError
 from router.openai_api.frames import CHAT, TEXT, Flavor, Framer
 from router.openai_api.responses import GenerationResponse, error_response
 from router.openai_api.schemas import ChatCompletionBody, CompletionBody, GenerationBody
-from snapstream.serving.auth import ApiKeys
+from serving.auth import ApiKeys
 
 MAX_BODY_BYTES = 4 * 2**20
 

@@ -8,7 +8,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from router.openai_api.errors import ApiError
 from router.openai_api.responses import error_response
-from snapstream.serving.auth import ApiKeys, refusal
+from serving.auth import ApiKeys, refusal
 
 OPEN_PATHS = frozenset({"/health"})
 

@@ -15,7 +15,7 @@ from router.openai_api.schemas import (
     GenerationBody,
     SnapstreamOptions,
 )
-from snapstream.serving.convert import KIND_TO_PB, POOLING_TO_PB
+from serving.convert import KIND_TO_PB, POOLING_TO_PB
 from snapstream.v1 import common_pb2, generation_pb2
 
 # field -> is its value the no-op one (what a client sends when it means "not used")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import grpc
 import pydantic
 
-from snapstream.serving.errors import RETRY_AFTER_S, status_for
+from serving.errors import RETRY_AFTER_S, status_for
 
 log = logging.getLogger(__name__)
 

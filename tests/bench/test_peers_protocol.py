@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from snapstream.bench.peers.process import RunnerError, RunnerProcess
-from snapstream.bench.peers.runners import RUNNERS
-from snapstream.bench.peers.runners.peer_protocol import (
+from bench.peers.process import RunnerError, RunnerProcess
+from bench.peers.runners import RUNNERS
+from bench.peers.runners.peer_protocol import (
     ProtocolError,
     Reply,
     Request,
@@ -133,7 +133,7 @@ def test_a_runner_dies_with_the_process_that_started_it(toy_runner, tmp_path):
     parent = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from snapstream.bench.peers.process import RunnerProcess
+            from bench.peers.process import RunnerProcess
             runner = RunnerProcess(sys.executable, {str(toy_runner)!r}, {str(tmp_path / "t.log")!r})
             print(runner.pid, flush=True)
             time.sleep(60)

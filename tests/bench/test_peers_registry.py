@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from snapstream.bench.peers import recipes
-from snapstream.bench.peers.bench import PeersBenchConfig
-from snapstream.bench.peers.runners import RUNNERS
-from snapstream.bench.peers.systems import (
+from bench.peers import recipes
+from bench.peers.bench import PeersBenchConfig
+from bench.peers.runners import RUNNERS
+from bench.peers.systems import (
     SYSTEMS,
     Budget,
     PeerSystem,
@@ -20,7 +20,7 @@ from snapstream.bench.peers.systems import (
     get_system,
     register,
 )
-from snapstream.bench.peers.venvs import (
+from bench.peers.venvs import (
     COMPLETE_MARKER,
     Step,
     Venv,

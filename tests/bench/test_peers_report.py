@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from snapstream.bench.peers.bench import PeersBenchConfig
-from snapstream.bench.peers.passkey import PeersPasskeyConfig, passkey_set, render_passkey
-from snapstream.bench.peers.prompts import filler_text, passkey_prompt
-from snapstream.bench.peers.report import (
+from bench.peers.bench import PeersBenchConfig
+from bench.peers.passkey import PeersPasskeyConfig, passkey_set, render_passkey
+from bench.peers.prompts import filler_text, passkey_prompt
+from bench.peers.report import (
     common_prefix,
     cpu_features,
     memory_table,
     render,
     same_round_ratio,
 )
-from snapstream.bench.peers.serve import throughput_table
-from snapstream.bench.report import write_section
+from bench.peers.serve import throughput_table
+from bench.report import write_section
 
 
 def _point(decode, ttft, tokens, passkey=True):

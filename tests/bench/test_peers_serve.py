@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from snapstream.bench.peers.serve import PeersServeConfig
-from snapstream.bench.serve_openai import OpenAIClient
+from bench.peers.serve import PeersServeConfig
+from bench.serve_openai import OpenAIClient
 from snapstream.policy import CachePolicy
 
 

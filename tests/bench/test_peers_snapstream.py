@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from snapstream.bench.peers.process import RunnerProcess
-from snapstream.bench.peers.runners import RUNNERS
-from snapstream.bench.peers.systems import Budget, get_system
+from bench.peers.process import RunnerProcess
+from bench.peers.runners import RUNNERS
+from bench.peers.systems import Budget, get_system
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling import SamplingParams

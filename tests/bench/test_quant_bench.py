@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from snapstream.bench.quant_bench import QuantBenchConfig, common_prefix, interleaved
-from snapstream.bench.quant_cli import render
+from bench.quant_bench import QuantBenchConfig, common_prefix, interleaved
+from bench.quant_cli import render
 
 
 def test_interleaved_steps_every_pair_in_turn_with_its_threads():
@@ -43,7 +43,7 @@ def test_render_reports_ratios_against_the_first_format():
                    for fmt, d, f, t, k in (("float32", 32, True, 1.0, 0.0),
                                            ("int8", 5, False, 0.99, 0.002))},
     }
-    text = render(results, "python -m snapstream.bench.quant_bench")
+    text = render(results, "python -m bench.quant_bench")
     assert "| 1 | 1024 | model policy (1024 slots) | 1 | 60.00 | 30.00 | 2.00× |" in text
     assert "| 1 | 512 | 640 | 1.25× |" in text  # prefill tok/s and speed
     assert "| int8 | 800 | 400 | 0.80× |" in text

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import pytest
 
-from snapstream.cli import main
+from cli.main import main
 from snapstream.policy import POLICY_FILE, load_default_policy
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from snapstream.cluster import ClusterSpec, LocalCluster
+from cluster import ClusterSpec, LocalCluster
 from snapstream.policy import POLICY_FILE
 from tests.tiny_models import write_tiny_model
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cluster.certs import ClusterCerts, make_cluster_certs
 from snapstream.client import (
     AsyncSnapstreamClient,
     Cancelled,
@@ -21,7 +22,6 @@ from snapstream.client import (
     TlsConfig,
     Unavailable,
 )
-from snapstream.cluster.certs import ClusterCerts, make_cluster_certs
 from tests.client.fake_router import FakeRouter, serving
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from cluster import LocalCluster
 from snapstream.client import SnapstreamClient
-from snapstream.cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 PROMPT = "The passkey is 4721. Remember it.\nWhat is the passkey?\nAnswer: "

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster import ClusterError, ClusterSpec, LocalCluster
 from snapstream.client import SnapstreamClient
-from snapstream.cluster import ClusterError, ClusterSpec, LocalCluster
 from tests.cluster.helpers import process_trees, still_running
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from snapstream.cluster import ClusterSpec, plan_cluster
-from snapstream.cluster.certs import make_cluster_certs
-from snapstream.cluster.stores import StoreAccess
+from cluster import ClusterSpec, plan_cluster
+from cluster.certs import make_cluster_certs
+from cluster.stores import StoreAccess
 
 ACCESS = StoreAccess(password="pw-1")
 
@@ -39,7 +39,7 @@ def test_router_gets_every_worker_and_workers_get_the_store() -> None:
     assert store.argv == ("nats-server", "-js", "-c", "/data/nats.conf")
     assert 'password: "pw-1"' in store.files[0][1]
     assert router.address == "127.0.0.1:50051"
-    assert router.argv[:5] == (sys.executable, "-m", "snapstream.cli", "serve", "router")
+    assert router.argv[:5] == (sys.executable, "-m", "cli.main", "serve", "router")
     flags = _flags(router.argv)
     assert flags["--prefill-addrs"] == prefill.address
     assert flags["--decode-addrs"] == ",".join(d.address for d in decodes)
@@ -114,7 +114,7 @@ def test_spec_rejects_bad_fields_by_name(fields, message) -> None:
 def test_a_port_in_use_stops_the_start_before_anything_runs(tmp_path: Path) -> None:
     import socket
 
-    from snapstream.cluster import ClusterError, LocalCluster
+    from cluster import ClusterError, LocalCluster
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

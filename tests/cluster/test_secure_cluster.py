@@ -12,9 +12,9 @@ import grpc
 import openai
 import pytest
 
+from cluster import ClusterSpec, LocalCluster
+from cluster.health import health_statuses
 from snapstream.client import SnapstreamClient, TlsConfig, Unauthenticated, Unavailable
-from snapstream.cluster import ClusterSpec, LocalCluster
-from snapstream.cluster.health import health_statuses
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
 pytestmark = pytest.mark.slow

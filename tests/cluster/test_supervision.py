@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster import ClusterSpec, LocalCluster
+from cluster.restarts import Backoff, RestartPolicy
 from snapstream.client import SnapstreamClient
-from snapstream.cluster import ClusterSpec, LocalCluster
-from snapstream.cluster.restarts import Backoff, RestartPolicy
 
 SUPERVISE_TIMEOUT_S = 120.0
 

@@ -36,7 +36,7 @@ def _read_until(process: subprocess.Popen, marker: str, timeout_s: float) -> str
 
 
 def test_sigterm_stops_every_member(tiny_model: Path, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "snapstream.cli", "up", "--store", "redis", "--model",
+    command = [sys.executable, "-m", "cli.main", "up", "--store", "redis", "--model",
                str(tiny_model), "--port", "0", "--http-port", "0", "--slots", "2",
                "--log-dir", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -61,7 +61,7 @@ def test_sigterm_stops_every_member(tiny_model: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("flag", ["--tls", "--api-key"])
 def test_the_plaintext_demo_is_refused_with_tls_or_a_key(flag: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "snapstream.cli", "up", "--demo", flag],
+    result = subprocess.run([sys.executable, "-m", "cli.main", "up", "--demo", flag],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: --demo speaks plaintext without a key: leave out "

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from snapstream.commands.serve import SERVICES
-from snapstream.serving.settings import env_name
+from cli.serve import SERVICES
+from serving.settings import env_name
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -121,7 +121,7 @@ def serve_settings(service: str) -> dict[str, str]:
 
 def parse_serve(command: list[str], env: Mapping[str, str]) -> argparse.Namespace:
     """``command`` (e.g. ``["serve", "decode"]``) parsed as the CLI does with ``env`` set."""
-    from snapstream.cli import build_parser
+    from cli.main import build_parser
 
     with only_environment(env):
         return build_parser(command[0]).parse_args(command)

@@ -77,6 +77,7 @@ def test_build_context_is_an_allowlist_of_what_the_image_installs():
     copied = {source.rstrip("/") for copy in instructions("COPY") if "--from" not in copy
               for source in copy.split()[:-1]}
     assert copied <= allowed, f"COPY of something .dockerignore drops: {copied - allowed}"
-    packages = re.search(r"include = \[(.*?)\]", (REPO / "pyproject.toml").read_text()).group(1)
-    assert {name.strip('" *') for name in packages.split(",")} <= copied, \
+    packages = re.search(r"include = \[(.*?)\]", (REPO / "pyproject.toml").read_text(),
+                         re.DOTALL).group(1)
+    assert {name.strip('" *\n') for name in packages.split(",")} <= copied, \
         "the image must copy every package pyproject.toml installs"

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from snapstream import cli
+from cli import main as cli
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, \
     health_pb2.HealthCheckResponse.NOT_SERVING
@@ -29,7 +29,7 @@ def server() -> Iterator[tuple[str, health.HealthServicer]]:
 
 def test_the_command_is_registered():
     assert "health" in cli.COMMANDS, \
-        "register snapstream.commands.health in snapstream/cli.py COMMANDS (compose uses it)"
+        "register cli.health in cli/main.py COMMANDS (compose uses it)"
 
 
 @pytest.mark.parametrize(("status", "code", "word"),

@@ -2,7 +2,7 @@
 
 Each compose service becomes one process per replica, run with its compose ``command`` and
 ``environment``: ``snapstream`` services through the image's ENTRYPOINT (``snapstream`` ->
-``python -m snapstream.cli``), ``redis`` and ``nats`` with the local ``redis-server`` and
+``python -m cli.main``), ``redis`` and ``nats`` with the local ``redis-server`` and
 ``nats-server``. Every container port gets a free local port; ``service:port`` in a value
 becomes ``127.0.0.1:local`` (one address per replica, as Docker's DNS answers with every
 replica's address). Services start in ``depends_on`` order, each once its dependencies are
@@ -154,7 +154,7 @@ def _entrypoint(service: dict) -> list[str]:
         entrypoint = json.loads(lines[-1].split(None, 1)[1])
     if entrypoint[0] != "snapstream":
         raise TopologyError(f"unexpected entrypoint {entrypoint}")
-    return [sys.executable, "-m", "snapstream.cli", *entrypoint[1:]]
+    return [sys.executable, "-m", "cli.main", *entrypoint[1:]]
 
 
 def _redis_argv(command: list[str], port: int, own: Path) -> list[str]:
@@ -307,7 +307,7 @@ def _run_healthcheck(instance: Instance) -> None:
     if local[0] == "wget":
         with urllib.request.urlopen(local[-1], timeout=5):  # raises unless 2xx
             return
-    argv = [sys.executable, "-m", "snapstream.cli", *local[1:]] if local[0] == "snapstream" \
+    argv = [sys.executable, "-m", "cli.main", *local[1:]] if local[0] == "snapstream" \
         else local
     result = subprocess.run(argv, env=instance.env, cwd=REPO, capture_output=True, text=True,
                             timeout=60)

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cluster import ClusterSpec, LocalCluster
 from kvstore import open_store
-from snapstream.cluster import ClusterSpec, LocalCluster
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.v1 import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from cli.demo import documentation
+from cluster import ClusterSpec, LocalCluster
 from snapstream.client import SnapstreamClient
-from snapstream.cluster import ClusterSpec, LocalCluster
-from snapstream.demo import documentation
 
 pytestmark = pytest.mark.slow
 PASSKEY = "71432"

@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvstore.codec import BlobSpec, decode_blob, encode_blob
+from kvstore.codec import decode_blob, encode_blob
+from serving.settings import add_dtype_setting
+from serving.worker import blob_spec
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
 from snapstream.policy import CachePolicy
@@ -22,7 +24,6 @@ from snapstream.quant import (
     quantize_int8_rows,
 )
 from snapstream.sampling import SamplingParams
-from snapstream.serving.settings import add_dtype_setting
 from snapstream.weight_formats import DTYPE_CHOICES
 
 
@@ -143,7 +144,7 @@ def test_quantized_engines_keep_a_bfloat16_kv_cache(engines, dtype):
     layout = result.cache.layout
     assert result.cache.k.dtype == result.cache.v.dtype == torch.bfloat16
     assert engine.new_decoder(layout, 2).cache.k.dtype == torch.bfloat16
-    spec, reference_spec = BlobSpec.for_engine(engine), BlobSpec.for_engine(reference)
+    spec, reference_spec = blob_spec(engine), blob_spec(reference)
     assert spec.dtype == torch.bfloat16
     slots = engine.config.num_layers * engine.config.num_kv_heads * layout.budget
     # K and V at 2 bytes instead of 4; the int32 positions stay

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from snapstream.cli import main
+from cli.main import main
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling import SamplingParams, sample_batch, sample_row

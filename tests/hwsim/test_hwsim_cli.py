@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from snapstream.cli import main
+from cli.main import main
 
 LLAMA_8B_TABLE = ["sim", "--model", "llama-3.1-8b", "--sockets", "1", "--batch", "1",
                   "--context", "4096", "--policy", "full"]

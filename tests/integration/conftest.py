@@ -104,7 +104,7 @@ SERVER_KINDS: dict[str, tuple[str, Callable[[int, Path], list[str]], str]] = {
 
 def _tls_flags(workdir: Path, cert_flag: str, key_flag: str) -> list[str]:
     """A CA and a server certificate for 127.0.0.1 in ``workdir/tls``."""
-    from snapstream.cluster.certs import make_cluster_certs
+    from cluster.certs import make_cluster_certs
 
     certs = make_cluster_certs(workdir / "tls", ("127.0.0.1", "localhost"))
     return [cert_flag, str(certs.cert), key_flag, str(certs.key)]

@@ -16,9 +16,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from router.openai_api.app import create_app
 from router.openai_api.server import HttpServer
 from router.service import GenerationServicer
+from serving.auth import ApiKeyInterceptor, ApiKeys
+from serving.errors import StatusInterceptor
 from snapstream.client import AsyncSnapstreamClient, Unauthenticated
-from snapstream.serving.auth import ApiKeyInterceptor, ApiKeys
-from snapstream.serving.errors import StatusInterceptor
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
 from tests.integration.test_services import serving_stack
 

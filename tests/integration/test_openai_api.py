@@ -197,8 +197,8 @@ async def test_requests_are_counted_by_api(served):
 
 
 async def test_the_benchmarks_openai_load_generator_sees_the_grpc_tokens(served):
-    from snapstream.bench.serve_openai import OpenAIClient, served_model
-    from snapstream.bench.serve_workload import ServeBenchConfig
+    from bench.serve_openai import OpenAIClient, served_model
+    from bench.serve_workload import ServeBenchConfig
     from snapstream.policy import CachePolicy
 
     policy = CachePolicy(n_sink=4, n_topk=40, n_recent=24, window=8)

@@ -10,8 +10,8 @@ import time
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from snapstream.serving.server import CHANNEL_OPTIONS, SERVER_OPTIONS
-from snapstream.serving.tls import open_channel
+from serving.server import CHANNEL_OPTIONS, SERVER_OPTIONS
+from serving.tls import open_channel
 
 DOWN_S = 6.0  # long enough for the default backoff to grow past 5 s
 

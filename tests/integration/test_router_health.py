@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from snapstream.cluster.health import health_statuses
+from cluster.health import health_statuses
 from snapstream.v1 import decode_pb2_grpc
 from tests.integration.conftest import _free_port
 from tests.integration.test_services import serving_stack
@@ -32,7 +32,7 @@ def router_process(model: Path, prefill: str, decode: str, log: Path
     port, http_port = _free_port(), _free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "snapstream.cli", "serve", "router", "--model", str(model),
+            [sys.executable, "-m", "cli.main", "serve", "router", "--model", str(model),
              "--port", str(port), "--http-port", str(http_port), "--metrics-port", "0",
              "--prefill-addrs", prefill, "--decode-addrs", decode],
             stdout=out, stderr=subprocess.STDOUT)

@@ -13,9 +13,9 @@ import grpc
 import pytest
 
 from prefill_svc.service import PrefillServicer
+from serving.errors import RETRY_AFTER_S
 from snapstream.client import AsyncSnapstreamClient, InvalidArgument, ResourceExhausted
 from snapstream.engine import Engine
-from snapstream.serving.errors import RETRY_AFTER_S
 from snapstream.v1 import generation_pb2
 from tests.integration.conftest import start_server
 from tests.integration.test_openai_api import metric

@@ -16,7 +16,7 @@ START_TIMEOUT_S = 120
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snapstream.cli", "serve", *args],
+    return subprocess.run([sys.executable, "-m", "cli.main", "serve", *args],
                           capture_output=True, text=True, timeout=START_TIMEOUT_S)
 
 

@@ -21,11 +21,12 @@ from router.generation import Generation
 from router.main import load_served_model
 from router.service import GenerationServicer
 from router.workers import WorkerPool, poll_decode_stats
+from serving.errors import StatusInterceptor
+from serving.worker import blob_spec
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
 from snapstream.policy import CachePolicy
 from snapstream.sampling import SamplingParams
-from snapstream.serving.errors import StatusInterceptor
 from snapstream.v1 import (
     common_pb2,
     decode_pb2,
@@ -67,7 +68,7 @@ async def serving_stack(model_dir: Path, store_url: str,
                         prefill_queue: int = 8, prefill_cls: type[PrefillServicer] = PrefillServicer
                         ) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir)
-    spec = BlobSpec.for_engine(engine)
+    spec = blob_spec(engine)
     store = await open_store(store_url)
     loop = DecodeLoop(engine, make_backend(backend, engine.config), slots=slots,
                       max_queue=max_queue)
@@ -239,7 +240,7 @@ async def test_release_of_a_malformed_key_is_invalid_argument(model_dir, redis_u
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.9, seed=5)])
 async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_url, sampling):
     """What the router does on failover: the resumed stream continues token-identically."""
-    from snapstream.serving.convert import sampling_to_pb
+    from serving.convert import sampling_to_pb
 
     async with serving_stack(model_dir, redis_url) as stack:
         full = await collect(stack.generation, generation_pb2.GenerateRequest(
@@ -251,7 +252,7 @@ async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_ur
                                 capacity=engine.context_len)
         from kvstore.codec import encode_blob
 
-        spec = BlobSpec.for_engine(engine)
+        spec = blob_spec(engine)
         await stack.store.put("resume-key", encode_blob(result.cache, spec), ttl_s=60)
         resumed = []
         async for message in stack.decode.Decode(decode_pb2.DecodeRequest(

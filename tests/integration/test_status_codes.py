@@ -7,7 +7,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from snapstream.serving.errors import StatusInterceptor
+from serving.errors import StatusInterceptor
 from tests.integration.test_services import serving_stack
 
 # GenerateRequest.prompt (field 1, a string) holding invalid UTF-8; then a truncated length

@@ -13,10 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cluster.certs import ClusterCerts, make_cluster_certs
+from cluster.health import health_statuses
+from serving.tls import TlsFiles, open_channel
 from snapstream.client.tls import TlsConfig
-from snapstream.cluster.certs import ClusterCerts, make_cluster_certs
-from snapstream.cluster.health import health_statuses
-from snapstream.serving.tls import TlsFiles, open_channel
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
 START_TIMEOUT_S = 120.0
@@ -35,7 +35,7 @@ def decode_address(certs: ClusterCerts, tiny_model_dir: Path, redis_url: str,
         port = probe.getsockname()[1]
     log = (tmp_path_factory.mktemp("decode") / "decode.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "snapstream.cli", "serve", "decode", "--model",
+        [sys.executable, "-m", "cli.main", "serve", "decode", "--model",
          str(tiny_model_dir), "--store", redis_url, "--port", str(port), "--metrics-port", "0",
          "--tls-cert", str(certs.cert), "--tls-key", str(certs.key), "--tls-ca", str(certs.ca)],
         stdout=log, stderr=subprocess.STDOUT)
@@ -76,7 +76,7 @@ async def test_a_caller_without_it_is_refused(certs, decode_address, caller):
 
 
 def test_the_health_command_speaks_tls(certs, decode_address):
-    from snapstream.cli import main
+    from cli.main import main
 
     flags = ["--tls-ca", str(certs.ca), "--tls-cert", str(certs.cert), "--tls-key",
              str(certs.key)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from snapstream.serving.auth import KEYS_ENV, add_api_key_settings, api_keys_from_args
+from serving.auth import KEYS_ENV, add_api_key_settings, api_keys_from_args
 
 KEY, OTHER_KEY = "k" * 20 + "-first", "k" * 20 + "-second"
 

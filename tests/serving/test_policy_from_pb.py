@@ -2,8 +2,8 @@
 
 import pytest
 
+from serving.convert import policy_from_pb, policy_to_pb
 from snapstream.policy import CachePolicy
-from snapstream.serving.convert import policy_from_pb, policy_to_pb
 from snapstream.v1 import common_pb2
 
 SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, window=16,

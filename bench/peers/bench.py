@@ -1,0 +1,188 @@
+"""Batch-1 decode speed and time to first token of the peer systems on the same prompt ids.
+
+Every system loads the model once in its own runner process; then each round sends every
+prompt length to every system, the systems taking turns (the starting system rotates), so the
+machine's load falls on all of them alike and same-round ratios can be taken.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.peers.process import RunnerError, RunnerProcess
+from bench.peers.prompts import Prompt, load_tokenizer, model_path, passkey_prompts
+from bench.peers.runners import RUNNERS
+from bench.peers.systems import Budget, PeerSystem, default_budget, get_system
+from bench.peers.venvs import Echo, PeerBuildError, Venv, ensure_venv, peers_root
+from bench.serve_profile import machine_cpu_s, process_cpu_s
+
+WARMUP_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class PeersBenchConfig:
+    systems: tuple[str, ...] = ("llama.cpp", "snapstream", "snapstream-fp32", "snapstream-full",
+                                "openvino", "openvino-evict", "transformers", "kvpress-snapkv")
+    lengths: tuple[int, ...] = (1024, 4096, 8000)
+    max_new_tokens: int = 32
+    rounds: int = 3
+    n_threads: int = 2
+    n_ctx: int = 8192
+    budget: Budget = field(default_factory=default_budget)
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        for name in self.systems:
+            get_system(name)  # names the known ones when one is unknown
+        if self.max_new_tokens < 2:
+            raise ValueError("max_new_tokens must be ≥ 2: decode speed is timed between tokens")
+        if min(self.rounds, self.n_threads) < 1:
+            raise ValueError("rounds and n_threads must be ≥ 1")
+        if max(self.lengths) + self.max_new_tokens > self.n_ctx:
+            raise ValueError(f"lengths: {max(self.lengths)} + max_new_tokens "
+                             f"{self.max_new_tokens} exceeds n_ctx {self.n_ctx}")
+        if min(self.lengths) <= WARMUP_TOKENS:
+            raise ValueError(f"lengths must exceed the {WARMUP_TOKENS}-token warm-up prompt")
+
+
+@dataclass
+class Peer:
+    """A running system: its runner, what it reported, and its measurements."""
+
+    system: PeerSystem
+    runner: RunnerProcess
+    venv: Venv | None
+    load: dict
+    results: dict[int, list[dict]] = field(default_factory=dict)
+    failure: str | None = None
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, budget: Budget,
+                 timeout_s: float) -> dict | None:
+        """One measurement, or None once this system has failed (the failure is kept). The
+        reply gains ``other_cores_busy``: the cores that processes other than this runner and
+        this process kept busy meanwhile (other people's jobs on a shared machine)."""
+        if self.failure:
+            return None
+        before = self._cpu_s()
+        try:
+            reply = self.runner.call(
+                "generate", timeout_s=timeout_s, prompt_ids=prompt_ids,
+                max_new_tokens=max_new_tokens,
+                options=self.system.generate_options(len(prompt_ids), budget))
+        except RunnerError as exc:
+            self.failure = str(exc)
+            return None
+        wall, machine, ours = (after - first for after, first in zip(self._cpu_s(), before,
+                                                                      strict=True))
+        reply["other_cores_busy"] = (machine - ours) / wall
+        return reply
+
+    def _cpu_s(self) -> tuple[float, float, float]:
+        """(wall, machine busy, this runner + this process) in seconds."""
+        ours = process_cpu_s(self.runner.pid) + time.process_time()
+        return time.perf_counter(), machine_cpu_s(), ours
+
+
+def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
+    echo = echo or _stderr
+    gguf = model_path()
+    tokenizer = load_tokenizer(gguf)
+    prompts = passkey_prompts(tokenizer, cfg.lengths)
+    failures: dict[str, str] = {}
+    with ExitStack() as stack:
+        peers = []
+        for name in cfg.systems:
+            try:
+                peers.append(stack.enter_context(started_peer(
+                    get_system(name), gguf, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
+                    budget=cfg.budget, timeout_s=cfg.timeout_s, echo=echo)))
+            except (PeerBuildError, RunnerError) as exc:
+                failures[name] = str(exc)
+                echo(f"{name}: skipped: {exc}")
+        _warm_up(peers, prompts[0], cfg.budget, echo)
+        _measure(peers, prompts, cfg, echo)
+    return {"model": str(gguf),
+            "prompts": [{"tokens": len(p.token_ids), "passkey": p.passkey} for p in prompts],
+            "systems": {p.system.name: _summary(p, prompts, tokenizer) for p in peers},
+            "failures": failures}
+
+
+@contextmanager
+def started_peer(system: PeerSystem, gguf: Path, *, n_threads: int, n_ctx: int, budget: Budget,
+                 timeout_s: float, echo: Echo) -> Iterator[Peer]:
+    """``system``'s runner, its venv built first if needed, with the model loaded."""
+    venv = ensure_venv(system.venv, echo) if system.venv else None
+    model = system.prepare(gguf, venv, echo)
+    python = venv.python if venv else Path(sys.executable)
+    env = {"OMP_NUM_THREADS": str(n_threads), **system.runner_env(venv)}
+    log = peers_root() / "logs" / f"{system.name}.log"
+    echo(f"{system.name}: starting its runner (log: {log})")
+    with RunnerProcess(python, RUNNERS / system.runner, log, env=env) as runner:
+        load = runner.call("load", timeout_s=timeout_s, model=str(model), n_threads=n_threads,
+                           n_ctx=n_ctx, options=system.load_options(budget))
+        echo(f"{system.name}: model loaded in {load['load_s']:.1f} s")
+        yield Peer(system, runner, venv, load)
+
+
+def _warm_up(peers: list[Peer], prompt: Prompt, budget: Budget, echo: Echo) -> None:
+    ids = list(prompt.token_ids[:WARMUP_TOKENS])
+    for peer in peers:
+        echo(f"{peer.system.name}: warm-up")
+        if peer.generate(ids, 4, budget, timeout_s=600) is None:
+            echo(f"{peer.system.name}: failed: {peer.failure}")
+
+
+def _measure(peers: list[Peer], prompts: list[Prompt], cfg: PeersBenchConfig,
+             echo: Echo) -> None:
+    total, done, start = cfg.rounds * len(prompts) * len(peers), 0, time.perf_counter()
+    for round_index in range(cfg.rounds):
+        for prompt_index, prompt in enumerate(prompts):
+            shift = (round_index + prompt_index) % max(len(peers), 1)
+            for peer in peers[shift:] + peers[:shift]:
+                reply = peer.generate(list(prompt.token_ids), cfg.max_new_tokens, cfg.budget,
+                                      cfg.timeout_s)
+                done += 1
+                eta = (time.perf_counter() - start) / done * (total - done)
+                where = (f"round {round_index + 1}/{cfg.rounds} · {len(prompt.token_ids)} "
+                         f"tokens · {peer.system.name}")
+                progress = f"[{done}/{total}, ETA {eta / 60:.1f} min]"
+                if reply is None:
+                    echo(f"{where}: failed: {peer.failure} {progress}")
+                    continue
+                peer.results.setdefault(len(prompt.token_ids), []).append(reply)
+                echo(f"{where}: TTFT {reply['ttft_ms'] / 1e3:.2f} s, decode "
+                     f"{reply['decode_ms_per_token']:.1f} ms/token, other jobs kept "
+                     f"{reply['other_cores_busy']:.1f} cores busy {progress}")
+
+
+def _summary(peer: Peer, prompts: list[Prompt], tokenizer) -> dict:
+    points = {}
+    for prompt in prompts:
+        replies = peer.results.get(len(prompt.token_ids))
+        if not replies:
+            continue
+        text = tokenizer.decode(replies[0]["token_ids"])
+        points[len(prompt.token_ids)] = {
+            "decode_ms_per_token": [r["decode_ms_per_token"] for r in replies],
+            "ttft_ms": [r["ttft_ms"] for r in replies],
+            "other_cores_busy": [r["other_cores_busy"] for r in replies],
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in replies),
+            "kv_bytes": replies[-1]["kv_bytes"], "kv_note": replies[-1]["kv_note"],
+            "token_ids": replies[0]["token_ids"], "text": text,
+            "same_tokens_every_round": all(r["token_ids"] == replies[0]["token_ids"]
+                                           for r in replies),
+            "passkey_found": prompt.passkey in text, "extra": replies[-1]["extra"]}
+    info = peer.venv.info if peer.venv else {}
+    return {"label": peer.system.label, "hello": peer.runner.hello, "load": peer.load,
+            "venv": str(peer.venv.path) if peer.venv else sys.prefix,
+            "venv_build_s": info.get("build_s"), "venv_versions": info.get("versions", []),
+            "points": points, "failure": peer.failure}
+
+
+def _stderr(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

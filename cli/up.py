@@ -1,0 +1,157 @@
+"""`snapstream up`: the whole cluster as local processes (KV store server, one prefill worker,
+decode workers, router) until Ctrl-C or SIGTERM, restarting a member that exits; ``--demo``
+streams a long-context passkey request through the client SDK once every service is healthy."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCluster
+from snapstream.checkpoints.default import MODEL_HELP
+from snapstream.client import SnapstreamError
+
+WATCH_INTERVAL_S = 1.0
+DEMO_TIMEOUT_S = 300.0
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM asked the cluster to stop."""
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", choices=tuple(STORE_SERVERS), default="redis",
+                        help="KV store server to start")
+    parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
+    parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
+    parser.add_argument("--port", type=int, default=50051, help="router port (0: a free port)")
+    parser.add_argument("--http-port", type=int, default=8000,
+                        help="port of the router's OpenAI-compatible HTTP API (0: a free port)")
+    parser.add_argument("--decode-workers", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=8, help="decode slots per worker")
+    parser.add_argument("--backend", default="torch", help="decode back end: torch or sn40l-sim")
+    parser.add_argument("--torch-threads", type=int, default=ClusterSpec.torch_threads,
+                        help="torch threads of each prefill/decode worker (0: torch's default)")
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="where each service logs (default: a new temporary directory)")
+    parser.add_argument("--tls", action="store_true",
+                        help="make a local CA and certificate (in LOG_DIR/tls); the KV store "
+                             "(its chunk paths included), the services (mutual TLS between "
+                             "them) and the OpenAI API (https) then speak only TLS")
+    parser.add_argument("--api-key", action="store_true",
+                        help="make an API key (in LOG_DIR/api-key) that the router asks every "
+                             "gRPC and HTTP client for (health checks stay open)")
+    parser.add_argument("--start-timeout-s", type=float, default=180.0)
+    parser.add_argument("--demo", action="store_true",
+                        help="once the cluster is up, ask a question about a long document "
+                        "with the cache at 1/4 of the prompt (cli/demo.py)")
+    parser.add_argument("--exit-after-demo", action="store_true",
+                        help="stop the cluster after the demo instead of waiting for Ctrl-C")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.exit_after_demo and not args.demo:
+        raise ValueError("--exit-after-demo needs --demo")
+    if args.demo and (args.tls or args.api_key):
+        raise ValueError("--demo speaks plaintext without a key: leave out --tls and --api-key")
+    from snapstream.checkpoints.default import default_model_path
+
+    model = args.model or default_model_path()  # fails fast, in one line, when not installed
+    spec = ClusterSpec(store=args.store, model=model, host=args.host, router_port=args.port,
+                       http_port=args.http_port, decode_workers=args.decode_workers,
+                       slots=args.slots,
+                       backend=args.backend, torch_threads=args.torch_threads,
+                       log_dir=args.log_dir, tls=args.tls, api_key=args.api_key,
+                       start_timeout_s=args.start_timeout_s)
+    cluster = LocalCluster(spec)
+    with _signals_raise_interrupted():
+        try:
+            print(f"starting the cluster ({args.store} store) ...", file=sys.stderr, flush=True)
+            cluster.start()
+            _print_endpoints(cluster)
+            if args.demo:
+                _demo(cluster.endpoints["router"], model)
+            return 0 if args.exit_after_demo else _watch(cluster)
+        except ClusterError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except SnapstreamError as exc:
+            print(f"error: the demo request failed: {exc}", file=sys.stderr)
+            return 1
+        except Interrupted as exc:
+            print(f"{exc}: stopping the cluster", file=sys.stderr, flush=True)
+            return 0
+        finally:
+            _ignore_signals()  # a second Ctrl-C must not cut the shutdown short
+            cluster.stop()
+            print("cluster stopped", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _signals_raise_interrupted() -> Iterator[None]:
+    def interrupt(signum: int, frame: object) -> None:
+        _ignore_signals()
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _print_endpoints(cluster: LocalCluster) -> None:
+    """Every member's address (the store's without its password, which is in its
+    configuration file) and metrics URL; worker and metrics ports are free ones picked at
+    start."""
+    from kvstore.stores.base import redact_url
+
+    metrics = cluster.metrics
+    print(f"snapstream cluster is up; logs in {cluster.log_dir}")
+    for name, address in cluster.endpoints.items():
+        extra = f"metrics {metrics[name]}" if name in metrics else ""
+        if name == "store":
+            address = redact_url(address.split("?")[0])
+            extra = f"password in {cluster.store_config}"
+        print(f"  {name:<9} {address:<28}  {extra}".rstrip())
+    print(f"  {'openai':<9} {cluster.openai_url}")
+    if cluster.ca_file is not None:
+        print(f"  TLS       CA {cluster.ca_file} (SDK: TlsConfig(root_certificates=CA); "
+              "curl --cacert CA)")
+    if cluster.api_key_file is not None:
+        print(f"  API key   in {cluster.api_key_file}: export SNAPSTREAM_API_KEY=$(cat "
+              f"{cluster.api_key_file}) for the SDK and CLI; HTTP: Authorization: Bearer KEY")
+    print(flush=True)
+
+
+def _watch(cluster: LocalCluster) -> int:
+    """Waits for a signal. A member that exits is started again after its backoff while the
+    others keep serving; one that keeps exiting at once stops the cluster (ClusterError)."""
+    print("cluster running; a member that exits is restarted; Ctrl-C or SIGTERM stops it",
+          file=sys.stderr, flush=True)
+    while True:
+        for news in cluster.restart_exited():
+            print(news, file=sys.stderr, flush=True)
+        time.sleep(WATCH_INTERVAL_S)
+
+
+def _demo(router_address: str, model: Path) -> None:
+    from cli.demo import QUESTION, demo_prompt, run_demo
+
+    print(f"demo: a {len(demo_prompt())}-character document (the statistics module's "
+          f"documentation) with a fact in its middle; the question at its end: {QUESTION!r}",
+          flush=True)
+    report = run_demo(router_address, str(model), DEMO_TIMEOUT_S)
+    for line in report.lines():
+        print(f"demo: {line}", flush=True)

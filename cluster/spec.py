@@ -1,0 +1,63 @@
+"""What a local cluster runs: ``ClusterSpec``, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.restarts import RestartPolicy
+from cluster.stores import STORE_SERVERS
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A KV store server, one prefill worker, ``decode_workers`` decode workers and the router,
+    all on ``host``. A port of 0 (and empty ``decode_ports``) means a free port picked at start.
+    ``model`` None serves the default model. ``log_dir`` None logs to a new temporary
+    directory, which is kept for reading after the cluster stops. ``backend`` is the decode
+    workers' (torch or sn40l-sim; they validate it). On stop, each service may drain for
+    ``drain_timeout_s`` after SIGTERM before it is killed."""
+
+    store: str = "redis"
+    model: Path | None = None
+    host: str = "127.0.0.1"
+    router_port: int = 50051
+    http_port: int = 0  # the router's OpenAI HTTP API (`snapstream up` asks for 8000)
+    prefill_port: int = 0
+    decode_ports: tuple[int, ...] = ()
+    store_port: int = 0
+    decode_workers: int = 2
+    slots: int = 8
+    backend: str = "torch"
+    torch_threads: int = 0  # OMP_NUM_THREADS of each prefill/decode worker; 0: inherit
+    log_dir: Path | None = None
+    start_timeout_s: float = 180.0
+    drain_timeout_s: float = 10.0
+    tls: bool = False  # the store and the services speak only TLS (mutual between services),
+    # with a CA and certificate made at start in log_dir/tls
+    api_key: bool = False  # the router asks for an API key, made at start in log_dir/api-key
+    restarts: RestartPolicy = field(default_factory=RestartPolicy)  # see restart_exited
+
+    def __post_init__(self) -> None:
+        if self.store not in STORE_SERVERS:
+            raise ValueError(f"store must be one of {', '.join(STORE_SERVERS)}, "
+                             f"got {self.store!r}")
+        for name in ("model", "log_dir"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        object.__setattr__(self, "decode_ports", tuple(self.decode_ports))
+        if self.torch_threads < 0:
+            raise ValueError(f"torch_threads must be >= 0, got {self.torch_threads}")
+        if self.decode_workers < 1 or self.slots < 1:
+            raise ValueError("decode_workers and slots must be >= 1, "
+                             f"got {self.decode_workers} and {self.slots}")
+        if self.decode_ports and len(self.decode_ports) != self.decode_workers:
+            raise ValueError(f"decode_ports must be empty or hold decode_workers "
+                             f"({self.decode_workers}) ports, got {self.decode_ports}")
+        ports = (self.router_port, self.http_port, self.prefill_port, self.store_port,
+                 *self.decode_ports)
+        if any(not 0 <= port < 65536 for port in ports):
+            raise ValueError(f"ports must lie in [0, 65535], got {ports}")
+        if self.start_timeout_s <= 0 or self.drain_timeout_s <= 0:
+            raise ValueError("start_timeout_s and drain_timeout_s must be > 0, "
+                             f"got {self.start_timeout_s} and {self.drain_timeout_s}")

@@ -1,0 +1,43 @@
+"""Long-context retrieval data: RULER-style evaluation sets (passkey, niah, multikey,
+multivalue, kv, vartrack, realtext) sized in tokens of the model's tokenizer.
+
+Filler is offline text (standard-library prose, the classic passkey noise). Prompts come raw or
+through the model's chat template (``prompt.PROMPT_FORMATS``); ``sample.verdict`` scores a
+generation by exact match of the needle values.
+"""
+
+from evaldata.evalset import build_eval_set
+from evaldata.filler import CORPORA, Corpus, corpus
+from evaldata.layout import PromptSpec
+from evaldata.phrasing import PHRASES, Phrases
+from evaldata.prompt import PROMPT_FORMATS
+from evaldata.sample import (
+    LENGTH_SLACK,
+    Needle,
+    Placement,
+    Sample,
+    TaskConfig,
+    exact_match,
+    verdict,
+)
+from evaldata.tasks import TASKS, generate
+
+__all__ = [
+    "CORPORA",
+    "LENGTH_SLACK",
+    "PHRASES",
+    "PROMPT_FORMATS",
+    "TASKS",
+    "Corpus",
+    "Needle",
+    "Phrases",
+    "Placement",
+    "PromptSpec",
+    "Sample",
+    "TaskConfig",
+    "build_eval_set",
+    "corpus",
+    "exact_match",
+    "generate",
+    "verdict",
+]

@@ -1,0 +1,121 @@
+"""`snapstream eval`: RULER-style retrieval accuracy per cache policy and budget.
+
+Writes results.csv, summary.json, accuracy_vs_budget.png (per task), accuracy_vs_gap.png (with
+several gaps) and heatmap_<policy>.png into --out and prints a summary table. Budgets:
+fractions of each sample's context length (``1/4``) or token counts (``256``), split into
+sinks, SnapKV picks and ring by the rule in :mod:`evaluation.budget`. Lengths are in
+tokens of the model's tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from evaldata import PROMPT_FORMATS
+from evaluation.budget import Budget, SplitRule
+from evaluation.config import EvalConfig
+from snapstream.policy import POOLINGS, CachePolicy
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
+
+
+def _list_of(convert: Callable, what: str) -> Callable[[str], tuple]:
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(convert(part.strip()) for part in text.split(",") if part.strip())
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}: {exc}") from None
+    return parse
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    d = EvalConfig()
+    add = parser.add_argument
+    add("--model", default=None,
+        help=".gguf file or checkpoint directory (default: SmolLM2-135M-Instruct)")
+    add("--dtype", choices=DTYPE_CHOICES, default=AUTO, help=DTYPE_HELP)
+    add("--device", default="cpu")
+    add("--tasks", type=_list_of(str, "task names"), default=d.tasks)
+    add("--context-lens", type=_list_of(int, "integers"), default=d.context_lens)
+    add("--depths", type=_list_of(float, "numbers in [0, 1]"), default=d.depths,
+        help="needle depths, cycled through within each (task, length, placement) cell")
+    add("--placements", type=_list_of(str, "placements"), default=tuple(map(str, d.placements)),
+        help="after: question after the context; before: question-agnostic compression")
+    add("--policies", type=_list_of(str, "policy names"), default=d.policies)
+    add("--budgets", type=_list_of(Budget.parse, "budgets"), default=d.budgets,
+        help="fractions of the context (1/4, 0.25) or token counts (256)")
+    add("--n-per-cell", type=int, default=d.n_per_cell)
+    add("--seed", type=int, default=d.seed)
+    add("--prompt-format", choices=tuple(PROMPT_FORMATS), default=d.prompt_format,
+        help="raw completion, or the model's chat template")
+    add("--num-distractors", type=int, default=d.num_distractors)
+    add("--num-hops", type=int, default=d.num_hops)
+    add("--num-values", type=int, default=d.num_values)
+    add("--gaps", type=_list_of(int, "integers"), default=d.gaps,
+        help="tokens of prose decoded between the question and the answer cue as if "
+        "generated (placements=after only); 0: the cue follows the question")
+    add("--n-sink", type=int, default=None, help="(default: the model's policy)")
+    add("--window", type=int, default=None, help="(default: the model's policy)")
+    add("--recent-fraction", type=float, default=None,
+        help="share of the budget for the recent ring, at least --window tokens (default: "
+        "the model's policy)")
+    add("--kernel", type=int, default=None, help="SnapKV pooling kernel (default: the model's)")
+    add("--pooling", choices=POOLINGS, default=None, help="(default: the model's)")
+    add("--limit", type=int, default=None, help="evaluate only N samples spread over the grid")
+    add("--max-group-tokens", type=int, default=d.max_group_tokens,
+        help="prompt tokens prefilled and decoded together")
+    add("--out", type=Path, default=Path("eval_results"), help="output directory")
+    add("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def config_from_args(args: argparse.Namespace, model_policy: CachePolicy) -> EvalConfig:
+    """``model_policy``: the model's default policy, whose split unset flags keep."""
+    given = {name: getattr(args, name) for name in
+             ("n_sink", "window", "recent_fraction", "kernel", "pooling")}
+    rule = replace(SplitRule.from_policy(model_policy),
+                   **{name: value for name, value in given.items() if value is not None})
+    return EvalConfig(
+        tasks=args.tasks, context_lens=args.context_lens, depths=args.depths,
+        placements=args.placements, policies=args.policies, budgets=args.budgets,
+        n_per_cell=args.n_per_cell, seed=args.seed, prompt_format=args.prompt_format,
+        num_distractors=args.num_distractors, num_hops=args.num_hops,
+        num_values=args.num_values, gaps=args.gaps, split_rule=rule, limit=args.limit,
+        max_group_tokens=args.max_group_tokens)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluation.runner import evaluate
+    from snapstream.engine import Engine
+
+    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    cfg = config_from_args(args, engine.default_policy)
+    longest = max(cfg.context_lens) + max(cfg.gaps)
+    if longest > engine.context_len:
+        raise ValueError(f"context_lens: {max(cfg.context_lens)} + gap {max(cfg.gaps)} exceeds "
+                         f"the model's context of {engine.context_len} tokens")
+    rows = evaluate(engine, cfg, cfg.samples(engine.tokenizer), progress=not args.no_progress)
+    write_outputs(rows, cfg.to_json(), str(args.model or engine.name), args.out)
+    return 0
+
+
+def write_outputs(rows: list, config: dict, model: str, out: Path) -> None:
+    """results.csv, summary.json and the figures into ``out``; prints the summary table."""
+    from evaluation.plots import (
+        plot_accuracy_vs_budget,
+        plot_accuracy_vs_gap,
+        plot_heatmaps,
+    )
+    from evaluation.results import summarize, summary_table, write_csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "results.csv")
+    summary = summarize(rows, config=config, model=model)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_accuracy_vs_budget(rows, out / "accuracy_vs_budget.png")
+    plot_accuracy_vs_gap(rows, out / "accuracy_vs_gap.png")
+    plot_heatmaps(rows, out)
+    print(summary_table(summary))
+    print(f"wrote {len(rows)} rows and figures to {out}")

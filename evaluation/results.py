@@ -1,0 +1,124 @@
+"""Per-run rows, their CSV, accuracy tables grouped by any keys, and summary.json."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+RUN_KEYS = ("policy", "budget_label")
+GROUPINGS: dict[str, tuple[str, ...]] = {
+    "overall": ("placement", "gap"),
+    "by_task": ("task", "placement", "gap"),
+    "by_task_length": ("task", "context_len", "placement", "gap"),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sample decoded at one gap under one run. ``budget_label``, ``budget`` and
+    ``budget_fraction`` are None for ``full``; ``generated`` is the text up to the point where
+    its verdict was decided (``finish_reason`` "verdict"), a stop token or the token limit;
+    ``forced_nll`` the mean negative log-likelihood (nats per token) of the tokens decoded as
+    given before it (the gap's prose, then the answer cue)."""
+
+    sample: int
+    task: str
+    context_len: int
+    depth: float
+    placement: str
+    gap: int
+    policy: str
+    budget_label: str | None
+    budget: int | None
+    budget_fraction: float | None
+    n_sink: int
+    n_topk: int
+    n_recent: int
+    window: int
+    kernel: int
+    pooling: str
+    correct: bool
+    answer: str
+    generated: str
+    prompt_tokens: int
+    new_tokens: int
+    finish_reason: str
+    forced_nll: float | None
+
+
+COLUMNS = tuple(f.name for f in fields(Row))
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(COLUMNS)
+        writer.writerows(["" if v is None else v for v in astuple(row)] for row in rows)
+
+
+def accuracy_table(rows: Sequence[Row], keys: Sequence[str]) -> list[dict]:
+    """Accuracy per ``keys + (policy, budget_label)`` group, in order of first appearance, with
+    ``full_accuracy`` of the same ``keys`` group and ``relative_to_full`` (None where unknown),
+    and the group's mean ``forced_nll`` (None where no row decoded forced tokens)."""
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[tuple(getattr(row, k) for k in (*keys, *RUN_KEYS))].append(row)
+    entries = [_entry(dict(zip((*keys, *RUN_KEYS), key, strict=True)), members)
+               for key, members in groups.items()]
+    full = {tuple(e[k] for k in keys): e["accuracy"] for e in entries if e["policy"] == "full"}
+    for entry in entries:
+        reference = full.get(tuple(entry[k] for k in keys))
+        entry["full_accuracy"] = reference
+        entry["relative_to_full"] = entry["accuracy"] / reference if reference else None
+    return entries
+
+
+def _entry(entry: dict, members: list[Row]) -> dict:
+    fractions = [row.budget_fraction for row in members if row.budget_fraction is not None]
+    correct = sum(row.correct for row in members)
+    nll = [row.forced_nll for row in members if row.forced_nll is not None]
+    return entry | {
+        "budget_fraction": sum(fractions) / len(fractions) if fractions else None,
+        "n": len(members), "correct": correct, "accuracy": correct / len(members),
+        "forced_nll": sum(nll) / len(nll) if nll else None,
+    }
+
+
+def summarize(rows: Sequence[Row], *, config: dict, model: str) -> dict:
+    """summary.json: the config, and accuracy tables for every grouping in ``GROUPINGS``."""
+    tables = {name: accuracy_table(rows, keys) for name, keys in GROUPINGS.items()}
+    return {"model": model, "config": config, "num_rows": len(rows), **tables}
+
+
+def summary_table(summary: dict) -> str:
+    """Markdown: a row per (policy, budget), a column per task and ``all``; each cell lists the
+    accuracy per condition (placement, and the gap where there are several), e.g.
+    ``0.95/0.40`` for after/before."""
+    from bench.report import markdown_table
+
+    conditions = list(dict.fromkeys((e["placement"], e["gap"]) for e in summary["overall"]))
+    by_task = {(e["task"], e["placement"], e["gap"], e["policy"], e["budget_label"]):
+               e["accuracy"] for e in summary["by_task"]}
+    overall = {(e["placement"], e["gap"], e["policy"], e["budget_label"]): e["accuracy"]
+               for e in summary["overall"]}
+    runs = list(dict.fromkeys((e["policy"], e["budget_label"]) for e in summary["overall"]))
+    tasks = summary["config"]["tasks"]
+    body = []
+    for policy, label in runs:
+        cells = [_cell([by_task.get((t, *c, policy, label)) for c in conditions]) for t in tasks]
+        body.append([policy, label or "-", *cells,
+                     _cell([overall.get((*c, policy, label)) for c in conditions])])
+    header = ["policy", "budget", *tasks, "all"]
+    names = "/".join(_condition(p, g, len({g for _, g in conditions}) > 1) for p, g in conditions)
+    return f"accuracy ({names})\n" + markdown_table(header, body)
+
+
+def _condition(placement: str, gap: int, show_gap: bool) -> str:
+    return f"{placement} gap {gap}" if show_gap else placement
+
+
+def _cell(values: list[float | None]) -> str:
+    return "/".join("-" if v is None else f"{v:.2f}" for v in values)

@@ -1,0 +1,58 @@
+"""PromptForward builds exactly the cache Engine.prefill builds, for any policy and window."""
+
+import random
+
+import pytest
+import torch
+
+from evaluation.budget import SplitRule
+from evaluation.forward import PromptForward
+from snapstream.engine import Engine
+from snapstream.policy import POLICY_KINDS
+from tests.tiny_models import random_model, tiny_config, tiny_snapstream_tokenizer
+
+PROMPT_LEN, STEPS = 200, 6
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(random_model(tiny_config(max_position_embeddings=1024)),
+                  tiny_snapstream_tokenizer())
+
+
+@pytest.fixture(scope="module")
+def prompt() -> list[int]:
+    rng = random.Random(0)
+    return [rng.randrange(256) for _ in range(PROMPT_LEN)]
+
+
+@pytest.fixture(scope="module")
+def forward(engine, prompt) -> PromptForward:
+    return PromptForward.run(engine.model, prompt, max_window=64)
+
+
+@pytest.mark.parametrize("kind", list(POLICY_KINDS))
+@pytest.mark.parametrize("budget", [24, 60, 512])  # window clamped to 20, compressed, kept whole
+@pytest.mark.parametrize(("window", "kernel", "pooling"), [(32, 7, "avg"), (64, 15, "max"),
+                                                           (8, 1, "avg")])
+def test_same_cache_and_logits_as_engine_prefill(engine, prompt, forward, kind, budget, window,
+                                                 kernel, pooling):
+    policy = SplitRule(window=window, kernel=kernel, pooling=pooling).policy(kind, budget)
+    expected = engine.prefill(prompt, policy, STEPS, capacity=600)
+    got = forward.sequence_cache(policy, STEPS, capacity=600)
+    assert got.layout == expected.cache.layout
+    for name in ("k", "v", "positions"):
+        assert torch.equal(getattr(got, name), getattr(expected.cache, name)), name
+    torch.testing.assert_close(forward.logits, expected.logits, rtol=0, atol=1e-5)
+
+
+def test_scores_are_computed_once_per_triple(forward):
+    first = forward.scores(32, 7, "avg")
+    assert forward.scores(32, 7, "avg") is first
+    assert first.shape == (2, 2, PROMPT_LEN)  # (L, Hkv, P)
+    assert not torch.equal(forward.scores(16, 7, "avg"), first)
+
+
+def test_a_window_beyond_the_kept_queries_is_refused(forward):
+    with pytest.raises(ValueError, match="max_window"):
+        forward.scores(65, 7, "avg")
