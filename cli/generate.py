@@ -6,7 +6,7 @@ import argparse
 import json
 
 from snapstream.checkpoints.default import MODEL_HELP
-from snapstream.policy import POLICY_KINDS, POOLINGS, CachePolicy, resolve_policy
+from snapstream.policy import POLICY_KINDS, POOLINGS, SIZE_FIELDS, CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
 
@@ -19,14 +19,13 @@ def parse_ids(text: str) -> list[int]:
             f"--prompt-ids must be comma-separated integers, got {text!r}") from None
 
 
-SIZE_FLAGS = ("n_sink", "n_topk", "n_recent", "window", "kernel")
-POLICY_FLAGS = ("policy", *SIZE_FLAGS, "pooling")
+POLICY_FLAGS = ("policy", *SIZE_FIELDS, "pooling")
 
 
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per CachePolicy field; an unset flag keeps the model's default policy."""
     parser.add_argument("--policy", choices=sorted(POLICY_KINDS), default=None)
-    for name in SIZE_FLAGS:
+    for name in SIZE_FIELDS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     parser.add_argument("--pooling", choices=POOLINGS, default=None)
 

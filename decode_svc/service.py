@@ -17,7 +17,7 @@ from serving import metrics
 from serving.convert import FINISH_TO_PB, duration, sampling_from_pb
 from serving.errors import Unavailable, register_status
 from snapstream.kvcache import SequenceCache
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
 register_status(BlobError, grpc.StatusCode.FAILED_PRECONDITION)
@@ -102,10 +102,10 @@ def _sequence(request: decode_pb2.DecodeRequest, sampling: SamplingParams,
 def _validate(request: decode_pb2.DecodeRequest, vocab_size: int) -> None:
     if not request.blob_key:
         raise ValueError("blob_key is empty")
-    if request.max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
-    if 1 + len(request.generated_token_ids) > request.max_new_tokens:
-        raise ValueError("generated_token_ids already exceed max_new_tokens")
+    known = 1 + len(request.generated_token_ids)  # the first token and those already streamed
+    if known > request.max_new_tokens:
+        raise ValueError(f"max_new_tokens={request.max_new_tokens} is less than the {known} "
+                         "tokens the request already has (first_token_id, generated_token_ids)")
     token_fields = {"first_token_id": (request.first_token_id,),
                     "generated_token_ids": request.generated_token_ids,
                     "sampling.stop_token_ids": request.sampling.stop_token_ids}

@@ -15,7 +15,8 @@ from serving.convert import duration, policy_from_pb, sampling_from_pb
 from serving.errors import QueueFull
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams, sample_batch
+from snapstream.sampling import sample_batch
+from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import prefill_pb2, prefill_pb2_grpc
 
 
@@ -25,6 +26,7 @@ class PrefillOutput:
     first_token: int
     prefill_s: float
     compress_s: float
+    cache_slots: int  # per layer and KV head
 
 
 class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
@@ -60,24 +62,16 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         return prefill_pb2.PrefillResponse(
             blob_key=key, blob_size=len(out.blob), first_token_id=out.first_token,
             prompt_tokens=len(ids), prefill_time=duration(out.prefill_s),
-            compress_time=duration(out.compress_s), store_time=duration(store_s))
+            compress_time=duration(out.compress_s), store_time=duration(store_s),
+            cache_slots=out.cache_slots)
 
     def _resolve(self, request: prefill_pb2.PrefillRequest
                  ) -> tuple[list[int], CachePolicy, SamplingParams]:
-        """Every field checked on entry, before the request waits for the model (this RPC is
-        reachable without the router's validation); ValueError names the field."""
-        ids = list(request.prompt_token_ids)
-        policy = policy_from_pb(request.policy, self.engine.default_policy)
-        sampling = sampling_from_pb(request.sampling, SamplingParams())
-        if request.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
-        self.engine.check_prompt(ids)
-        try:
-            policy.check_context(self.engine.context_len)
-            policy.layout(len(ids), request.max_new_tokens, capacity=self.engine.context_len)
-        except ValueError as exc:
-            raise ValueError(f"policy: {exc}") from None
-        return ids, policy, sampling
+        """The request as domain types. Its fields were validated by the router; what the
+        model needs to run safely, the engine checks when it prefills."""
+        return (list(request.prompt_token_ids),
+                policy_from_pb(request.policy, self.engine.default_policy),
+                sampling_from_pb(request.sampling, SamplingParams()))
 
     async def Release(self, request: prefill_pb2.ReleaseRequest, context
                       ) -> prefill_pb2.ReleaseResponse:
@@ -95,7 +89,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             encode_s = time.perf_counter() - start
             first = sample_batch(result.logits[None], [sampling], [len(ids)])[0]
         return PrefillOutput(blob, first, result.prefill_s - result.select_s,
-                             result.select_s + encode_s)
+                             result.select_s + encode_s, result.cache.layout.budget)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)

@@ -44,7 +44,6 @@ class ResolvedRequest:
     sampling: SamplingParams  # stop_token_ids include the model's end-of-sequence tokens
     stop: tuple[str, ...]
     policy: CachePolicy
-    cache_slots: int  # per layer and KV head, as prefill lays the cache out
 
 
 def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> ResolvedRequest:
@@ -60,11 +59,9 @@ def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> Reso
             f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the context of "
             f"{model.context_len} for the growing policy {policy.kind!r}: lower max_new_tokens "
             "or use a fixed-size policy (snapstream, streaming)")
-    layout = policy.layout(len(ids), max_new, capacity=model.context_len)
     return ResolvedRequest(request_id=uuid.uuid4().hex, prompt_ids=tuple(ids),
                            max_new_tokens=max_new, sampling=_sampling(request, model),
-                           stop=_stop_strings(request), policy=policy,
-                           cache_slots=layout.budget)
+                           stop=_stop_strings(request), policy=policy)
 
 
 def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel) -> list[int]:

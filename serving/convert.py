@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from google.protobuf.duration_pb2 import Duration
 
-from snapstream.policy import CachePolicy, resolve_policy
+from snapstream.policy import SIZE_FIELDS, CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import common_pb2
 
@@ -20,7 +20,6 @@ FINISH_TO_PB = {"length": common_pb2.FINISH_REASON_LENGTH,
                 "stop_string": common_pb2.FINISH_REASON_STOP_STRING,
                 "context_length": common_pb2.FINISH_REASON_CONTEXT_LENGTH}
 FINISH_FROM_PB = {v: k for k, v in FINISH_TO_PB.items()}
-_POLICY_SIZES = ("n_sink", "n_topk", "n_recent", "window", "kernel")
 
 
 def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePolicy:
@@ -30,7 +29,7 @@ def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePo
         raise ValueError(f"policy.kind: unknown value {msg.kind}")
     if msg.pooling not in POOLING_FROM_PB and msg.pooling != common_pb2.POOLING_UNSPECIFIED:
         raise ValueError(f"policy.pooling: unknown value {msg.pooling}")
-    given = {name: getattr(msg, name) for name in _POLICY_SIZES if msg.HasField(name)}
+    given = {name: getattr(msg, name) for name in SIZE_FIELDS if msg.HasField(name)}
     if msg.kind in KIND_FROM_PB:
         given["kind"] = KIND_FROM_PB[msg.kind]
     if msg.pooling in POOLING_FROM_PB:
@@ -43,7 +42,7 @@ def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePo
 
 def policy_to_pb(policy: CachePolicy) -> common_pb2.CachePolicy:
     return common_pb2.CachePolicy(kind=KIND_TO_PB[policy.kind], pooling=POOLING_TO_PB[
-        policy.pooling], **{name: getattr(policy, name) for name in _POLICY_SIZES})
+        policy.pooling], **{name: getattr(policy, name) for name in SIZE_FIELDS})
 
 
 def sampling_from_pb(msg: common_pb2.SamplingParams, default: SamplingParams) -> SamplingParams:

@@ -24,7 +24,8 @@ from snapstream.loader import load_model
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.quant import QUANT_SCHEMES, quantize_model
-from snapstream.sampling import SamplingParams, sample_batch
+from snapstream.sampling import sample_batch
+from snapstream.sampling_params import SamplingParams
 from snapstream.tokenizer import Tokenizer
 from snapstream.weight_formats import AUTO, WeightFormat, weight_format
 
@@ -38,7 +39,7 @@ class PrefillResult:
 
 
 @dataclass(frozen=True)
-class Generation:
+class GenerationResult:
     token_ids: list[int]
     text: str
     finish_reason: str  # "stop_token" | "length" (the names of the proto and the SDK)
@@ -102,12 +103,18 @@ class Engine:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, "
                              f"{self.config.vocab_size})")
 
-    @torch.no_grad()
     def prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int,
                 capacity: int | None = None) -> PrefillResult:
         """Full attention over the prompt, then the policy's compression into its layout
-        (growing policies sized to ``capacity`` when given, see CachePolicy.layout)."""
+        (growing policies sized to ``capacity`` when given, see CachePolicy.layout). Checks
+        ``ids`` and ``policy`` against the model (ValueError naming what to change)."""
         self.check_prompt(ids)
+        return self._prefill(ids, policy, max_new_tokens, capacity)
+
+    @torch.no_grad()
+    def _prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int,
+                 capacity: int | None = None) -> PrefillResult:
+        """:meth:`prefill` of ids already checked by :meth:`check_prompt`."""
         policy.check_context(self.context_len)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
@@ -133,20 +140,19 @@ class Engine:
         self, prompt: str | list[int], max_new_tokens: int = 64,
         policy: CachePolicy | None = None, sampling: SamplingParams | None = None,
         forced_ids: Sequence[int] = (),
-    ) -> Generation:
+    ) -> GenerationResult:
         """Prefill ``prompt`` and sample up to ``max_new_tokens``. ``forced_ids`` are decoded
         after the prompt, through the cache, before sampling starts, as if the model had
         generated them (they count as neither prompt nor output: the policy compresses the
         prompt alone, and they flow through the ring like generated tokens)."""
         ids = self.encode(prompt)
-        out = list(self.stream(ids, max_new_tokens, policy, sampling, forced_ids))
+        out = list(self._stream(ids, max_new_tokens, policy, sampling, forced_ids))
         stop = self.stop_ids(sampling or SamplingParams())
         reason = "stop_token" if out[-1] in stop else "length"
         text_ids = out[:-1] if reason == "stop_token" else out
-        return Generation(token_ids=out, text=self.tokenizer.decode(text_ids),
-                          finish_reason=reason, prompt_tokens=len(ids))
+        return GenerationResult(token_ids=out, text=self.tokenizer.decode(text_ids),
+                                finish_reason=reason, prompt_tokens=len(ids))
 
-    @torch.no_grad()
     def stream(
         self, prompt: str | list[int], max_new_tokens: int = 64,
         policy: CachePolicy | None = None, sampling: SamplingParams | None = None,
@@ -154,17 +160,23 @@ class Engine:
     ) -> Iterator[int]:
         """The tokens of :meth:`generate` one by one, as they are sampled; the last is a stop
         token or the ``max_new_tokens``-th."""
+        ids = self.encode(prompt)
+        return self._stream(ids, max_new_tokens, policy, sampling, forced_ids)
+
+    @torch.no_grad()
+    def _stream(self, ids: list[int], max_new_tokens: int, policy: CachePolicy | None,
+                sampling: SamplingParams | None, forced_ids: Sequence[int]) -> Iterator[int]:
+        """:meth:`stream` of ids already checked by :meth:`encode`."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         policy, sampling = policy or self.default_policy, sampling or SamplingParams()
         if not sampling.is_greedy and sampling.seed is None:
             sampling = replace(sampling, seed=secrets.randbits(63))
-        ids = self.encode(prompt)
         bad = [i for i in forced_ids if not 0 <= i < self.config.vocab_size]
         if bad:
             raise ValueError(f"forced_ids {bad[:5]} are outside the vocabulary [0, "
                              f"{self.config.vocab_size})")
-        result = self.prefill(ids, policy, max_new_tokens + len(forced_ids))
+        result = self._prefill(ids, policy, max_new_tokens + len(forced_ids))
         decoder = self.new_decoder(result.cache.layout, batch_size=1)
         decoder.cache.insert(0, result.cache)
         stop = self.stop_ids(sampling)

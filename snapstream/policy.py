@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Protocol
 
 POOLINGS = ("avg", "max")
+# the integer fields of a CachePolicy: what a request may set besides ``kind`` and ``pooling``
+SIZE_FIELDS = ("n_sink", "n_topk", "n_recent", "window", "kernel")
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class CachePolicy:
         return self.n_sink + self.n_topk + self.n_recent
 
     @property
-    def spec(self) -> PolicyKind:
+    def spec(self) -> KindSpec:
         return POLICY_KINDS[self.kind]
 
     @property
@@ -168,7 +170,7 @@ def load_default_policy(file: Path) -> CachePolicy:
         raise ValueError(f"{file}: {exc}") from None
 
 
-class PolicyKind(Protocol):
+class KindSpec(Protocol):
     is_fixed_size: bool
     is_sized: bool  # whether n_sink, n_topk and n_recent shape the layout
 
@@ -220,7 +222,7 @@ class _SnapStream:
         return CacheLayout(policy.n_sink, policy.n_topk, policy.n_recent, policy.n_recent)
 
 
-POLICY_KINDS: dict[str, PolicyKind] = {
+POLICY_KINDS: dict[str, KindSpec] = {
     "full": _Full(),
     "streaming": _Streaming(),
     "snapkv": _SnapKV(),

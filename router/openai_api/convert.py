@@ -10,12 +10,13 @@ from typing import Any
 from router.openai_api.errors import InvalidField
 from router.openai_api.schemas import (
     ChatCompletionBody,
-    ChatMessage,
+    ChatMessageBody,
     CompletionBody,
     GenerationBody,
     SnapstreamOptions,
 )
 from serving.convert import KIND_TO_PB, POOLING_TO_PB
+from snapstream.policy import SIZE_FIELDS
 from snapstream.v1 import common_pb2, generation_pb2
 
 # field -> is its value the no-op one (what a client sends when it means "not used")
@@ -36,7 +37,6 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "suffix": lambda v: not v,
 }
 ROLE_ALIASES = {"developer": "system"}  # OpenAI's newer name for the system message
-POLICY_SIZES = ("n_sink", "n_topk", "n_recent", "window", "kernel")
 
 
 def chat_request(body: ChatCompletionBody) -> generation_pb2.GenerateRequest:
@@ -92,13 +92,13 @@ def _policy(options: SnapstreamOptions) -> common_pb2.CachePolicy:
     policy = common_pb2.CachePolicy(
         kind=KIND_TO_PB[options.policy] if options.policy else 0,
         pooling=POOLING_TO_PB[options.pooling] if options.pooling else 0)
-    for name in POLICY_SIZES:
+    for name in SIZE_FIELDS:
         if getattr(options, name) is not None:
             setattr(policy, name, getattr(options, name))
     return policy
 
 
-def _message(message: ChatMessage) -> generation_pb2.ChatMessage:
+def _message(message: ChatMessageBody) -> generation_pb2.ChatMessage:
     content = message.content
     if not isinstance(content, str):
         content = "".join(part.text for part in content)

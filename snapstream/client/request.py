@@ -10,6 +10,7 @@ from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.message import Message
 
 from snapstream.client.errors import InvalidArgument
+from snapstream.policy import SIZE_FIELDS
 from snapstream.v1 import common_pb2, generation_pb2
 
 Prompt = str | Sequence[int]
@@ -41,7 +42,6 @@ class GenerateOptions(TypedDict, total=False):
 
 
 _SAMPLING_SCALARS = ("temperature", "top_k", "top_p", "seed")
-_POLICY_SIZES = ("n_sink", "n_topk", "n_recent", "window", "kernel")
 
 
 def build_request(prompt: Prompt,
@@ -81,7 +81,7 @@ def _set_options(request: generation_pb2.GenerateRequest, options: GenerateOptio
     stop = options.get("stop", ())
     _extend(request.sampling.stop, "stop", (stop,) if isinstance(stop, str) else stop)
     _extend(request.sampling.stop_token_ids, "stop_token_ids", options.get("stop_token_ids", ()))
-    for name in _POLICY_SIZES:
+    for name in SIZE_FIELDS:
         _set(request.policy, name, options.get(name))
     request.policy.kind = _enum_value(common_pb2.PolicyKind, "POLICY_KIND_", "policy",
                                       options.get("policy"))

@@ -27,7 +27,7 @@ class PrefillRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., blob_key: _Optional[str] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time")
+    __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time", "cache_slots")
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
     BLOB_SIZE_FIELD_NUMBER: _ClassVar[int]
     FIRST_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class PrefillResponse(_message.Message):
     PREFILL_TIME_FIELD_NUMBER: _ClassVar[int]
     COMPRESS_TIME_FIELD_NUMBER: _ClassVar[int]
     STORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     blob_key: str
     blob_size: int
     first_token_id: int
@@ -42,7 +43,8 @@ class PrefillResponse(_message.Message):
     prefill_time: _duration_pb2.Duration
     compress_time: _duration_pb2.Duration
     store_time: _duration_pb2.Duration
-    def __init__(self, blob_key: _Optional[str] = ..., blob_size: _Optional[int] = ..., first_token_id: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., compress_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., store_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    cache_slots: int
+    def __init__(self, blob_key: _Optional[str] = ..., blob_size: _Optional[int] = ..., first_token_id: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., compress_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., store_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_slots: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("blob_key",)
