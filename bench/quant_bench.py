@@ -28,7 +28,7 @@ from snapstream.chat import ChatMessage
 from snapstream.engine import Engine
 from snapstream.model import causal_attend
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import WEIGHT_FORMATS
 
 CHAT_PROMPTS = (

@@ -21,7 +21,8 @@ from decode_svc.sequence import Sequence, StreamSink
 from serving import metrics
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
-from snapstream.sampling import SamplingParams, sample_batch
+from snapstream.sampling import sample_batch
+from snapstream.sampling_params import SamplingParams
 
 
 class InProcessServer:

@@ -6,7 +6,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,6 @@ class SlotTable:
 
     def __init__(self, num_rows: int) -> None:
         self.rows: list[Sequence | None] = [None] * num_rows
-
-    @property
-    def num_free(self) -> int:
-        return self.rows.count(None)
 
     @property
     def active(self) -> list[Sequence]:

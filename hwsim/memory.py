@@ -18,7 +18,7 @@ from hwsim.work import ComponentKind, Kernel, Work
 
 
 @dataclass(frozen=True)
-class Placement:
+class TierPlacement:
     component: str
     tier: Tier
     resident_bytes: float
@@ -55,7 +55,7 @@ class DoesNotFitError(ValueError):
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    placements: tuple[Placement, ...]
+    placements: tuple[TierPlacement, ...]
     shortfall: Shortfall | None
 
     @property
@@ -86,10 +86,10 @@ def _overflow(tier: Tier, needed: float, socket: SocketSpec) -> Shortfall | None
     return Shortfall(tier, needed, capacity, _HINTS[tier]) if needed > capacity else None
 
 
-def _serve(work: Work, socket: SocketSpec, ddr_spill: bool) -> tuple[list[Placement], float]:
+def _serve(work: Work, socket: SocketSpec, ddr_spill: bool) -> tuple[list[TierPlacement], float]:
     """Fill HBM with the most-read components first; returns placements and bytes left over."""
     free = float(socket.hbm_bytes)
-    placements: list[Placement] = []
+    placements: list[TierPlacement] = []
     left_over = 0.0
     for c in sorted(work.components, key=lambda c: c.read_intensity, reverse=True):
         in_hbm = min(c.resident_bytes, free)
@@ -97,11 +97,11 @@ def _serve(work: Work, socket: SocketSpec, ddr_spill: bool) -> tuple[list[Placem
         rest = c.resident_bytes - in_hbm
         if in_hbm:
             placements.append(
-                Placement(c.name, Tier.HBM, in_hbm, c.read_intensity * in_hbm, c.kernel)
+                TierPlacement(c.name, Tier.HBM, in_hbm, c.read_intensity * in_hbm, c.kernel)
             )
         if rest and ddr_spill:  # spilled weights are served from the DDR store copy
             store_copy = c.kind is ComponentKind.WEIGHTS
-            placements.append(Placement(
+            placements.append(TierPlacement(
                 c.name, Tier.DDR, 0.0 if store_copy else rest, c.read_intensity * rest, c.kernel
             ))
         elif rest:
@@ -113,9 +113,9 @@ def plan_memory(
     work: Work, activation_bytes: float, socket: SocketSpec, *, ddr_spill: bool = False
 ) -> MemoryPlan:
     """Place one socket's share of ``work`` (see sharding.per_socket) on ``socket``."""
-    placements = [Placement("activations", Tier.SRAM, activation_bytes, 0.0)]
+    placements = [TierPlacement("activations", Tier.SRAM, activation_bytes, 0.0)]
     store = work.resident_bytes(ComponentKind.WEIGHTS)
-    placements.append(Placement("weights/store", Tier.DDR, store, 0.0))
+    placements.append(TierPlacement("weights/store", Tier.DDR, store, 0.0))
     served, left_over = _serve(work, socket, ddr_spill)
     placements.extend(served)
     plan = MemoryPlan(tuple(placements), None)

@@ -1,5 +1,5 @@
 """The router's one generation path, shared by the gRPC and the OpenAI HTTP APIs:
-resolve -> prefill -> decode stream (with failover) -> text chunks, then a Completion.
+resolve -> prefill -> decode stream (with failover) -> text chunks, then a Finished.
 
 The request arrives as the native ``GenerateRequest`` (the HTTP API converts its bodies into
 one), so both APIs share one validator; what comes out are domain events, which each API
@@ -46,7 +46,7 @@ class TextChunk:
 
 
 @dataclass(frozen=True)
-class Completion:
+class Finished:
     """The last event of a generation."""
 
     finish_reason: str  # length, stop_token, stop_string, context_length
@@ -59,7 +59,7 @@ class Completion:
     kv_cache_slots: int
 
 
-Event = TextChunk | Completion
+Event = TextChunk | Finished
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-class Generation:
+class RequestFlow:
     """``generate`` is the one way the router serves a request; ``active`` counts the
     generations in flight (draining waits for it)."""
 
@@ -98,11 +98,11 @@ class Generation:
         outcome = "cancelled"
         try:
             async for event in self._generate(req, received, deadline):
-                if isinstance(event, Completion):  # the last event: the caller may stop here
+                if isinstance(event, Finished):  # the last event: the caller may stop here
                     outcome = "ok"
                 yield event
         except BaseException as exc:
-            if outcome != "ok":  # not a consumer that stops once it has the Completion
+            if outcome != "ok":  # not a consumer that stops once it has the Finished
                 outcome = _outcome(exc, deadline)
             raise
         finally:
@@ -146,11 +146,11 @@ class Generation:
                 yield TextChunk((), tail)
             simulated = (progress.complete.simulated_decode_time.ToNanoseconds() / 1e9
                          if progress.complete else 0.0)
-            yield Completion(
+            yield Finished(
                 finish_reason=finish, prompt_tokens=len(req.prompt_ids), completion_tokens=sent,
                 time_to_first_token_s=first_sent - received, decode_time_s=last_sent - first_sent,
                 simulated_decode_time_s=simulated, kv_cache_bytes=prefilled.blob_size,
-                kv_cache_slots=req.cache_slots)
+                kv_cache_slots=prefilled.cache_slots)
         finally:
             if progress.complete is None:  # no decode stream consumed the blob to its end
                 self._release_soon(prefilled.blob_key)

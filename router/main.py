@@ -75,7 +75,7 @@ class Security:
 
 
 async def _serve(args: argparse.Namespace, security: Security) -> None:
-    from router.generation import Generation
+    from router.flow import RequestFlow
     from router.service import GenerationServicer
     from router.workers import WorkerPool, poll_decode_stats
     from serving.server import ServerSpec, serve, wait_until_idle
@@ -86,7 +86,7 @@ async def _serve(args: argparse.Namespace, security: Security) -> None:
                          "least_outstanding", security.tls)
     decode = WorkerPool("decode", args.decode_addrs, decode_pb2_grpc.DecodeStub,
                         "most_free_slots", security.tls)
-    generation = Generation(model, prefill, decode)
+    generation = RequestFlow(model, prefill, decode)
     servicer = GenerationServicer(generation)
     is_ready = asyncio.Event()
 

@@ -7,13 +7,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from router.generation import Completion, Event, Generation
+from router.flow import Event, Finished, RequestFlow
 from serving.convert import FINISH_TO_PB, duration, policy_to_pb
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
 
 
 class GenerationServicer(generation_pb2_grpc.GenerationServicer):
-    def __init__(self, generation: Generation) -> None:
+    def __init__(self, generation: RequestFlow) -> None:
         self.generation = generation
 
     async def Info(self, request, context) -> generation_pb2.InfoResponse:
@@ -35,7 +35,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
 
 
 def event_to_pb(event: Event) -> generation_pb2.GenerateResponse:
-    if not isinstance(event, Completion):
+    if not isinstance(event, Finished):
         return generation_pb2.GenerateResponse(chunk=generation_pb2.GenerateChunk(
             token_ids=event.token_ids, text=event.text))
     return generation_pb2.GenerateResponse(complete=generation_pb2.GenerateComplete(

@@ -17,14 +17,14 @@ def blob_spec(engine: Engine) -> BlobSpec:
 
 
 @dataclass(frozen=True)
-class Worker:
+class WorkerResources:
     engine: Engine
     spec: BlobSpec
     store: BlobStore
 
 
-async def open_worker(args: argparse.Namespace) -> Worker:
+async def open_worker(args: argparse.Namespace) -> WorkerResources:
     """The engine of ``--model``/``--dtype``/``--device`` and the store at ``--store``
     (:func:`serving.settings.add_worker_settings`)."""
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
-    return Worker(engine, blob_spec(engine), await open_store(args.store))
+    return WorkerResources(engine, blob_spec(engine), await open_store(args.store))

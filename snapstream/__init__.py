@@ -11,7 +11,7 @@ from typing import Any
 
 _EXPORTS = {
     "Engine": "snapstream.engine",
-    "Generation": "snapstream.engine",
+    "GenerationResult": "snapstream.engine",
     "PrefillResult": "snapstream.engine",
     "CachePolicy": "snapstream.policy",
     "CacheLayout": "snapstream.policy",

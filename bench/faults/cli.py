@@ -12,7 +12,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from bench.faults.scenarios import SCENARIOS, FaultConfig, Result, Run, leaks
+from bench.faults.scenarios import SCENARIOS, FaultConfig, FaultRun, Result, leaks
 from bench.report import command_line, markdown_table, write_section
 from serving.settings import add_model_setting
 
@@ -67,7 +67,7 @@ async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...]) -> list
     from snapstream.client import AsyncSnapstreamClient
 
     async with AsyncSnapstreamClient(cluster.endpoints["router"]) as client:
-        run = Run(cluster, client, await reference(client, config.max_new_tokens), config,
+        run = FaultRun(cluster, client, await reference(client, config.max_new_tokens), config,
                   random.Random(config.seed))
         supervisor = asyncio.ensure_future(run.supervise())
         results = []

@@ -9,7 +9,6 @@ import grpc
 from snapstream.v1 import common_pb2, generation_pb2
 
 LONG = "a needle in a long haystack of words " * 60
-HARMLESS_CODES = ("OK", "INVALID_ARGUMENT", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED")
 
 
 def _request(**fields: object) -> bytes:

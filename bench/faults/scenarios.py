@@ -68,7 +68,7 @@ class Result:
 
 
 @dataclass
-class Run:
+class FaultRun:
     """One live cluster, its client and the undisturbed run's tokens; cluster calls (they
     block) go through one lock, one at a time, off the event loop."""
 
@@ -108,7 +108,7 @@ class Run:
         return running
 
 
-async def _under_load(run: Run, streams: int, inject: Callable[[Result], Awaitable[None]],
+async def _under_load(run: FaultRun, streams: int, inject: Callable[[Result], Awaitable[None]],
                       result: Result) -> Result:
     stop = asyncio.Event()
     load = asyncio.ensure_future(closed_loop(run.client, run.expected, streams, stop,
@@ -136,14 +136,14 @@ def _recovered(result: Result, seconds: float | None, total: int) -> None:
     _progress(f"{result.scenario} {result.faults}/{total}: {after}")
 
 
-async def _kill_and_recover(run: Run, name: str, result: Result, total: int) -> None:
+async def _kill_and_recover(run: FaultRun, name: str, result: Result, total: int) -> None:
     await run.call(run.cluster.kill, name)
     result.faults += 1
     _recovered(result, await wait_for(lambda: run.serving(name), timeout_s=180.0), total)
     await asyncio.sleep(run.rng.uniform(0.5, 1.5))
 
 
-async def decode_kills(run: Run) -> Result:
+async def decode_kills(run: FaultRun) -> Result:
     """SIGKILL a decode worker that is streaming, wait until it serves again, repeat."""
     async def inject(result: Result) -> None:
         for _ in range(run.config.decode_kills):
@@ -156,11 +156,11 @@ async def decode_kills(run: Run) -> Result:
     return await _under_load(run, run.config.streams, inject, Result("decode kills", 0, Tally()))
 
 
-async def _any_busy(run: Run) -> bool:
+async def _any_busy(run: FaultRun) -> bool:
     return any((await run.decode_running()).values())
 
 
-async def prefill_kills(run: Run) -> Result:
+async def prefill_kills(run: FaultRun) -> Result:
     async def inject(result: Result) -> None:
         for _ in range(run.config.prefill_kills):
             await _kill_and_recover(run, "prefill", result, run.config.prefill_kills)
@@ -169,7 +169,7 @@ async def prefill_kills(run: Run) -> Result:
                              Result("prefill kills", 0, Tally()))
 
 
-async def store_restarts(run: Run) -> Result:
+async def store_restarts(run: FaultRun) -> Result:
     """SIGKILL the store server; recovered once a new request through the router succeeds."""
     async def inject(result: Result) -> None:
         for _ in range(run.config.store_restarts):
@@ -184,7 +184,7 @@ async def store_restarts(run: Run) -> Result:
                              Result("store restarts", 0, Tally()))
 
 
-async def _request_succeeds(run: Run) -> bool:
+async def _request_succeeds(run: FaultRun) -> bool:
     try:
         await run.client.generate("probe", max_new_tokens=2, timeout_s=10)
     except Exception:
@@ -192,7 +192,7 @@ async def _request_succeeds(run: Run) -> bool:
     return True
 
 
-async def poison(run: Run) -> Result:
+async def poison(run: FaultRun) -> Result:
     """Every poison request, ``poison_rounds`` times, beside the normal load."""
     async def inject(result: Result) -> None:
         for done in range(1, run.config.poison_rounds + 1):
@@ -205,7 +205,7 @@ async def poison(run: Run) -> Result:
     return await _under_load(run, run.config.streams, inject, Result("poison", 0, Tally()))
 
 
-async def deadlines(run: Run) -> Result:
+async def deadlines(run: FaultRun) -> Result:
     """Normal requests whose client deadline (0.05-2 s) strikes anywhere, in the prefill's
     put included: each must end, and none may leave its blob behind."""
     async def inject(result: Result) -> None:
@@ -224,7 +224,7 @@ async def deadlines(run: Run) -> Result:
     return await _under_load(run, run.config.streams, inject, Result("deadlines", 0, Tally()))
 
 
-async def soak(run: Run) -> Result:
+async def soak(run: FaultRun) -> Result:
     async def inject(result: Result) -> None:
         start = time.monotonic()
         while (left := run.config.soak_s - (time.monotonic() - start)) > 0:
@@ -234,7 +234,7 @@ async def soak(run: Run) -> Result:
     return await _under_load(run, run.config.soak_streams, inject, Result("soak", 0, Tally()))
 
 
-SCENARIOS: dict[str, Callable[[Run], Awaitable[Result]]] = {
+SCENARIOS: dict[str, Callable[[FaultRun], Awaitable[Result]]] = {
     "decode-kills": decode_kills,
     "prefill-kills": prefill_kills,
     "store-restarts": store_restarts,
@@ -244,7 +244,7 @@ SCENARIOS: dict[str, Callable[[Run], Awaitable[Result]]] = {
 }
 
 
-async def leaks(run: Run, settle_s: float = 60.0) -> tuple[int, int]:
+async def leaks(run: FaultRun, settle_s: float = 60.0) -> tuple[int, int]:
     """(blobs in the store, busy or queued decode slots) once the cluster has settled."""
     store = await open_store(run.cluster.endpoints["store"])
     try:

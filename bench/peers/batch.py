@@ -24,7 +24,7 @@ from bench.peers.prompts import (
     model_path,
 )
 from bench.peers.runners.peer_protocol import median
-from bench.peers.systems import Budget, default_budget, get_system
+from bench.peers.systems import PeerBudget, default_budget, get_system
 from bench.peers.venvs import Echo, PeerBuildError
 from bench.report import markdown_table
 
@@ -40,7 +40,7 @@ class PeersBatchConfig:
     max_new_tokens: int = 128
     rounds: int = 2
     n_threads: int = 2
-    budget: Budget = field(default_factory=default_budget)
+    budget: PeerBudget = field(default_factory=default_budget)
     timeout_s: float = 3600.0
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.peers.process import RunnerError, RunnerProcess
 from bench.peers.prompts import Prompt, load_tokenizer, model_path, passkey_prompts
 from bench.peers.runners import RUNNERS
-from bench.peers.systems import Budget, PeerSystem, default_budget, get_system
+from bench.peers.systems import PeerBudget, PeerSystem, default_budget, get_system
 from bench.peers.venvs import Echo, PeerBuildError, Venv, ensure_venv, peers_root
 from bench.serve_profile import machine_cpu_s, process_cpu_s
 
@@ -33,7 +33,7 @@ class PeersBenchConfig:
     rounds: int = 3
     n_threads: int = 2
     n_ctx: int = 8192
-    budget: Budget = field(default_factory=default_budget)
+    budget: PeerBudget = field(default_factory=default_budget)
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
@@ -61,7 +61,7 @@ class Peer:
     results: dict[int, list[dict]] = field(default_factory=dict)
     failure: str | None = None
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, budget: Budget,
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, budget: PeerBudget,
                  timeout_s: float) -> dict | None:
         """One measurement, or None once this system has failed (the failure is kept). The
         reply gains ``other_cores_busy``: the cores that processes other than this runner and
@@ -113,7 +113,7 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
 
 
 @contextmanager
-def started_peer(system: PeerSystem, gguf: Path, *, n_threads: int, n_ctx: int, budget: Budget,
+def started_peer(system: PeerSystem, gguf: Path, *, n_threads: int, n_ctx: int, budget: PeerBudget,
                  timeout_s: float, echo: Echo) -> Iterator[Peer]:
     """``system``'s runner, its venv built first if needed, with the model loaded."""
     venv = ensure_venv(system.venv, echo) if system.venv else None
@@ -129,7 +129,7 @@ def started_peer(system: PeerSystem, gguf: Path, *, n_threads: int, n_ctx: int, 
         yield Peer(system, runner, venv, load)
 
 
-def _warm_up(peers: list[Peer], prompt: Prompt, budget: Budget, echo: Echo) -> None:
+def _warm_up(peers: list[Peer], prompt: Prompt, budget: PeerBudget, echo: Echo) -> None:
     ids = list(prompt.token_ids[:WARMUP_TOKENS])
     for peer in peers:
         echo(f"{peer.system.name}: warm-up")

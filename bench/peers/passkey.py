@@ -19,7 +19,7 @@ from bench.peers.prompts import (
     model_path,
     passkey_prompt,
 )
-from bench.peers.systems import Budget, default_budget, get_system
+from bench.peers.systems import PeerBudget, default_budget, get_system
 from bench.peers.venvs import Echo, PeerBuildError
 from bench.report import markdown_table
 
@@ -31,7 +31,7 @@ class PeersPasskeyConfig:
     prompt_len: int = 4096
     max_new_tokens: int = 16
     n_threads: int = 2
-    budget: Budget = field(default_factory=default_budget)
+    budget: PeerBudget = field(default_factory=default_budget)
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:

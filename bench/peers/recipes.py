@@ -1,4 +1,4 @@
-"""The peer venvs' recipes: pinned requirements and build steps (see /work/shared/peers.md).
+"""The peer venvs' recipes: pinned requirements and build steps (each peer in a venv of its own).
 
 Top-level packages are pinned exactly; what pip resolves under them is recorded per venv
 (``Venv.info["versions"]``) and printed with every benchmark.

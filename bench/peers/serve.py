@@ -7,6 +7,7 @@ passkey prompts, taking turns round by round.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.peers import recipes
 from bench.peers.process import RunnerProcess
@@ -84,6 +85,11 @@ def render_serve(results: dict, cfg: PeersServeConfig) -> str:
         "systems taking turns; both driven by `bench serve`'s load generator. snapstream: the "
         f"engine and its decode loop in the benchmark's process ({max(cfg.concurrency)} slots, "
         f"policy {results['config']['policy']['kind']}, {cfg.n_threads} torch threads). "
-        f"llama.cpp: `{' '.join(results['llama_server'][1:])}` through the official openai "
+        f"llama.cpp: `{_shown(results['llama_server'][1:])}` through the official openai "
         "client (one token per streamed event). Tokens/s = tokens received / wall time of the "
         "level, prefill included.", "", throughput_table(results)])
+
+
+def _shown(argv: list[str]) -> str:
+    """``argv`` as a command line, files named without this machine's directories."""
+    return " ".join(Path(arg).name if Path(arg).is_absolute() else arg for arg in argv)

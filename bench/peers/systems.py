@@ -22,7 +22,7 @@ from snapstream.policy import load_default_policy
 
 
 @dataclass(frozen=True)
-class Budget:
+class PeerBudget:
     """The KV budget that systems with a fixed-size or compressed cache get, in tokens:
     ``n_sink`` first tokens, ``n_recent`` last ones, the rest chosen by the system's scoring
     (SnapKV) over a ``window`` of the last prompt queries, smoothed by a ``kernel``-wide pooling
@@ -37,27 +37,27 @@ class Budget:
 
     def __post_init__(self) -> None:
         if self.n_sink + self.n_recent >= self.total:
-            raise ValueError(f"Budget.total {self.total} must exceed n_sink + n_recent "
+            raise ValueError(f"budget total {self.total} must exceed n_sink + n_recent "
                              f"({self.n_sink} + {self.n_recent})")
         if self.window < 1:
-            raise ValueError(f"Budget.window must be ≥ 1, got {self.window}")
+            raise ValueError(f"budget window must be ≥ 1, got {self.window}")
         if self.kernel < 1 or self.kernel % 2 == 0:
-            raise ValueError(f"Budget.kernel must be odd and ≥ 1, got {self.kernel}")
+            raise ValueError(f"budget kernel must be odd and ≥ 1, got {self.kernel}")
 
 
 @functools.cache
-def default_budget() -> Budget:
-    """The default model's served policy as a :class:`Budget`."""
+def default_budget() -> PeerBudget:
+    """The default model's served policy as a :class:`PeerBudget`."""
     policy = load_default_policy(open_checkpoint().policy_file)
-    return Budget(total=policy.budget, n_sink=policy.n_sink, n_recent=policy.n_recent,
+    return PeerBudget(total=policy.budget, n_sink=policy.n_sink, n_recent=policy.n_recent,
                   window=policy.window, kernel=policy.kernel)
 
 
 # (model GGUF, venv or None, echo) -> the model path the runner loads
 Prepare = Callable[[Path, Venv | None, Echo], Path]
-LoadOptions = Callable[[Budget], dict]
+LoadOptions = Callable[[PeerBudget], dict]
 # (prompt length, budget) -> generate options
-GenerateOptions = Callable[[int, Budget], dict]
+GenerateOptions = Callable[[int, PeerBudget], dict]
 
 
 def _gguf(gguf: Path, venv: Venv | None, echo: Echo) -> Path:
@@ -124,7 +124,7 @@ def _openvino_model(gguf: Path, venv: Venv | None, echo: Echo) -> Path:
     return openvino_ir(venv, gguf, echo)
 
 
-def _eviction(budget: Budget) -> dict:
+def _eviction(budget: PeerBudget) -> dict:
     # OpenVINO evicts whole KV blocks: start and recent sizes must be multiples of the block
     # size (32 tokens here), so the sinks take one block
     start_size = -(-budget.n_sink // OPENVINO_BLOCK) * OPENVINO_BLOCK
@@ -133,18 +133,18 @@ def _eviction(budget: Budget) -> dict:
                                "snapkv_window_size": budget.window}}
 
 
-def _snapstream_policy(num_tokens: int, budget: Budget) -> dict:
+def _snapstream_policy(num_tokens: int, budget: PeerBudget) -> dict:
     n_topk = budget.total - budget.n_sink - budget.n_recent
     return {"policy": {"kind": "snapstream", "n_sink": budget.n_sink, "n_topk": n_topk,
                        "n_recent": budget.n_recent, "window": budget.window,
                        "kernel": budget.kernel}}
 
 
-def _full_policy(num_tokens: int, budget: Budget) -> dict:
+def _full_policy(num_tokens: int, budget: PeerBudget) -> dict:
     return {"policy": {"kind": "full"}}
 
 
-def _snapkv_press(num_tokens: int, budget: Budget) -> dict:
+def _snapkv_press(num_tokens: int, budget: PeerBudget) -> dict:
     kwargs = {"compression_ratio": compression_ratio(num_tokens, budget.total),
               "window_size": budget.window, "kernel_size": budget.kernel}
     return {"press": {"name": "SnapKVPress", "kwargs": kwargs}}

@@ -1,6 +1,6 @@
 """The Starlette app: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
 ``/health``. A generation endpoint parses its body (``schemas``), converts it into the native
-request (``convert``) and hands it to the router's shared ``Generation``; the events come back
+request (``convert``) and hands it to the router's shared ``RequestFlow``; the events come back
 as one JSON body or as server-sent events (``frames``). Every error is an OpenAI error object
 (``errors``); a client that disconnects cancels its generation at once."""
 
@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.generation import Generation
+from router.flow import RequestFlow
 from router.openai_api.auth import ApiKeyMiddleware
 from router.openai_api.convert import chat_request, completion_request
 from router.openai_api.errors import ApiError
@@ -41,7 +41,7 @@ ENDPOINTS = {"/v1/chat/completions": Endpoint(ChatCompletionBody, chat_request, 
              "/v1/completions": Endpoint(CompletionBody, completion_request, TEXT)}
 
 
-def create_app(generation: Generation, is_ready: Callable[[], bool],
+def create_app(generation: RequestFlow, is_ready: Callable[[], bool],
                api_keys: ApiKeys | None = None) -> Starlette:
     """``is_ready``: whether /health says 200 (else 503: starting or draining); ``api_keys``:
     the keys every path but /health asks for (None: none asked)."""
@@ -62,7 +62,7 @@ async def _http_exception(request: Request, exc: HTTPException) -> Response:
 
 
 class OpenAIApi:
-    def __init__(self, generation: Generation, is_ready: Callable[[], bool]) -> None:
+    def __init__(self, generation: RequestFlow, is_ready: Callable[[], bool]) -> None:
         self.generation, self.is_ready = generation, is_ready
         self.model_id = generation.model.name
 

@@ -2,7 +2,7 @@
 events (``data: {json}\\n\\n`` per chunk, ``data: [DONE]`` last).
 
 Chat and text completions differ only in names and in where the text goes; a ``Flavor``
-holds those differences. The ``Completion`` event gives the finish reason and ``usage``; its
+holds those differences. The ``Finished`` event gives the finish reason and ``usage``; its
 details the OpenAI schema has no room for (the native finish reason, the KV cache as it
 travelled, time to first token) go in a ``snapstream`` object.
 """
@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from router.generation import Completion, TextChunk
+from router.flow import Finished, TextChunk
 
 FINISH_REASONS = {"length": "length", "context_length": "length", "stop_token": "stop",
                   "stop_string": "stop"}
@@ -42,12 +42,12 @@ TEXT = Flavor("text_completion", "text_completion", "cmpl-",
               finish={"text": ""})
 
 
-def usage(done: Completion) -> dict:
+def usage(done: Finished) -> dict:
     return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
             "total_tokens": done.prompt_tokens + done.completion_tokens}
 
 
-def details(done: Completion) -> dict:
+def details(done: Finished) -> dict:
     return {"finish_reason": done.finish_reason, "kv_cache_bytes": done.kv_cache_bytes,
             "kv_cache_slots": done.kv_cache_slots,
             "time_to_first_token_s": round(done.time_to_first_token_s, 6),
@@ -81,7 +81,7 @@ class Framer:
             choice["token_ids"] = list(token_ids)
         return choice
 
-    def whole(self, chunks: list[TextChunk], done: Completion) -> dict:
+    def whole(self, chunks: list[TextChunk], done: Finished) -> dict:
         text = "".join(chunk.text for chunk in chunks)
         token_ids = tuple(t for chunk in chunks for t in chunk.token_ids)
         choice = self._choice(self.flavor.whole(text), token_ids,
@@ -100,7 +100,7 @@ class Framer:
             return None
         return self._event([self._choice(self.flavor.delta(chunk.text), chunk.token_ids, None)])
 
-    def closing(self, done: Completion, include_usage: bool) -> bytes:
+    def closing(self, done: Finished, include_usage: bool) -> bytes:
         """The finish reason; then, when asked, a chunk with no choices and the usage."""
         finish = self._choice(self.flavor.finish, (), FINISH_REASONS[done.finish_reason])
         frames = self._event([finish], snapstream=details(done))

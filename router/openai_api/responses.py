@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from router.generation import Completion, Event, TextChunk
+from router.flow import Event, Finished, TextChunk
 from router.openai_api.errors import error_body
 from router.openai_api.frames import DONE, Framer, sse
 
@@ -56,14 +56,14 @@ class GenerationResponse(Response):
 
     async def _whole(self, event: Event) -> JSONResponse:
         chunks: list[TextChunk] = []
-        while not isinstance(event, Completion):
+        while not isinstance(event, Finished):
             chunks.append(event)
             event = await anext(self.events)
         return JSONResponse(self.framer.whole(chunks, event))
 
     async def _stream(self, send: Send, event: Event) -> None:
         pending = self.framer.opening() or b""  # sent with the first text
-        while not isinstance(event, Completion):
+        while not isinstance(event, Finished):
             frame = self.framer.delta(event)
             if frame is not None:
                 await _send_body(send, pending + frame)

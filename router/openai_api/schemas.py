@@ -87,14 +87,14 @@ class TextPart(Body):
     text: str
 
 
-class ChatMessage(Body):
+class ChatMessageBody(Body):
     role: str  # checked by the native request, as gRPC's roles are
     content: str | list[TextPart]
     name: str | None = None  # accepted; chat templates do not use it
 
 
 class ChatCompletionBody(GenerationBody):
-    messages: list[ChatMessage]
+    messages: list[ChatMessageBody]
 
 
 TokenId = Annotated[int, Field(ge=0, le=2**32 - 1)]

@@ -13,7 +13,7 @@ from bench.peers.bench import PeersBenchConfig
 from bench.peers.runners import RUNNERS
 from bench.peers.systems import (
     SYSTEMS,
-    Budget,
+    PeerBudget,
     PeerSystem,
     compression_ratio,
     default_budget,
@@ -101,7 +101,7 @@ def test_registry_holds_the_peers_and_refuses_duplicates():
 
 
 def test_system_options_follow_the_budget():
-    budget = Budget(total=1024, n_sink=4, n_recent=256, window=32, kernel=15)
+    budget = PeerBudget(total=1024, n_sink=4, n_recent=256, window=32, kernel=15)
     eviction = get_system("openvino-evict").load_options(budget)["cache_eviction"]
     assert eviction["max_cache_size"] == 1024 and eviction["snapkv_window_size"] == 32
     assert eviction["start_size"] == 32 and eviction["recent_size"] == 256  # whole blocks
@@ -131,7 +131,7 @@ def test_compression_ratio_keeps_exactly_the_budget(num_tokens, keep):
                                  dict(kernel=4)])
 def test_budget_refuses_bad_layouts(bad):
     with pytest.raises(ValueError):
-        Budget(**{**asdict(default_budget()), **bad})
+        PeerBudget(**{**asdict(default_budget()), **bad})
 
 
 def test_the_default_budget_is_the_default_models_policy():

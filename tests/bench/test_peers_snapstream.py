@@ -8,13 +8,13 @@ import pytest
 
 from bench.peers.process import RunnerProcess
 from bench.peers.runners import RUNNERS
-from bench.peers.systems import Budget, get_system
+from bench.peers.systems import PeerBudget, get_system
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from tests.tiny_models import write_tiny_model
 
-BUDGET = Budget(total=48, n_sink=4, n_recent=16, window=8, kernel=31)
+BUDGET = PeerBudget(total=48, n_sink=4, n_recent=16, window=8, kernel=31)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.default import INSTALL_COMMAND, ModelNotInstalled, default_model_path
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from tests.checkpoints.conftest import hf_gguf_model, hf_gguf_tokenizer
 
 CORPUS = [

@@ -9,7 +9,7 @@ from cli.main import main
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 
 
 def test_generate_chat_sends_the_prompt_as_a_user_turn(tiny_model_dir, capsys):

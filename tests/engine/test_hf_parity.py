@@ -10,7 +10,7 @@ from snapstream.engine import Engine
 from snapstream.loader import load_model
 from snapstream.model import causal_attend
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 
 
 @pytest.fixture(params=["llama_dir", "qwen2_dir"])

@@ -23,7 +23,7 @@ from snapstream.quant import (
     quantize_int4_groups,
     quantize_int8_rows,
 )
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import DTYPE_CHOICES
 
 

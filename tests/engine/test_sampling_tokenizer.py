@@ -8,7 +8,8 @@ import torch
 from cli.main import main
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams, sample_batch, sample_row
+from snapstream.sampling import sample_batch, sample_row
+from snapstream.sampling_params import SamplingParams
 from snapstream.tokenizer import IncrementalDetokenizer
 from tests.tiny_models import tiny_snapstream_tokenizer
 

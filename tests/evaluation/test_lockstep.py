@@ -11,7 +11,7 @@ from evaluation.forward import PromptForward
 from evaluation.lockstep import RowInput, decode_rows
 from snapstream.engine import Engine
 from snapstream.model import causal_attend
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from tests.tiny_models import random_model, tiny_config, tiny_snapstream_tokenizer
 
 STEPS = 8

@@ -13,7 +13,7 @@ from decode_svc.backends import BackendConfig, make_backend
 from decode_svc.loop import DecodeLoop
 from decode_svc.sequence import Sequence, StreamSink
 from snapstream.engine import Engine
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import common_pb2, decode_pb2, generation_pb2, prefill_pb2
 from tests.integration.test_services import ENGINE_POLICY, POLICY, collect, serving_stack, wait_idle
 

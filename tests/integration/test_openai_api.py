@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import REGISTRY
 
-from router.generation import Generation
+from router.flow import RequestFlow
 from router.openai_api.app import create_app
 from router.openai_api.server import HttpServer
 from snapstream.v1 import common_pb2, generation_pb2
@@ -42,7 +42,7 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def http_api(router: Generation) -> AsyncIterator[str]:
+async def http_api(router: RequestFlow) -> AsyncIterator[str]:
     """The OpenAI API of ``router`` on a free port: -> its base URL."""
     server = HttpServer(create_app(router, lambda: True), "127.0.0.1", 0)
     await server.start()

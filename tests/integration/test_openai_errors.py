@@ -12,7 +12,7 @@ import httpx2
 import pytest
 import pytest_asyncio
 
-from router.generation import Generation
+from router.flow import RequestFlow
 from router.openai_api.app import MAX_BODY_BYTES
 from router.workers import WorkerPool
 from snapstream.v1 import prefill_pb2_grpc
@@ -218,7 +218,7 @@ async def test_no_reachable_prefill_worker_is_503_with_retry_after(served, unuse
     prefill = WorkerPool("prefill", (f"127.0.0.1:{unused_port}",),
                          prefill_pb2_grpc.PrefillStub, "least_outstanding")
     await prefill.refresh()
-    router = Generation(served.stack.router.model, prefill, served.stack.router.decode)
+    router = RequestFlow(served.stack.router.model, prefill, served.stack.router.decode)
     try:
         async with http_api(router) as base_url:
             responses = await _post_both_ways(base_url)

@@ -17,7 +17,7 @@ from decode_svc.service import DecodeServicer
 from kvstore import BlobStore, open_store
 from kvstore.codec import BlobSpec
 from prefill_svc.service import PrefillServicer
-from router.generation import Generation
+from router.flow import RequestFlow
 from router.main import load_served_model
 from router.service import GenerationServicer
 from router.workers import WorkerPool, poll_decode_stats
@@ -26,7 +26,7 @@ from serving.worker import blob_spec
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
 from snapstream.policy import CachePolicy
-from snapstream.sampling import SamplingParams
+from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import (
     common_pb2,
     decode_pb2,
@@ -59,7 +59,7 @@ class Stack:
     engine: Engine
     decode_servicer: DecodeServicer
     channel: grpc.aio.Channel  # to the stack's one server
-    router: Generation  # the router's generation path, which the servicer serves
+    router: RequestFlow  # the router's generation path, which the servicer serves
 
 
 @contextlib.asynccontextmanager
@@ -82,7 +82,7 @@ async def serving_stack(model_dir: Path, store_url: str,
         prefill_cls(engine, store, spec, blob_ttl_s=60, max_queue=prefill_queue), server)
     decode_servicer = DecodeServicer(loop, store, spec)
     decode_pb2_grpc.add_DecodeServicer_to_server(decode_servicer, server)
-    router = Generation(model, prefill, decode)
+    router = RequestFlow(model, prefill, decode)
     generation_pb2_grpc.add_GenerationServicer_to_server(GenerationServicer(router), server)
     await server.start()
     loop.start()

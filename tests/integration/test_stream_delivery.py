@@ -8,7 +8,7 @@ import threading
 
 from decode_svc.loop import deliver
 from decode_svc.sequence import DecodeEvent, StreamSink
-from router.generation import TextChunk, until_stop
+from router.flow import TextChunk, until_stop
 from router.text import TextStream
 from tests.tiny_models import tiny_snapstream_tokenizer
 

@@ -14,11 +14,11 @@ Every runner answers these ops (``args`` in brackets):
 - ``load`` [``model``: model path, ``n_threads``, ``n_ctx``, ``options``: runner-specific]:
   loads the model once; ``{"load_s"}``.
 - ``generate`` [``prompt_ids``, ``max_new_tokens``, ``options``]: greedy, exactly
-  ``max_new_tokens`` new tokens (EOS does not stop it); a ``Generation`` as a dict.
+  ``max_new_tokens`` new tokens (EOS does not stop it); a ``GenerateReply`` as a dict.
 - ``shutdown`` []: replies ``{}`` and exits.
 - ``generate_batch`` [``prompts``: a list of prompt ids, ``max_new_tokens``, ``options``]:
   greedy, every prompt at once under the system's own batching, each to exactly
-  ``max_new_tokens`` tokens; a ``BatchGeneration`` as a dict (runners that batch).
+  ``max_new_tokens`` tokens; a ``BatchReply`` as a dict (runners that batch).
 
 A runner may add ops (llama.cpp: ``serve``). Anything a library prints on stdout is moved to
 stderr before the loop starts, so stdout carries replies only; stderr is the runner's log.
@@ -36,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-PROTOCOL_VERSION = 1
 Handler = Callable[[dict], dict]
 
 
@@ -86,7 +85,7 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class Generation:
+class GenerateReply:
     """What ``generate`` returns. Times in milliseconds; ``decode_ms_per_token`` is the median
     gap between consecutive new tokens; ``peak_rss_bytes`` is the runner's peak so far;
     ``kv_bytes`` is the KV cache held for this sequence (None where the peer shows none) and
@@ -102,7 +101,7 @@ class Generation:
 
 
 @dataclass(frozen=True)
-class BatchGeneration:
+class BatchReply:
     """What ``generate_batch`` returns: for each prompt, in order, its tokens and the seconds
     from the batch's start at which each came out; the KV bytes one sequence holds."""
 
@@ -122,7 +121,7 @@ def batch_reply(*, start: float, stamps: list[list[float]], token_ids: list[list
         if len(row_stamps) != len(row_ids) or not row_ids:
             raise ValueError(f"need one stamp per token and a token per prompt, got "
                              f"{len(row_stamps)} stamps for {len(row_ids)} tokens")
-    return asdict(BatchGeneration(
+    return asdict(BatchReply(
         token_ids=token_ids, stamps_s=[[s - start for s in row] for row in stamps],
         peak_rss_bytes=peak_rss_bytes(), kv_bytes=kv_bytes, kv_note=kv_note,
         extra=extra or {}))
@@ -136,7 +135,7 @@ def generation_reply(*, start: float, stamps: list[float], token_ids: list[int],
         raise ValueError(f"need one stamp per token and at least 2 tokens, got {len(stamps)} "
                          f"stamps for {len(token_ids)} tokens")
     gaps = [(later - earlier) * 1e3 for earlier, later in itertools.pairwise(stamps)]
-    return asdict(Generation(token_ids=token_ids, ttft_ms=(stamps[0] - start) * 1e3,
+    return asdict(GenerateReply(token_ids=token_ids, ttft_ms=(stamps[0] - start) * 1e3,
                              decode_ms_per_token=median(gaps), peak_rss_bytes=peak_rss_bytes(),
                              kv_bytes=kv_bytes, kv_note=kv_note, extra=extra or {}))
 

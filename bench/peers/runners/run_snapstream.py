@@ -62,7 +62,7 @@ class SnapstreamRunner:
             f"{str(kv_dtype).removeprefix('torch.')} + an int32 position)")
 
     def generate(self, args: dict) -> dict:
-        from snapstream.sampling import SamplingParams
+        from snapstream.sampling_params import SamplingParams
 
         policy, engine = self._policy(args), self.engine
         prompt_ids, max_new = args["prompt_ids"], args["max_new_tokens"]
