@@ -75,11 +75,6 @@ def generation_variants(centre: SplitRule) -> list[Variant]:
             for axis in GEN_AXES for value in AXES[axis]]
 
 
-def variants(base: SplitRule = BASE) -> list[Variant]:
-    """The first stage's variants and one round's centred on ``base``."""
-    return kernel_variants(base) + axis_variants(base)
-
-
 def sweep_runs(found: list[Variant], context_len: int, with_full: bool = True,
                skip: frozenset = frozenset()) -> list[Run]:
     """``full`` (when ``with_full``) and every distinct variant's ``snapstream`` policy at each

@@ -25,7 +25,6 @@ from hwsim.policy import PolicyConfig
 from hwsim.sharding import per_socket
 from hwsim.timing import KernelReads, TimeBreakdown, step_time
 from hwsim.work import (
-    ComponentKind,
     Kernel,
     Precision,
     Work,
@@ -45,26 +44,6 @@ class StepCost:
     socket_work: Work  # one socket
     plan: MemoryPlan  # one socket
     time: TimeBreakdown
-
-    @property
-    def weight_bytes(self) -> float:
-        return self.work.resident_bytes(ComponentKind.WEIGHTS)
-
-    @property
-    def kv_cache_bytes(self) -> float:
-        return self.work.resident_bytes(ComponentKind.KV_CACHE)
-
-    @property
-    def bytes_per_step(self) -> float:
-        return self.work.bytes_moved
-
-    @property
-    def flops_per_step(self) -> float:
-        return self.work.flops
-
-    @property
-    def arithmetic_intensity(self) -> float:
-        return self.flops_per_step / self.bytes_per_step
 
     @property
     def step_time_s(self) -> float:

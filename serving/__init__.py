@@ -1,2 +1,3 @@
 """Shared plumbing of the three services: settings, server bootstrap, proto conversion, errors,
-metrics. Torch-free, so the router imports it without the model."""
+metrics, TLS and API keys. Torch-free, so the router imports it without the model, except
+``serving.worker``, which ties a model worker's engine to its blob spec and store."""

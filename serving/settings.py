@@ -35,13 +35,6 @@ def add_setting(parser: argparse.ArgumentParser, flag: str, *, type: Callable[[s
                         help=f"{help} (env {env})".strip())
 
 
-def add_flag_setting(parser: argparse.ArgumentParser, flag: str, help: str = "") -> None:
-    """A boolean switch; the env twin accepts 1/true/yes."""
-    env = env_name(flag)
-    default = os.environ.get(env, "").lower() in ("1", "true", "yes")
-    parser.add_argument(flag, action="store_true", default=default, help=f"{help} (env {env})")
-
-
 def address_list(text: str) -> tuple[str, ...]:
     """``host:port,host:port`` -> tuple; each entry may be a DNS name resolving to many hosts."""
     addresses = tuple(part.strip() for part in text.split(",") if part.strip())

@@ -71,11 +71,3 @@ class BatchCache:
 
     def clear(self, row: int) -> None:
         self.positions[:, row].fill_(EMPTY)
-
-    def extract(self, row: int, prompt_len: int, next_position: int) -> SequenceCache:
-        """A copy of one row, e.g. to ship a running sequence elsewhere."""
-        return SequenceCache(
-            layout=self.layout, k=self.k[:, row].clone(), v=self.v[:, row].clone(),
-            positions=self.positions[:, row].clone(), prompt_len=prompt_len,
-            next_position=next_position,
-        )
