@@ -19,7 +19,7 @@ from cli.generate import (
     policy_from_args,
     sampling_from_args,
 )
-from snapstream.checkpoints.default import MODEL_HELP
+from snapstream.checkpoints.registry import MODEL_HELP
 
 PROMPT = "you> "
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from snapstream.checkpoints.default import MODEL_HELP
+from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.policy import POLICY_KINDS, POOLINGS, SIZE_FIELDS, CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCluster
-from snapstream.checkpoints.default import MODEL_HELP
+from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.client import SnapstreamError
 
 WATCH_INTERVAL_S = 1.0
@@ -27,7 +27,7 @@ class Interrupted(Exception):
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", choices=tuple(STORE_SERVERS), default="redis",
                         help="KV store server to start")
-    parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     parser.add_argument("--port", type=int, default=50051, help="router port (0: a free port)")
     parser.add_argument("--http-port", type=int, default=8000,
@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--exit-after-demo needs --demo")
     if args.demo and (args.tls or args.api_key):
         raise ValueError("--demo speaks plaintext without a key: leave out --tls and --api-key")
-    from snapstream.checkpoints.default import default_model_path
+    from snapstream.checkpoints.registry import model_path
 
-    model = args.model or default_model_path()  # fails fast, in one line, when not installed
+    model = model_path(args.model)  # fails fast, in one line, when not installed
     spec = ClusterSpec(store=args.store, model=model, host=args.host, router_port=args.port,
                        http_port=args.http_port, decode_workers=args.decode_workers,
                        slots=args.slots,

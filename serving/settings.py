@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from snapstream.checkpoints.default import MODEL_HELP
+from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
 
 

@@ -43,10 +43,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cluster import ClusterSpec, LocalCluster
     from cluster.restarts import RestartPolicy
-    from snapstream.checkpoints.default import default_model_path
+    from snapstream.checkpoints.registry import model_path
 
     config = FaultConfig(**{f.name: getattr(args, f.name) for f in fields(FaultConfig)})
-    spec = ClusterSpec(store=args.store, model=args.model or default_model_path(),
+    spec = ClusterSpec(store=args.store, model=model_path(args.model),
                        router_port=0, slots=args.slots, torch_threads=args.torch_threads,
                        drain_timeout_s=5.0, restarts=RestartPolicy(first_delay_s=0.5))
     # SIGTERM unwinds as Ctrl-C does, so that the cluster is stopped, not orphaned

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from snapstream.checkpoints.default import default_model_path
 from snapstream.checkpoints.gguf import GGUFCheckpoint
 from snapstream.checkpoints.gguf_file import is_gguf
 from snapstream.checkpoints.hf import HFCheckpoint
+from snapstream.checkpoints.registry import model_path
 from snapstream.config import ModelConfig
 from snapstream.tokenizer import Tokenizer
 
@@ -31,7 +31,7 @@ class Checkpoint(Protocol):
 
 
 def open_checkpoint(path: str | Path | None = None) -> Checkpoint:
-    path = default_model_path() if path is None else Path(path)
+    path = model_path(path)
     if path.is_dir():
         return HFCheckpoint(path)
     if is_gguf(path):

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from snapstream.checkpoints.default import default_model_path
+from snapstream.checkpoints.registry import model_path
 
 
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
-    return default_model_path()
+    return model_path()
 
 
 def hf_gguf_model(path: Path):

