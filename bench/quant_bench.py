@@ -26,7 +26,6 @@ from bench.engine_bench import ours_stepper
 from evaldata import PromptSpec, TaskConfig, exact_match, generate
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine
-from snapstream.model import causal_attend
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import WEIGHT_FORMATS
@@ -125,7 +124,8 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 def forced_logits(engine: Engine, ids: list[int]) -> torch.Tensor:
     """Next-token logits (P, V) at every position of ``ids``, full causal attention."""
-    hidden = engine.model(torch.tensor([ids]), torch.arange(len(ids))[None], causal_attend)
+    hidden = engine.model(torch.tensor([ids]), torch.arange(len(ids))[None],
+                          engine.model.causal_attend)
     return engine.model.logits(hidden[0])  # (P, V)
 
 

@@ -6,11 +6,11 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from snapstream import kernels
 from snapstream.compress import compress_kv
 from snapstream.kvcache import SequenceCache
+from snapstream.model import causal_attention
 from snapstream.policy import CacheLayout
 from snapstream.snapkv import snapkv_scores
 
@@ -38,23 +38,31 @@ def slot_attention(
 class PrefillRecorder:
     """Causal attention for one prompt that compresses each layer's K/V into ``layout`` as soon
     as the layer has run, scoring with SnapKV when ``window`` > 0 (the window queries are never
-    stored): a prompt holds one layer's whole K/V at a time, beside the compressed layers."""
+    stored): a prompt holds one layer's whole K/V at a time, beside the compressed layers.
+
+    A sliding-window layer (``attention_windows``) attends within its window and, where the
+    layout selects, keeps its latest tokens instead of SnapKV's picks: every slot it holds is
+    then one the decode step's window mask can use, the same for all its heads."""
 
     layout: CacheLayout
     dtype: torch.dtype  # of the compressed K/V
     window: int = 0  # 0: no SnapKV scores
     kernel: int = 1
     pooling: str = "avg"
+    attention_windows: tuple[int | None, ...] = ()  # per layer; () or None: full attention
     keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S, D)
     values: list[torch.Tensor] = field(default_factory=list)
     positions: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S) int32
     select_s: float = 0.0  # time spent scoring and compressing
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        sliding = self.attention_windows[layer_idx] if self.attention_windows else None
+        out = causal_attention(q, k, v, sliding)
         start = time.perf_counter()
         scores = None
-        if self.window:
+        if self.window and sliding is not None:  # the latest tokens score highest
+            scores = torch.arange(k.shape[2], dtype=torch.float32).expand(1, k.shape[1], -1)
+        elif self.window:
             q_window = q[0, :, -self.window :]  # (Hq, W, D)
             scores = snapkv_scores(q_window, k[0], self.kernel, self.pooling)[None]  # (1, Hkv, P)
         kept_k, kept_v, kept_pos = compress_kv(self.layout, k, v, scores, self.dtype)

@@ -27,9 +27,16 @@ def decode_step(
     slots = slot_indices(layout, positions)  # (B,)
     pos_cache[:, rows, :, slots] = positions.to(torch.int32)[:, None, None]  # (B, L, Hkv)
     empty = pos_cache[0, :, 0] < 0  # (B, S), the same for every layer and KV head
+    windows = model.config.attention_windows
+    masks = {None: empty}
+    for layer_idx, window in enumerate(windows):  # sliding layers hold the same positions
+        if window not in masks:  # slots older than the window are masked too
+            held = pos_cache[layer_idx, :, 0]  # (B, S)
+            masks[window] = empty | (held <= positions[:, None] - window)
 
     def attend(layer_idx: int, q, k, v) -> torch.Tensor:
-        return slot_attention(q, k_cache[layer_idx], v_cache[layer_idx], k, v, slots, empty)
+        return slot_attention(q, k_cache[layer_idx], v_cache[layer_idx], k, v, slots,
+                              masks[windows[layer_idx]])
 
     hidden = model(token_ids[:, None], positions[:, None], attend)  # (B, 1, hidden)
     return model.logits(hidden[:, 0])  # (B, V)

@@ -119,7 +119,8 @@ class Engine:
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
         recorder = PrefillRecorder(layout, self.kv_dtype, window=policy.window if selects else 0,
-                                   kernel=policy.kernel, pooling=policy.pooling)
+                                   kernel=policy.kernel, pooling=policy.pooling,
+                                   attention_windows=self.config.attention_windows)
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=self.device)  # (1, P)
         hidden = self.model(input_ids, torch.arange(len(ids), device=self.device)[None], recorder)

@@ -6,6 +6,7 @@ import torch
 
 from snapstream.checkpoints import Checkpoint
 from snapstream.model import Transformer, from_hf_state
+from snapstream.rope import RotaryEmbedding
 
 
 def load_model(checkpoint: Checkpoint, dtype: torch.dtype = torch.float32,
@@ -26,5 +27,7 @@ def load_model(checkpoint: Checkpoint, dtype: torch.dtype = torch.float32,
     model.load_state_dict(state, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    model.rotary = type(model.rotary)(config)  # real (non-meta) inv_freq buffer
+    # real (non-meta) inv_freq buffers
+    model.rotary = RotaryEmbedding(config.rope, config.head_dim)
+    model.local_rotary = RotaryEmbedding(config.local_rope or config.rope, config.head_dim)
     return model.to(device=device).eval()

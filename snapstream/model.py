@@ -1,4 +1,6 @@
-"""Llama-family decoder (Llama 2/3/3.1, Mistral-style GQA, Qwen2 qkv bias).
+"""Llama-family decoder (Llama 2/3/3.1, Mistral-style GQA, Qwen2 qkv bias) and Gemma 3 (norms on
+queries and keys and around attention and MLP, GELU-tanh, scaled embeddings, sliding-window
+layers with a RoPE of their own). The layer class per family is looked up in :data:`LAYERS`.
 
 Parameter names are Hugging Face's except for two fused projections, one matmul each instead of
 three and two (:data:`FUSED`): ``self_attn.qkv_proj`` stacks q/k/v and ``mlp.gate_up_proj``
@@ -12,6 +14,7 @@ one model for every cache policy.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Protocol
 
@@ -22,6 +25,8 @@ from torch import nn
 from snapstream import kernels
 from snapstream.config import ModelConfig
 from snapstream.rope import RotaryEmbedding, apply_rotary
+
+ACTIVATIONS = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
 
 # fused projection -> the Hugging Face projections it stacks, in row order
 FUSED = {
@@ -81,7 +86,7 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, qk_norm: bool = False) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
         self.head_dim = config.head_dim
@@ -89,6 +94,13 @@ class Attention(nn.Module):
         kv_dim = config.num_kv_heads * config.head_dim
         self.qkv_proj = nn.Linear(hidden, q_dim + 2 * kv_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(q_dim, hidden, bias=config.o_bias)
+        if qk_norm:  # RMSNorm over each head's query and key (Gemma 3)
+            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+        # attention runs at head_dim ** -0.5 (SDPA's and the kernels' scale): a model with
+        # another query scale has its queries multiplied by the ratio
+        scale = config.query_scale or config.head_dim**-0.5
+        self.q_factor = scale * config.head_dim**0.5
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layer_idx: int,
@@ -97,8 +109,13 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         Hq, Hkv = self.num_heads, self.num_kv_heads
         qkv = self.qkv_proj(x).view(B, T, Hq + 2 * Hkv, self.head_dim).transpose(1, 2)
-        qk = apply_rotary(qkv[:, : Hq + Hkv], cos, sin)  # (B, Hq + Hkv, T, D), one rotation
+        qk = qkv[:, : Hq + Hkv]  # (B, Hq + Hkv, T, D)
+        if hasattr(self, "q_norm"):
+            qk = torch.cat((self.q_norm(qk[:, :Hq]), self.k_norm(qk[:, Hq:])), dim=1)
+        qk = apply_rotary(qk, cos, sin)  # one rotation for queries and keys
         q, k, v = qk[:, :Hq], qk[:, Hq:], qkv[:, Hq + Hkv :]  # (B, H*, T, D)
+        if self.q_factor != 1.0:
+            q = q * self.q_factor
         out = attend(layer_idx, q, k, v)  # (B, Hq, T, D)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
@@ -109,13 +126,16 @@ class MLP(nn.Module):
         hidden, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
         self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=bias)
         self.down_proj = nn.Linear(inner, hidden, bias=bias)
+        self.act = ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (..., inner) each
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act(gate) * up)
 
 
 class DecoderLayer(nn.Module):
+    """Llama family: pre-norm attention and MLP."""
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -128,11 +148,38 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+class Gemma3DecoderLayer(nn.Module):
+    """Gemma 3: norms before and after attention and MLP, and on queries and keys. Its norm
+    weights hold Gemma's ``1 + w`` (GGUF files store them so; Hugging Face's are shifted at
+    load), so one RMSNorm serves both families."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        hidden, eps = config.hidden_size, config.rms_norm_eps
+        self.input_layernorm = RMSNorm(hidden, eps)
+        self.self_attn = Attention(config, qk_norm=True)
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+        self.pre_feedforward_layernorm = RMSNorm(hidden, eps)
+        self.mlp = MLP(config)
+        self.post_feedforward_layernorm = RMSNorm(hidden, eps)
+
+    def forward(self, x, cos, sin, layer_idx: int, attend: AttendFn) -> torch.Tensor:
+        attn = self.self_attn(self.input_layernorm(x), cos, sin, layer_idx, attend)
+        x = x + self.post_attention_layernorm(attn)
+        mlp = self.mlp(self.pre_feedforward_layernorm(x))
+        return x + self.post_feedforward_layernorm(mlp)
+
+
+LAYERS: dict[str, type[nn.Module]] = {"llama": DecoderLayer, "qwen2": DecoderLayer,
+                                      "mistral": DecoderLayer, "gemma3": Gemma3DecoderLayer}
+
+
 class Backbone(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        layer = LAYERS[config.model_type]
+        self.layers = nn.ModuleList(layer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
@@ -146,23 +193,48 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.rotary = RotaryEmbedding(config)
+        self.rotary = RotaryEmbedding(config.rope, config.head_dim)
+        self.local_rotary = RotaryEmbedding(config.local_rope or config.rope, config.head_dim)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn
     ) -> torch.Tensor:
         """input_ids, positions (B, T) -> final normed hidden states (B, T, hidden)."""
         x = self.model.embed_tokens(input_ids)  # (B, T, hidden)
-        cos, sin = self.rotary(positions, x.dtype)
+        if self.config.embed_scale != 1.0:
+            x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
+        sliding = set(self.config.sliding_layers)
+        rotation = self.rotary(positions, x.dtype)  # cos, sin (B, 1, T, D)
+        local = self.local_rotary(positions, x.dtype) if sliding else rotation
         for layer_idx, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, layer_idx, attend)
+            x = layer(x, *(local if layer_idx in sliding else rotation), layer_idx, attend)
         return self.model.norm(x)
+
+    def causal_attend(self, layer_idx: int, q, k, v) -> torch.Tensor:
+        """Plain causal attention over the tokens of this forward (no cache), windowed on the
+        sliding layers."""
+        return causal_attention(q, k, v, self.config.attention_windows[layer_idx])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (..., hidden) -> float32 logits (..., vocab)."""
         return self.lm_head(hidden).float()
 
 
-def causal_attend(layer_idx: int, q, k, v) -> torch.Tensor:
-    """Plain causal attention over the tokens of this forward (no cache)."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     window: int | None = None) -> torch.Tensor:
+    """q (B, Hq, T, D), k/v (B, Hkv, T, D) of one forward -> (B, Hq, T, D): each query over the
+    keys up to its own, at most ``window`` of them (None: all). A window runs block by block,
+    so no (T, T) mask is ever made."""
+    num_tokens = q.shape[2]
+    if window is None or window >= num_tokens:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    out = torch.empty_like(q)
+    for start in range(0, num_tokens, window):  # queries [start, end), keys [low, end)
+        end, low = min(start + window, num_tokens), max(0, start - window + 1)
+        query_pos = torch.arange(start, end, device=q.device)[:, None]  # (Tq, 1)
+        key_pos = torch.arange(low, end, device=q.device)[None]  # (1, Tk)
+        mask = (key_pos <= query_pos) & (key_pos > query_pos - window)  # (Tq, Tk)
+        out[:, :, start:end] = F.scaled_dot_product_attention(
+            q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], attn_mask=mask,
+            enable_gqa=True)
+    return out

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from snapstream.config import ModelConfig, RopeConfig
+from snapstream.config import RopeConfig
 
 
 def inverse_frequencies(rope: RopeConfig, head_dim: int) -> torch.Tensor:
@@ -39,9 +39,9 @@ def _llama3_scale(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
 class RotaryEmbedding(torch.nn.Module):
     """Computes cos/sin for arbitrary absolute positions (no table, so no length limit)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, rope: RopeConfig, head_dim: int) -> None:
         super().__init__()
-        inv_freq = inverse_frequencies(config.rope, config.head_dim)
+        inv_freq = inverse_frequencies(rope, head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def _apply(self, fn, recurse: bool = True):  # device moves only: inv_freq stays float32

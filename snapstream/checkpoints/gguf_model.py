@@ -3,31 +3,14 @@ layout of its tensors (gguf_weights.py turns them into a state dict)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from snapstream.checkpoints.gguf_file import GGUFFile
-from snapstream.config import ModelConfig, RopeConfig
+from snapstream.config import FULL, SLIDING, ModelConfig, RopeConfig
 
-
-@dataclass(frozen=True)
-class Architecture:
-    model_type: str
-    permuted_qk: bool  # llama.cpp's converter interleaved the rotary halves of Q and K rows
-    qkv_bias: bool
-
-
-ARCHITECTURES: dict[str, Architecture] = {
-    "llama": Architecture(model_type="llama", permuted_qk=True, qkv_bias=False),
-    "qwen2": Architecture(model_type="qwen2", permuted_qk=False, qkv_bias=True),
-}
-
-GLOBAL_TENSORS = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-LAYER_TENSORS = {
-    "attn_norm.weight": "input_layernorm.weight",
+_PROJECTIONS = {
     "attn_q.weight": "self_attn.q_proj.weight",
     "attn_q.bias": "self_attn.q_proj.bias",
     "attn_k.weight": "self_attn.k_proj.weight",
@@ -35,11 +18,64 @@ LAYER_TENSORS = {
     "attn_v.weight": "self_attn.v_proj.weight",
     "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+LLAMA_LAYER_TENSORS = {
+    **_PROJECTIONS,
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+}
+# llama.cpp's converter stores Gemma's norm weights as 1 + w, what snapstream's model holds
+GEMMA3_LAYER_TENSORS = {
+    **_PROJECTIONS,
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+GLOBAL_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+def _no_fields(file: GGUFFile, head_dim: int) -> dict[str, Any]:
+    return {}
+
+
+def _gemma3_fields(file: GGUFFile, head_dim: int) -> dict[str, Any]:
+    """What llama.cpp fixes for Gemma 3 instead of reading it from the file: a global layer
+    after every 5 sliding ones, the sliding layers' RoPE base 10k, the query scale
+    head_dim ** -0.5 (all sizes but 27B, whose query_pre_attn_scalar is hidden / heads)."""
+    num_layers = file.arch_get("block_count")
+    return {"hidden_act": "gelu_tanh", "query_scale": head_dim**-0.5,
+            "embed_scale": file.arch_get("embedding_length") ** 0.5,
+            "sliding_window": file.arch_get("attention.sliding_window"),
+            "layer_types": tuple(FULL if (i + 1) % 6 == 0 else SLIDING for i in range(num_layers)),
+            "local_rope": RopeConfig(theta=10000.0)}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    model_type: str
+    permuted_qk: bool  # llama.cpp's converter interleaved the rotary halves of Q and K rows
+    qkv_bias: bool
+    layer_tensors: Mapping[str, str] = field(default_factory=lambda: LLAMA_LAYER_TENSORS)
+    family_fields: Callable[[GGUFFile, int], dict[str, Any]] = _no_fields  # its own config
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": Architecture(model_type="llama", permuted_qk=True, qkv_bias=False),
+    "qwen2": Architecture(model_type="qwen2", permuted_qk=False, qkv_bias=True),
+    "gemma3": Architecture(model_type="gemma3", permuted_qk=False, qkv_bias=False,
+                           layer_tensors=GEMMA3_LAYER_TENSORS, family_fields=_gemma3_fields),
+}
+
 ROPE_FREQS = "rope_freqs.weight"  # Llama-3.1's per-frequency scaling, read into the config
 
 
@@ -70,6 +106,7 @@ def config_from_gguf(file: GGUFFile) -> ModelConfig:
         tie_word_embeddings="output.weight" not in file.tensors,
         qkv_bias=arch.qkv_bias or "blk.0.attn_q.bias" in file.tensors,
         model_type=arch.model_type,
+        **arch.family_fields(file, head_dim),
     )
 
 
@@ -87,13 +124,13 @@ def _rope(file: GGUFFile, head_dim: int) -> RopeConfig:
     return RopeConfig(theta=file.arch_get("rope.freq_base", 10000.0), freq_factors=factors)
 
 
-def hf_name(gguf_name: str) -> str | None:
+def hf_name(gguf_name: str, arch: Architecture) -> str | None:
     """The Hugging Face name of a GGUF tensor; None for tensors the model does not hold."""
     if gguf_name in GLOBAL_TENSORS:
         return GLOBAL_TENSORS[gguf_name]
     prefix, _, rest = gguf_name.partition(".")
     if prefix == "blk":
         layer, _, part = rest.partition(".")
-        if part in LAYER_TENSORS:
-            return f"model.layers.{layer}.{LAYER_TENSORS[part]}"
+        if part in arch.layer_tensors:
+            return f"model.layers.{layer}.{arch.layer_tensors[part]}"
     return None

@@ -27,7 +27,7 @@ def state_dict_from_gguf(file: GGUFFile, config: ModelConfig, dtype: torch.dtype
     heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
     state: dict[str, torch.Tensor] = {}
     for name in file.tensors:
-        target = hf_name(name)
+        target = hf_name(name, arch)
         if target is None:
             if name != ROPE_FREQS:
                 raise ValueError(f"{file.path}: unexpected tensor {name!r} for {arch.model_type}")

@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
+def _shift_norms(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gemma's RMSNorms scale by ``1 + w``; snapstream's model holds ``1 + w`` (as GGUF does)."""
+    return {k: v.float() + 1 if k.endswith("norm.weight") else v for k, v in state.items()}
+
+
+# model_type -> how its Hugging Face weights become the model's
+STATE_FIXES = {"gemma3": _shift_norms}
+
+
 def _read_json(file: Path) -> dict:
     return json.loads(file.read_text()) if file.exists() else {}
 
@@ -44,7 +53,9 @@ class HFCheckpoint:
         state: dict[str, torch.Tensor] = {}
         for file in self._weight_files():
             state.update(load_file(file))
-        return {k: v.to(dtype) for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
+        state = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
+        state = STATE_FIXES.get(self.config.model_type, dict)(state)
+        return {k: v.to(dtype) for k, v in state.items()}
 
     def _weight_files(self) -> list[Path]:
         index = self.path / "model.safetensors.index.json"

@@ -14,7 +14,6 @@ from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.gguf_weights import unpermute_rows
 from snapstream.engine import Engine
 from snapstream.loader import load_model
-from snapstream.model import causal_attend
 from snapstream.quant import Int4Linear, Int8Linear
 from tests.checkpoints.conftest import hf_gguf_model, hf_gguf_tokenizer
 from tests.tiny_models import (
@@ -39,7 +38,7 @@ K_QUANTS = {"attn_q.weight": T.Q2_K, "attn_k.weight": T.Q3_K, "attn_v.weight": T
 
 def _logits(model) -> torch.Tensor:
     with torch.no_grad():
-        return model.logits(model(IDS, torch.arange(IDS.shape[1])[None], causal_attend))
+        return model.logits(model(IDS, torch.arange(IDS.shape[1])[None], model.causal_attend))
 
 
 def _hf_logits(model) -> torch.Tensor:

@@ -8,7 +8,6 @@ import torch
 from snapstream.checkpoints import open_checkpoint
 from snapstream.engine import Engine
 from snapstream.loader import load_model
-from snapstream.model import causal_attend
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
 
@@ -29,7 +28,7 @@ def test_logits_match_transformers(checkpoint):
     ids = torch.randint(0, 256, (1, 700), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = theirs(ids).logits[0]
-        got = ours.logits(ours(ids, torch.arange(700)[None], causal_attend))[0]
+        got = ours.logits(ours(ids, torch.arange(700)[None], ours.causal_attend))[0]
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 

@@ -10,7 +10,6 @@ from evaluation.budget import SplitRule
 from evaluation.forward import PromptForward
 from evaluation.lockstep import RowInput, decode_rows
 from snapstream.engine import Engine
-from snapstream.model import causal_attend
 from snapstream.sampling_params import SamplingParams
 from tests.tiny_models import random_model, tiny_config, tiny_snapstream_tokenizer
 
@@ -69,7 +68,8 @@ def test_forced_nll_is_the_full_caches_teacher_forced_loss(engine):
         sequence = torch.tensor([ids + list(forced)])  # (1, P + F)
         positions = torch.arange(sequence.shape[1])[None]  # (1, P + F)
         with torch.no_grad():
-            hidden = engine.model(sequence, positions, causal_attend)  # (1, P + F, hidden)
+            model = engine.model
+            hidden = model(sequence, positions, model.causal_attend)  # (1, P + F, hidden)
             logits = engine.model.logits(hidden[0, len(ids) - 1 : -1]).float()  # (F, V)
         expected = torch.nn.functional.cross_entropy(logits, torch.tensor(forced)).item()
         assert out.mean_forced_nll(len(forced)) == pytest.approx(expected, rel=1e-3)

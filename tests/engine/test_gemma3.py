@@ -1,0 +1,109 @@
+"""Gemma 3 in the engine, against transformers' Gemma3ForCausalLM on the same random weights:
+sliding-window layers (a window shorter than the prompt), their own RoPE base, norms around
+attention and MLP and on queries and keys, GELU-tanh, scaled embeddings, a query scale of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from snapstream import CachePolicy, Engine, SamplingParams
+from snapstream.config import FULL, SLIDING, ModelConfig
+from snapstream.model import causal_attention
+from tests.tiny_models import TINY_VOCAB_SIZE, write_tokenizer_files
+
+WINDOW = 8
+PROMPT = 40  # five windows
+
+
+def _hf_config(**overrides):
+    import transformers
+
+    fields = dict(vocab_size=TINY_VOCAB_SIZE, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                  sliding_window=WINDOW, max_position_embeddings=512, query_pre_attn_scalar=24,
+                  rope_parameters={FULL: {"rope_type": "default", "rope_theta": 1e6},
+                                   SLIDING: {"rope_type": "default", "rope_theta": 1e4}},
+                  bos_token_id=None, eos_token_id=263, pad_token_id=0)
+    return transformers.Gemma3TextConfig(**{**fields, **overrides})
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForCausalLM(_hf_config()).eval()
+    with torch.no_grad():
+        for param in model.parameters():  # norms away from 1 + 0, so a missed shift shows
+            param.normal_(0.0, 0.1 if param.dim() > 1 else 0.3)
+    directory = tmp_path_factory.mktemp("gemma3")
+    model.save_pretrained(directory)
+    write_tokenizer_files(directory)
+    return directory, model
+
+
+@pytest.fixture(scope="module")
+def engine(gemma) -> Engine:
+    return Engine.from_pretrained(str(gemma[0]), dtype="float32")
+
+
+def _ids(seed: int, length: int = PROMPT) -> torch.Tensor:
+    return torch.randint(5, 250, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_config_reads_the_layer_pattern_and_both_rope_bases(engine):
+    config = engine.config
+    assert config.model_type == "gemma3" and config.hidden_act == "gelu_tanh"
+    assert config.sliding_layers == (0, 1, 2, 3, 4)
+    assert config.attention_windows == (WINDOW,) * 5 + (None,)
+    assert (config.rope.theta, config.local_rope.theta) == (1e6, 1e4)
+    assert config.query_scale == pytest.approx(24**-0.5)
+    assert config.embed_scale == pytest.approx(64**0.5)
+    assert ModelConfig.from_dict(config.to_hf_dict()) == config
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_prefill_logits_match_transformers(gemma, engine, seed):
+    ids = _ids(seed)
+    with torch.no_grad():
+        expected = gemma[1](ids).logits[0]  # (P, V)
+        model = engine.model
+        got = model.logits(model(ids, torch.arange(PROMPT)[None], model.causal_attend)[0])
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_greedy_generation_matches_transformers(gemma, engine, seed):
+    ids = _ids(seed)
+    with torch.no_grad():
+        expected = gemma[1].generate(ids, max_new_tokens=12, do_sample=False,
+                                     eos_token_id=None)[0, PROMPT:].tolist()
+    out = engine.generate(ids[0].tolist(), max_new_tokens=12, policy=CachePolicy(kind="full"),
+                          sampling=SamplingParams(temperature=0, ignore_eos=True))
+    assert out.token_ids == expected
+
+
+def test_a_fixed_cache_holding_every_token_decodes_as_full_attention(engine):
+    ids = _ids(7)[0].tolist()
+    sampling = SamplingParams(temperature=0, ignore_eos=True)
+    full = engine.generate(ids, max_new_tokens=10, policy=CachePolicy(kind="full"),
+                           sampling=sampling)
+    roomy = CachePolicy(kind="snapstream", n_sink=0, n_topk=16, n_recent=64, window=4, kernel=3)
+    assert engine.generate(ids, max_new_tokens=10, policy=roomy, sampling=sampling).token_ids \
+        == full.token_ids
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 23])
+def test_windowed_attention_equals_a_masked_reference(length):
+    torch.manual_seed(length)
+    q, k, v = torch.randn(1, 4, length, 16), torch.randn(1, 2, length, 16), \
+        torch.randn(1, 2, length, 16)
+    pos = torch.arange(length)
+    mask = (pos[None] <= pos[:, None]) & (pos[None] > pos[:, None] - WINDOW)  # (T, T)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(causal_attention(q, k, v, WINDOW), expected)
