@@ -31,7 +31,9 @@ class GGUFFile:
         try:
             self.reader = gguf.GGUFReader(self.path)
         except (ValueError, OSError) as exc:
-            raise ValueError(f"{self.path}: not a readable GGUF file ({exc})") from None
+            raise ValueError(f"{self.path}: not a readable GGUF file, truncated or corrupt "
+                             f"({exc}); a named model's file is rewritten by scripts/setup.sh, "
+                             "another must be copied or converted again") from None
 
     @cached_property
     def metadata(self) -> dict[str, Any]:

@@ -146,3 +146,16 @@ def test_auto_is_float32_for_a_hugging_face_directory(tiny_model_dir):
     engine = Engine.from_pretrained(tiny_model_dir)
     assert open_checkpoint(tiny_model_dir).native_format == "float32"
     assert isinstance(engine.model.model.layers[0].mlp.down_proj, nn.Linear)
+
+
+@pytest.mark.parametrize("keep", [0.001, 0.5, 0.99])
+def test_a_truncated_gguf_names_the_file_and_the_fix(tmp_path, keep):
+    whole = write_gguf(tmp_path / "m.gguf", random_model(tiny_config()), {}).read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[: int(len(whole) * keep)])
+    with pytest.raises(ValueError) as info:
+        checkpoint = open_checkpoint(cut)
+        checkpoint.state_dict(torch.float32)
+    message = str(info.value)
+    assert str(cut) in message and "truncated or corrupt" in message
+    assert "scripts/setup.sh" in message and "\n" not in message
