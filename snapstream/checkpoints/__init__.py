@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from snapstream.checkpoints.gguf import GGUFCheckpoint
 from snapstream.checkpoints.gguf_file import is_gguf
 from snapstream.checkpoints.hf import HFCheckpoint
-from snapstream.checkpoints.registry import model_path
+from snapstream.checkpoints.registry import MODELS, model_path
 from snapstream.config import ModelConfig
 from snapstream.tokenizer import Tokenizer
 
@@ -37,5 +37,5 @@ def open_checkpoint(path: str | Path | None = None) -> Checkpoint:
     if is_gguf(path):
         return GGUFCheckpoint(path)
     what = "does not exist" if not path.exists() else "is neither a directory nor a GGUF file"
-    raise ValueError(f"model {path} {what}: give a .gguf file or a Hugging Face checkpoint "
-                     "directory")
+    raise ValueError(f"model {path} {what}: give a model name ({', '.join(MODELS)}), a .gguf "
+                     "file or a Hugging Face checkpoint directory")
