@@ -1,17 +1,24 @@
-"""The tokenizer a GGUF file describes, rebuilt with ``tokenizers``: byte-level BPE (``gpt2``).
+"""The tokenizer a GGUF file describes, rebuilt with ``tokenizers``: byte-level BPE (``gpt2``)
+or SentencePiece BPE (``llama``, see :mod:`snapstream.checkpoints.gguf_spm`), chosen by
+``tokenizer.ggml.model`` from :data:`TOKENIZER_MODELS`.
 
-Text is split the way llama.cpp splits it for the file's ``tokenizer.ggml.pre``: each regex in
-turn cuts the pieces further (``Split`` with ``isolated``), then bytes map to the byte-level
-alphabet. SmolLM's ``smollm`` first isolates every digit, as its original ``tokenizer.json`` did.
+For ``gpt2``, text is split the way llama.cpp splits it for the file's ``tokenizer.ggml.pre``:
+each regex in turn cuts the pieces further (``Split`` with ``isolated``), then bytes map to the
+byte-level alphabet. SmolLM's ``smollm`` first isolates every digit, as its original
+``tokenizer.json`` did.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as RawTokenizer
 
 from snapstream.chat import ChatTemplate
 from snapstream.checkpoints.gguf_file import GGUFFile
+from snapstream.checkpoints.gguf_spm import spm_tokenizer, user_defined_normalized
 from snapstream.tokenizer import Tokenizer, end_of_turn_ids
 
 _GPT2 = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",)
@@ -37,22 +44,31 @@ IGNORE_MERGES = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "smaug-
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 
 
+@dataclass(frozen=True)
+class TokenizerModel:
+    """How to build the model part of one ``tokenizer.ggml.model``: ``build`` returns the
+    ``tokenizers`` model with its normalizer, pre-tokenizer and decoder, no special tokens."""
+
+    build: Callable[[GGUFFile], RawTokenizer]
+    adds_bos: bool  # when the file has no tokenizer.ggml.add_bos_token (llama: llama.cpp's)
+    # whether user-defined tokens are matched in the normalized text rather than the raw text
+    user_defined_normalized: Callable[[GGUFFile], bool] = lambda file: False
+
+
 def tokenizer_from_gguf(file: GGUFFile) -> Tokenizer:
-    model = file.get("tokenizer.ggml.model")
-    if model != "gpt2":
-        raise ValueError(f"{file.path}: tokenizer {model!r} is not supported (byte-level BPE, "
-                         "'gpt2', is)")
-    pre = file.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZER_SPLITS:
-        raise ValueError(f"{file.path}: pre-tokenizer {pre!r} is not supported "
-                         f"(supported: {sorted(PRE_TOKENIZER_SPLITS)})")
+    name = file.get("tokenizer.ggml.model")
+    if name not in TOKENIZER_MODELS:
+        raise ValueError(f"{file.path}: tokenizer {name!r} is not supported "
+                         f"(supported: {sorted(TOKENIZER_MODELS)})")
+    model = TOKENIZER_MODELS[name]
+    inner = model.build(file)
     tokens = file.get("tokenizer.ggml.tokens")
-    inner = _byte_level_bpe(tokens, file.get("tokenizer.ggml.merges"), pre)
-    _add_special_tokens(inner, tokens, file.get("tokenizer.ggml.token_type"))
+    _add_special_tokens(inner, tokens, file.get("tokenizer.ggml.token_type"),
+                        model.user_defined_normalized(file))
     bos = file.get("tokenizer.ggml.bos_token_id", None)
     eos = file.get("tokenizer.ggml.eos_token_id", None)
     bos_text = tokens[bos] if bos is not None else None
-    if file.get("tokenizer.ggml.add_bos_token", False) and bos is not None:
+    if file.get("tokenizer.ggml.add_bos_token", model.adds_bos) and bos is not None:
         inner.post_processor = processors.TemplateProcessing(
             single=f"{bos_text} $A", special_tokens=[(bos_text, bos)])
     declared = [i for i in (eos, file.get("tokenizer.ggml.eot_token_id", None)) if i is not None]
@@ -64,9 +80,13 @@ def tokenizer_from_gguf(file: GGUFFile) -> Tokenizer:
                      chat_template=ChatTemplate(template, specials) if template else None)
 
 
-def _byte_level_bpe(tokens: list[str], merges: list[str], pre: str) -> RawTokenizer:
-    vocab = {token: i for i, token in enumerate(tokens)}
-    pairs = [tuple(merge.split(" ", 1)) for merge in merges]
+def _byte_level_bpe(file: GGUFFile) -> RawTokenizer:
+    pre = file.get("tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZER_SPLITS:
+        raise ValueError(f"{file.path}: pre-tokenizer {pre!r} is not supported "
+                         f"(supported: {sorted(PRE_TOKENIZER_SPLITS)})")
+    vocab = {token: i for i, token in enumerate(file.get("tokenizer.ggml.tokens"))}
+    pairs = [tuple(merge.split(" ", 1)) for merge in file.get("tokenizer.ggml.merges")]
     inner = RawTokenizer(models.BPE(vocab=vocab, merges=pairs, ignore_merges=pre in IGNORE_MERGES))
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated")
               for r in PRE_TOKENIZER_SPLITS[pre]]
@@ -76,9 +96,19 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], pre: str) -> RawTokeni
     return inner
 
 
-def _add_special_tokens(inner: RawTokenizer, tokens: list[str], types: list[int]) -> None:
-    """Control tokens match whole and are special; user-defined ones match whole."""
+# tokenizer.ggml.model -> its builder
+TOKENIZER_MODELS: dict[str, TokenizerModel] = {
+    "gpt2": TokenizerModel(build=_byte_level_bpe, adds_bos=False),
+    "llama": TokenizerModel(build=spm_tokenizer, adds_bos=True,
+                            user_defined_normalized=user_defined_normalized),
+}
+
+
+def _add_special_tokens(inner: RawTokenizer, tokens: list[str], types: list[int],
+                        user_defined_normalized: bool) -> None:
+    """Control tokens match whole in the raw text and are special; user-defined ones match
+    whole, in the normalized text if ``user_defined_normalized``."""
     inner.add_special_tokens([AddedToken(t, special=True, normalized=False)
                               for t, kind in zip(tokens, types, strict=True) if kind == CONTROL])
-    inner.add_tokens([AddedToken(t, special=False, normalized=False)
+    inner.add_tokens([AddedToken(t, special=False, normalized=user_defined_normalized)
                       for t, kind in zip(tokens, types, strict=True) if kind == USER_DEFINED])
