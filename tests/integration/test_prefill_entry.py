@@ -1,5 +1,6 @@
-"""The internal Prefill RPC checks every field on entry (it is reachable without the router's
-validation), and writes the blob where its caller asks."""
+"""The internal Prefill RPC: the router validated the request's fields, so a message sent past
+it is refused (INVALID_ARGUMENT, nothing stored) only where the engine could not run it; and
+the blob goes where its caller asks."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from tests.integration.test_services import POLICY, serving_stack
      "exceeds the model's context"),
     ({"prompt_token_ids": [1, 2, 10**6]}, "outside the vocabulary"),
     ({"prompt_token_ids": []}, "prompt is empty"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"blob_key": "no/slashes"}, "blob key"),
 ])
 async def test_bad_prefill_requests_are_invalid_argument(tiny_model_dir, redis_url, fields,
