@@ -199,11 +199,10 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
           d2 += query[d] * rows[2][d];
           d3 += query[d] * rows[3][d];
         }
-        float* out = scores + g * n + (s - begin);  // the chunk's scratch has kUnroll spare
-        out[0] = empty[s] ? neg_inf : d0;
-        out[1] = count > 1 && !empty[s + 1] ? d1 : neg_inf;
-        out[2] = count > 2 && !empty[s + 2] ? d2 : neg_inf;
-        out[3] = count > 3 && !empty[s + 3] ? d3 : neg_inf;
+        // only the count slots that exist: past them lie the next query head's scores
+        const float dots[kUnroll] = {d0, d1, d2, d3};
+        float* out = scores + g * n + (s - begin);
+        for (int64_t u = 0; u < count; ++u) out[u] = empty[s + u] ? neg_inf : dots[u];
       }
     }
   }
@@ -276,7 +275,7 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t first, int64_t last) {
     float query[kMaxGroup * kMaxDim];
-    std::vector<float> scores(group * kChunk + kUnroll);
+    std::vector<float> scores(group * kChunk);  // (G, chunk's slots)
     for (int64_t item = first; item < last; ++item) {
       const int64_t chunk = item % chunks, head = (item / chunks) % kv_heads;
       const int64_t row = item / (chunks * kv_heads);
