@@ -6,6 +6,8 @@
 // over every thread (flash-decoding); each chunk keeps its own max, sum and weighted values,
 // merged per (row, KV head) at the end. Inner loops are plain C++ that the compiler vectorizes,
 // built for AVX-512, AVX2 and the baseline with function multiversioning where GCC has it.
+// Where the CPU has AVX-512 (and SNAPSTREAM_GENERIC_KERNELS is not 1), head dimensions that are
+// multiples of 16 take explicit AVX-512 loops instead.
 
 #include <torch/extension.h>
 
@@ -18,6 +20,8 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "generic_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SNAPSTREAM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -252,6 +256,15 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
   }
 }
 
+bool use_avx512_kernels() {
+#if SNAPSTREAM_AVX512
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported && !snapstream::generic_kernels_requested();
+#else
+  return false;
+#endif
+}
+
 template <typename KV>
 void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const at::Tensor& empty, at::Tensor& out) {
@@ -267,11 +280,7 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const KV* k_ptr = k.data_ptr<KV>();
   const KV* v_ptr = v.data_ptr<KV>();
   const bool* empty_ptr = empty.data_ptr<bool>();
-#if SNAPSTREAM_AVX512
-  static const bool use_avx512 = __builtin_cpu_supports("avx512f");
-#else
-  constexpr bool use_avx512 = false;
-#endif
+  const bool use_avx512 = use_avx512_kernels();
 
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t first, int64_t last) {
     float query[kMaxGroup * kMaxDim];
