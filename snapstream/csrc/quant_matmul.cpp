@@ -25,10 +25,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#include "generic_kernels.h"
 
 namespace {
 
@@ -206,8 +207,7 @@ void block_bf16(const Block& block, const uint16_t* x, const float* x_sums, int6
 bool use_bf16_kernel() {
 #if SNAPSTREAM_BF16_KERNEL
   static const bool supported = __builtin_cpu_supports("avx512bf16");
-  const char* generic = std::getenv("SNAPSTREAM_GENERIC_KERNELS");
-  return supported && !(generic && std::strcmp(generic, "1") == 0);
+  return supported && !snapstream::generic_kernels_requested();
 #else
   return false;
 #endif

@@ -6,6 +6,8 @@
 // over every thread (flash-decoding); each chunk keeps its own max, sum and weighted values,
 // merged per (row, KV head) at the end. Inner loops are plain C++ that the compiler vectorizes,
 // built for AVX-512, AVX2 and the baseline with function multiversioning where GCC has it.
+// Where the CPU has AVX-512 (and SNAPSTREAM_GENERIC_KERNELS is not 1), head dimensions that are
+// multiples of 16 take explicit AVX-512 loops instead.
 
 #include <torch/extension.h>
 
@@ -18,6 +20,8 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "generic_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SNAPSTREAM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -199,11 +203,10 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
           d2 += query[d] * rows[2][d];
           d3 += query[d] * rows[3][d];
         }
-        float* out = scores + g * n + (s - begin);  // the chunk's scratch has kUnroll spare
-        out[0] = empty[s] ? neg_inf : d0;
-        out[1] = count > 1 && !empty[s + 1] ? d1 : neg_inf;
-        out[2] = count > 2 && !empty[s + 2] ? d2 : neg_inf;
-        out[3] = count > 3 && !empty[s + 3] ? d3 : neg_inf;
+        // only the count slots that exist: past them lie the next query head's scores
+        const float dots[kUnroll] = {d0, d1, d2, d3};
+        float* out = scores + g * n + (s - begin);
+        for (int64_t u = 0; u < count; ++u) out[u] = empty[s + u] ? neg_inf : dots[u];
       }
     }
   }
@@ -253,6 +256,15 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
   }
 }
 
+bool use_avx512_kernels() {
+#if SNAPSTREAM_AVX512
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported && !snapstream::generic_kernels_requested();
+#else
+  return false;
+#endif
+}
+
 template <typename KV>
 void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const at::Tensor& empty, at::Tensor& out) {
@@ -268,15 +280,11 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const KV* k_ptr = k.data_ptr<KV>();
   const KV* v_ptr = v.data_ptr<KV>();
   const bool* empty_ptr = empty.data_ptr<bool>();
-#if SNAPSTREAM_AVX512
-  static const bool use_avx512 = __builtin_cpu_supports("avx512f");
-#else
-  constexpr bool use_avx512 = false;
-#endif
+  const bool use_avx512 = use_avx512_kernels();
 
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t first, int64_t last) {
     float query[kMaxGroup * kMaxDim];
-    std::vector<float> scores(group * kChunk + kUnroll);
+    std::vector<float> scores(group * kChunk);  // (G, chunk's slots)
     for (int64_t item = first; item < last; ++item) {
       const int64_t chunk = item % chunks, head = (item / chunks) % kv_heads;
       const int64_t row = item / (chunks * kv_heads);

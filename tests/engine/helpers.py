@@ -9,8 +9,8 @@ from snapstream.policy import CachePolicy
 from tests.tiny_models import tiny_snapstream_tokenizer
 
 
-def engine_for(model) -> Engine:
-    return Engine(model, tiny_snapstream_tokenizer())
+def engine_for(model, kv_dtype: torch.dtype | None = None) -> Engine:
+    return Engine(model, tiny_snapstream_tokenizer(), kv_dtype=kv_dtype)
 
 
 def greedy_with_logits(

@@ -72,16 +72,26 @@ def kept_mask(
 
 
 @torch.no_grad()
-def masked_logits(model: Transformer, ids: list[int], allowed: torch.Tensor) -> torch.Tensor:
-    """Full-sequence forward where layer l, KV head h may only attend where allowed[l, h].
-    Returns (T, V) float32 logits."""
+def masked_logits(
+    model: Transformer, ids: list[int], allowed: torch.Tensor, prompt_len: int | None = None,
+    kv_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Full-sequence forward where layer l, KV head h may only attend where allowed[l, h];
+    queries from ``prompt_len`` on (the decode steps) read K/V rounded to ``kv_dtype``, as the
+    slot cache holds them, the prompt's own queries the exact ones. Returns (T, V) float32
+    logits."""
     group = model.config.num_groups
+    decoding = len(ids) if prompt_len is None else prompt_len
 
     def attend(layer_idx: int, q, k, v):
         mask = allowed[layer_idx].repeat_interleave(group, dim=0)[None]  # (1, Hq, T, T)
-        k = k.repeat_interleave(group, dim=1)
+        k = k.repeat_interleave(group, dim=1)  # (1, Hq, T, D)
         v = v.repeat_interleave(group, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (1, Hq, T, D)
+        stored_k, stored_v = (x.to(kv_dtype).to(x.dtype) for x in (k, v))
+        stored = F.scaled_dot_product_attention(q, stored_k, stored_v, attn_mask=mask)
+        out[:, :, decoding:] = stored[:, :, decoding:]
+        return out
 
     input_ids = torch.tensor([ids])
     hidden = model(input_ids, torch.arange(len(ids))[None], attend)

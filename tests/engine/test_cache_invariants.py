@@ -50,7 +50,8 @@ def _check_against_reference(engine, ids, policy, steps):
     sequence = ids + tokens[:-1]
     allowed = kept_mask(layout, len(ids), len(sequence), selected, config.num_layers,
                         config.num_kv_heads)
-    reference = masked_logits(engine.model, sequence, allowed)[len(ids) - 1 :]
+    reference = masked_logits(engine.model, sequence, allowed, len(ids),
+                              engine.kv_dtype)[len(ids) - 1 :]
     torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
     return result
 
@@ -70,6 +71,44 @@ def test_matches_kept_set_reference_after_eviction_and_wraparound(case):
     steps = 3 * n_recent + rng.randint(2, 20)  # the ring wraps around several times
     result = _check_against_reference(engine, prompt(prompt_len, seed=case), policy, steps)
     assert result.cache.k.shape[2] == result.cache.layout.budget
+
+
+# (head_dim, query heads per KV head, budget, SNAPSTREAM_GENERIC_KERNELS): every head_dim and
+# GQA group the decode kernel tiles differently, budgets that are and are not multiples of its
+# tiles (4 and 16 slots, chunks of 256 merged at the end), on its AVX-512 path (where the CPU has
+# it; never for head_dim 8) and its plain C++ one; test_slot_attention crosses them all
+HEAD_SHAPES = [(8, 4, 30, "0"), (8, 8, 64, "0"), (16, 2, 270, "1"), (16, 1, 48, "0"),
+               (64, 4, 30, "1"), (64, 8, 45, "1"), (64, 2, 256, "0"), (256, 4, 37, "0"),
+               (256, 1, 16, "1")]
+SWEEP_STEPS = 4  # the prefill's logits and 3 decode steps
+
+
+def policy_with_budget(kind: str, budget: int, steps: int) -> tuple[CachePolicy, int]:
+    """A ``kind`` policy whose layout holds ``budget`` slots for ``steps`` tokens, and a prompt
+    length that fills it: the sized kinds evict at prefill, and streaming again as it decodes."""
+    if kind == "full":
+        return CachePolicy(kind="full"), budget - steps
+    kept = budget - steps if kind == "snapkv" else budget  # snapkv's ring grows by max_new
+    n_sink, n_topk = 2, kept // 3
+    policy = CachePolicy(kind=kind, n_sink=n_sink, n_topk=n_topk,
+                         n_recent=kept - n_sink - n_topk, window=4)
+    return policy, budget + 5
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["full", "streaming", "snapkv", "snapstream"])
+@pytest.mark.parametrize(("head_dim", "group", "budget", "generic"), HEAD_SHAPES)
+def test_decode_matches_reference_for_every_head_shape(monkeypatch, head_dim, group, budget,
+                                                       kind, kv_dtype, generic):
+    """Decode attends over exactly the kept set whatever the head shape and budget: a slot lost
+    to a tile boundary or a query head mapped to another KV head moves the logits by ~0.1."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    config = tiny_config(num_heads=2 * group, num_kv_heads=2, head_dim=head_dim)
+    engine = engine_for(random_model(config, seed=head_dim + group), kv_dtype=kv_dtype)
+    policy, prompt_len = policy_with_budget(kind, budget, SWEEP_STEPS)
+    result = _check_against_reference(engine, prompt(prompt_len, seed=budget), policy,
+                                      SWEEP_STEPS)
+    assert result.cache.layout.budget == budget and result.cache.k.dtype == kv_dtype
 
 
 def test_full_policy_matches_plain_causal_forward():
