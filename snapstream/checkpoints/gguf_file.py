@@ -1,4 +1,4 @@
-"""A GGUF file read with llama.cpp's own reader (the ``gguf`` library): metadata and tensors.
+"""A GGUF file: metadata and tensors (gguf_reader.py), for the checkpoint that reads it.
 
 Tensors are memory-mapped; :meth:`GGUFFile.array` dequantizes one to float32 with
 ``gguf.quants`` (F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0, the K-quants, the IQ types and more).
@@ -7,12 +7,14 @@ Torch-free: the router reads config and tokenizer from here.
 
 from __future__ import annotations
 
-from functools import cached_property
+import struct
 from pathlib import Path
 from typing import Any
 
 import gguf
 import numpy as np
+
+from snapstream.checkpoints.gguf_reader import read_gguf
 
 GGUF_MAGIC = b"GGUF"
 _MISSING = object()
@@ -29,17 +31,11 @@ class GGUFFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            self.reader = gguf.GGUFReader(self.path)
-        except (ValueError, OSError) as exc:
+            self.metadata, self.tensors = read_gguf(self.path)
+        except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
             raise ValueError(f"{self.path}: not a readable GGUF file, truncated or corrupt "
                              f"({exc}); a named model's file is rewritten by scripts/setup.sh, "
                              "another must be copied or converted again") from None
-
-    @cached_property
-    def metadata(self) -> dict[str, Any]:
-        """Every key-value field: scalars, strings and arrays as Python values."""
-        return {name: field.contents() for name, field in self.reader.fields.items()
-                if not name.startswith("GGUF.")}
 
     @property
     def architecture(self) -> str:
@@ -55,10 +51,6 @@ class GGUFFile:
     def arch_get(self, suffix: str, default: Any = _MISSING) -> Any:
         """``{architecture}.{suffix}``, e.g. ``llama.block_count``."""
         return self.get(f"{self.architecture}.{suffix}", default)
-
-    @cached_property
-    def tensors(self) -> dict[str, gguf.ReaderTensor]:
-        return {t.name: t for t in self.reader.tensors}
 
     def array(self, name: str) -> np.ndarray:
         """Tensor ``name`` dequantized to float32, in PyTorch's layout (out_features,
