@@ -7,6 +7,7 @@
 #   deploy/compose.sh compose ARGS...       # the compose command on the running cluster
 #                                           # (e.g. `compose up -d --scale decode=3`)
 #   deploy/compose.sh wait                  # until every container of it is healthy
+#   deploy/compose.sh images                # Docker (installed, started) and the images only
 #
 # `up` installs docker.io and docker-compose and starts dockerd where they are missing (as root
 # on Debian), builds whatever images are missing (the public python, redis and nats images
@@ -227,5 +228,6 @@ case "${1:-}" in
     down) down ;;
     compose) shift; daemon_up || die "the Docker daemon is not running"; compose "$@" ;;
     wait) daemon_up || die "the Docker daemon is not running"; wait_healthy ;;
-    *) die "usage: deploy/compose.sh up [--store redis|nats] [--secure] | down | wait | compose ARGS..." ;;
+    images) ensure_docker; IMAGE="${IMAGE:-snapstream:0.1.0}"; pick_stock_images; build_images ;;
+    *) die "usage: deploy/compose.sh up [--store redis|nats] [--secure] | down | wait | images | compose ARGS..." ;;
 esac

@@ -6,8 +6,9 @@ it in place."""
 from __future__ import annotations
 
 import json
+import ssl
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -41,7 +42,7 @@ def client(cluster):
 
 def test_openai_client_over_https_with_the_key(cluster):
     assert cluster.openai_base_url.startswith("https://127.0.0.1:")
-    with httpx.Client(verify=str(cluster.ca)) as http:
+    with httpx2.Client(verify=ssl.create_default_context(cafile=cluster.ca)) as http:
         check_openai_answers(openai.OpenAI(base_url=cluster.openai_base_url,
                                            api_key=cluster.api_key, http_client=http,
                                            timeout=300))
