@@ -149,3 +149,15 @@ def test_secure_override_turns_on_tls_everywhere_and_api_keys_on_the_router():
     router = secure["services"]["router"]
     assert environment(router)["SNAPSTREAM_API_KEYS_FILE"] == "/keys/api-keys"
     assert "/secrets/api-keys:/keys/api-keys:ro" in router["volumes"]
+
+
+@pytest.mark.parametrize("name", sorted(APP_SERVICES))
+def test_kubernetes_configmaps_agree_with_what_the_compose_run_proved(name):
+    """Settings both set have the same value, but the drain: Kubernetes pods pause in preStop
+    and decode drains longer (docs/deploy.md)."""
+    lines = (DEPLOY / "k8s" / "base" / "config" / f"{name}.env").read_text().splitlines()
+    k8s = dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    compose = environment(APP_SERVICES[name])
+    shared = (set(k8s) & set(compose)) - {"SNAPSTREAM_DRAIN_TIMEOUT_S"}
+    assert {"SNAPSTREAM_HOST", "SNAPSTREAM_PORT", "SNAPSTREAM_METRICS_PORT"} <= shared
+    assert {key: k8s[key] for key in shared} == {key: compose[key] for key in shared}
