@@ -102,7 +102,7 @@ build_debian() {
 
 stock_image() {  # stock_image NAME: deploy/images/NAME.Dockerfile -> NAME:$STOCK_TAG
     step "$1-image" "Debian's package mirror $DEBIAN_MIRROR (apt-get install in $1.Dockerfile)" \
-        docker build --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE" -t "$1:$STOCK_TAG" \
+        docker build --force-rm --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE" -t "$1:$STOCK_TAG" \
         -f "$IMAGES_DIR/$1.Dockerfile" "$IMAGES_DIR"
 }
 
@@ -171,7 +171,7 @@ build_app() {
     else
         needs="$needs and PyTorch's CPU index (torch)"
     fi
-    step snapstream-image "$needs" docker build -f "$REPO/deploy/Dockerfile" \
+    step snapstream-image "$needs" docker build --force-rm -f "$REPO/deploy/Dockerfile" \
         --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" "${args[@]}" -t "$IMAGE" "$REPO"
 }
 
