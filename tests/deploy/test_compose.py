@@ -12,12 +12,12 @@ import yaml
 
 from tests.deploy.compose import (
     COMPOSE_FILE,
+    DEPLOY,
     environment,
     load_compose,
     parse_serve,
     serve_settings,
 )
-from tests.deploy.topology import TopologyError, plan
 
 COMPOSE = load_compose()
 APP_SERVICES = {name: service for name, service in COMPOSE["services"].items()
@@ -115,25 +115,49 @@ def test_stop_grace_period_covers_the_drain(name):
     assert grace_s > float(environment(service)["SNAPSTREAM_DRAIN_TIMEOUT_S"])
 
 
-def test_local_topology_maps_every_replica_to_its_own_ports(tmp_path):
-    topology = plan(load_compose(), tmp_path, {})
-    decode = topology.of("decode")
-    assert len({i.ports[50053] for i in decode}) == 2
-    router = topology.of("router")[0].env
-    assert router["SNAPSTREAM_DECODE_ADDRS"] == ",".join(i.address(50053) for i in decode)
-    prefill = topology.of("prefill")[0].env
-    redis = topology.of("redis")[0]
-    assert prefill["SNAPSTREAM_STORE"] == f"redis://:snapstream-dev@{redis.address(6379)}/0"
+def test_one_variable_switches_to_the_images_built_from_debian_packages():
+    def stock(services: dict) -> tuple[str, str, str]:
+        return (services["router"]["build"]["args"]["PYTHON_IMAGE"], services["redis"]["image"],
+                services["nats"]["image"])
+
+    assert stock(COMPOSE["services"]) == (
+        "python:3.11-slim-bookworm", "redis:7.4-alpine", "nats:2.10-alpine")
+    local = load_compose({"STOCK_TAG": "snapstream-local"})["services"]
+    assert stock(local) == ("python:snapstream-local", "redis:snapstream-local",
+                            "nats:snapstream-local")
+    for name in ("python", "redis", "nats"):  # what deploy/images/build.sh builds them from
+        assert (DEPLOY / "images" / f"{name}.Dockerfile").is_file()
+    assert {service["build"]["args"]["PYTHON_IMAGE"] for service in APP_SERVICES.values()} == {
+        "python:3.11-slim-bookworm"}
 
 
-@pytest.mark.parametrize(("service", "variable", "value", "complaint"), [
-    ("decode", "SNAPSTREAM_SLOT", "8", "understands none of"),
-    ("decode", "SNAPSTREAM_SLOTS", "eight", "SNAPSTREAM_SLOTS='eight' is not valid"),
-    ("router", "SNAPSTREAM_DECODE_ADDRS", "decode:50054", "decode listens on"),
-])
-def test_local_topology_refuses_what_a_container_would_not_run(tmp_path, service, variable,
-                                                               value, complaint):
-    compose = load_compose()
-    compose["services"][service]["environment"][variable] = value
-    with pytest.raises((TopologyError, ValueError), match=complaint):
-        plan(compose, tmp_path, {})
+def test_secure_override_turns_on_tls_everywhere_and_api_keys_on_the_router():
+    secure = load_compose({"SECRETS_DIR": "/secrets"}, DEPLOY / "docker-compose.secure.yml")
+    assert set(secure["services"]) == set(APP_SERVICES)
+    for name, service in secure["services"].items():
+        env = environment(service)
+        unknown = sorted(set(env) - set(serve_settings(name)))
+        assert not unknown, f"{name}: no `snapstream serve {name}` flag reads {unknown}"
+        assert {env[f"SNAPSTREAM_TLS_{part}"] for part in ("CERT", "KEY", "CA")} == {
+            "/tls/tls.crt", "/tls/tls.key", "/tls/ca.crt"}
+        assert "/secrets/tls:/tls:ro" in service["volumes"]
+        probe = service["healthcheck"]["test"]
+        assert probe[:7] == APP_SERVICES[name]["healthcheck"]["test"], "same port and service"
+        assert probe[7:] == ["--tls-ca", "/tls/ca.crt", "--tls-cert", "/tls/tls.crt",
+                             "--tls-key", "/tls/tls.key", "--tls-server-name",
+                             env["SNAPSTREAM_TLS_SERVER_NAME"]]
+    router = secure["services"]["router"]
+    assert environment(router)["SNAPSTREAM_API_KEYS_FILE"] == "/keys/api-keys"
+    assert "/secrets/api-keys:/keys/api-keys:ro" in router["volumes"]
+
+
+@pytest.mark.parametrize("name", sorted(APP_SERVICES))
+def test_kubernetes_configmaps_agree_with_what_the_compose_run_proved(name):
+    """Settings both set have the same value, but the drain: Kubernetes pods pause in preStop
+    and decode drains longer (docs/deploy.md)."""
+    lines = (DEPLOY / "k8s" / "base" / "config" / f"{name}.env").read_text().splitlines()
+    k8s = dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    compose = environment(APP_SERVICES[name])
+    shared = (set(k8s) & set(compose)) - {"SNAPSTREAM_DRAIN_TIMEOUT_S"}
+    assert {"SNAPSTREAM_HOST", "SNAPSTREAM_PORT", "SNAPSTREAM_METRICS_PORT"} <= shared
+    assert {key: k8s[key] for key in shared} == {key: compose[key] for key in shared}

