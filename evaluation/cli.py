@@ -18,6 +18,7 @@ from pathlib import Path
 from evaldata import PROMPT_FORMATS
 from evaluation.budget import Budget, SplitRule
 from evaluation.config import EvalConfig
+from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.policy import POOLINGS, CachePolicy
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
 
@@ -34,8 +35,7 @@ def _list_of(convert: Callable, what: str) -> Callable[[str], tuple]:
 def register(parser: argparse.ArgumentParser) -> None:
     d = EvalConfig()
     add = parser.add_argument
-    add("--model", default=None,
-        help=".gguf file or checkpoint directory (default: SmolLM2-135M-Instruct)")
+    add("--model", default=None, help=MODEL_HELP)
     add("--dtype", choices=DTYPE_CHOICES, default=AUTO, help=DTYPE_HELP)
     add("--device", default="cpu")
     add("--tasks", type=_list_of(str, "task names"), default=d.tasks)

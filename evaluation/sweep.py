@@ -28,6 +28,7 @@ from pathlib import Path
 from evaluation.budget import Budget, SplitRule
 from evaluation.config import EvalConfig, Run
 from evaluation.results import Row, accuracy_table
+from snapstream.checkpoints.registry import MODEL_HELP
 
 BASE = SplitRule(n_sink=4, window=32, recent_fraction=0.25, kernel=7, pooling="avg")
 AXES: dict[str, tuple] = {
@@ -244,7 +245,7 @@ def _full(rows: list[Row]) -> dict:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m evaluation.sweep",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help=".gguf file or checkpoint directory")
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--tasks", default="niah,multikey,kv,vartrack,realtext")
     parser.add_argument("--context-lens", default="2048", help="comma-separated token counts")
     parser.add_argument("--placements", default="after",
