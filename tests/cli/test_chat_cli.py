@@ -51,3 +51,4 @@ def test_chat_refuses_a_model_without_a_template(tmp_path, capsys):
     path = write_hf_dir(tmp_path / "plain", random_model(tiny_config()), chat_template=None)
     assert main(["chat", "--model", str(path)]) == 2
     assert "has no chat template" in capsys.readouterr().err
+
