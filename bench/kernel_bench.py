@@ -52,16 +52,21 @@ def layer_calls(linears: list[nn.Linear], head: nn.Linear
     parts: dict[str, dict[str, list]] = {"layers": {w: [] for w in WAYS},
                                          "head": {w: [] for w in WAYS}}
     for linear in linears:
-        ours = Int4Linear(linear)
-        q, scale_zeros = quantize_int4_groups(linear.weight)
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
+        ours = Int4Linear.from_linear(linear)
+        codes = quantize_int4_groups(linear.weight)
+        zeros = codes.offsets + 8 * codes.scales  # torch's w = (q - 8) scale + zero
+        scale_zeros = torch.stack([codes.scales, zeros], -1).transpose(0, 1).contiguous().to(
+            torch.bfloat16)  # (G, N, 2)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            codes.codes.to(torch.int32), 1)
         parts["layers"]["ours"].append(ours.kernel)
         parts["layers"]["torch"].append(
             lambda x, p=packed, sz=scale_zeros: torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x, p, 32, sz))
         parts["layers"]["bf16 GEMM"].append(lambda x, w=ours.gemm_weight: F.linear(x, w))
-    ours = Int8Linear(head)
-    q, scales = quantize_int8_rows(head.weight)
+    ours = Int8Linear.from_linear(head)
+    codes = quantize_int8_rows(head.weight)
+    q, scales = codes.codes, codes.scales[:, 0].to(torch.bfloat16)  # (N, K), (N,)
     parts["head"]["ours"].append(ours.kernel)
     parts["head"]["torch"].append(
         lambda x: torch.ops.aten._weight_int8pack_mm(x, q, scales))

@@ -1,9 +1,13 @@
-"""Weight-only quantized linear layers for CPU inference (the Engine's dtypes "int8", "int4").
+"""Weight-only quantized linear layers for CPU inference: int4 or int8 codes in groups of
+inputs, each group of each output with a scale and an offset, ``w = q * scale + offset``.
 
-Weights are requantized at load from the checkpoint's dequantized float weights: int8 with one
-scale per output row (symmetric), or int4 with a scale and a zero per group of 32 inputs (the
-blocks of GGUF's Q4_0/Q4_1, which it then reproduces up to the bfloat16 rounding of the scales).
-The LM head is int8 in both, and a tied embedding looks its rows up there.
+Two ways in, one layer: a GGUF's blocks map onto the codes exactly (Q4_0/Q4_1/Q4_K as int4
+groups of 32, Q5_0/Q5_1/Q5_K/Q8_0 as int8 groups of 32, Q6_K as int8 groups of 16;
+snapstream/checkpoints/gguf_blocks.py), or float weights are requantized at load (the Engine's
+dtypes "int8": one scale per output row, "int4": a scale and an offset per group of 32 from the
+group's range). Scales and offsets are kept in float16 where that holds every one of them
+exactly (the legacy GGUF types), else float32 (the K-quants' d * sc), so a GGUF's weights are
+reproduced bit for bit. The LM head is int8 (a tied embedding looks its rows up there).
 
 The matmul is the project's kernel (``snapstream::int4_matmul``, ``int8_matmul``,
 snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block of 16 outputs
@@ -35,38 +39,55 @@ from torch import nn
 from snapstream.kernels import int4_matmul, int8_matmul
 from snapstream.model import Transformer
 
-MATMUL_DTYPE = torch.bfloat16  # what the kernels take as activations and scales
-INT4_GROUP = 32  # inputs per int4 scale/zero; divides every hidden size of the Llama family
+MATMUL_DTYPE = torch.bfloat16  # what the kernels take as activations
+INT4_GROUP = 32  # inputs per requantized int4 scale/offset; divides every Llama hidden size
 BLOCK = 16  # outputs per block of the kernels' packed layout
 GEMM_MIN_ROWS = 128  # from this many input rows on, the dequantized bfloat16 GEMM is faster
 
 
-def quantize_int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight (N, K) float -> int8 (N, K), scales (N,) bfloat16 with weight ~= int8 * scale.
+@dataclass(frozen=True)
+class GroupedCodes:
+    """A weight as codes in groups of ``K / G`` inputs: ``weight[n, k] = codes[n, k] *
+    scales[n, k // group] + offsets[n, k // group]`` (float32 arithmetic)."""
 
-    The scales are rounded to bfloat16 before the weights are divided by them, so that the
-    rounding of the scales is not an error on top of the int8 rounding."""
+    codes: torch.Tensor  # (N, K) uint8 in [0, 16) for bits 4, int8 for bits 8
+    scales: torch.Tensor  # (N, K/group) float32
+    offsets: torch.Tensor | None  # (N, K/group) float32; None: all zero
+    bits: int
+
+    def __post_init__(self) -> None:
+        N, K = self.codes.shape
+        groups = self.scales.shape[1]
+        if self.scales.shape[0] != N or K % groups or (K // groups) % 2:
+            raise ValueError(f"quantized weights need groups of an even number of inputs: a "
+                             f"{N}x{K} weight with {groups} groups per row")
+
+    def rows(self, select: torch.Tensor) -> GroupedCodes:
+        """The rows ``select`` (M,) int64, in that order."""
+        return GroupedCodes(self.codes[select], self.scales[select],
+                            None if self.offsets is None else self.offsets[select], self.bits)
+
+
+def quantize_int8_rows(weight: torch.Tensor) -> GroupedCodes:
+    """weight (N, K) float -> int8 codes with one float32 scale per row (a group of K)."""
     weight = weight.detach().float()
-    scales = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).to(MATMUL_DTYPE)  # (N,)
-    q = (weight / scales.float()[:, None]).round_().clamp_(-127, 127)  # (N, K), one temporary
-    return q.to(torch.int8), scales
+    scales = (weight.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)  # (N, 1)
+    q = (weight / scales).round_().clamp_(-127, 127)  # (N, K), one temporary
+    return GroupedCodes(q.to(torch.int8), scales, None, bits=8)
 
 
-def quantize_int4_groups(weight: torch.Tensor, group: int = INT4_GROUP
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight (N, K) float -> (q (N, K) uint8 in [0, 15], scale_zeros (K/group, N, 2) bfloat16)
-    with weight ~= (q - 8) * scale + zero in each group."""
+def quantize_int4_groups(weight: torch.Tensor, group: int = INT4_GROUP) -> GroupedCodes:
+    """weight (N, K) float -> codes in [0, 15] with a float32 scale (range / 15) and offset
+    (the minimum) per group of ``group`` inputs."""
     N, K = weight.shape
     if K % group:
         raise ValueError(f"int4 weights need in_features divisible by {group}, got a {N}x{K} "
                          "weight")
     groups = weight.detach().float().view(N, K // group, group)  # (N, G, group)
     lo, hi = groups.amin(-1), groups.amax(-1)  # (N, G)
-    scales = ((hi - lo) / 15).clamp(min=1e-12).to(MATMUL_DTYPE).float()  # (N, G)
-    zeros = (lo + 8 * scales).to(MATMUL_DTYPE).float()  # (N, G)
-    q = ((groups - zeros[..., None]) / scales[..., None]).add_(8).round_().clamp_(0, 15)
-    scale_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1)  # (G, N, 2)
-    return q.to(torch.uint8).view(N, K), scale_zeros.contiguous().to(MATMUL_DTYPE)
+    scales = ((hi - lo) / 15).clamp(min=1e-12)  # (N, G)
+    q = ((groups - lo[..., None]) / scales[..., None]).round_().clamp_(0, 15)
+    return GroupedCodes(q.to(torch.uint8).view(N, K), scales, lo, bits=4)
 
 
 def to_blocks(q: torch.Tensor) -> torch.Tensor:
@@ -85,22 +106,79 @@ def from_blocks(blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return picked.reshape(*rows.shape, -1)
 
 
+def exact_dtype(values: torch.Tensor) -> torch.dtype:
+    """float16 when every float32 value of ``values`` survives the round trip, else float32."""
+    return torch.float16 if torch.equal(values.half().float(), values) else torch.float32
+
+
+def pack_scales(codes: GroupedCodes) -> torch.Tensor:
+    """(N, G) scales and offsets -> the kernels' (ceil(N/16), G, S, 16), S = 2 with offsets,
+    1 without; float16 where exact, else float32."""
+    parts = [codes.scales] if codes.offsets is None else [codes.scales, codes.offsets]
+    both = torch.stack(parts, dim=-1).float()  # (N, G, S)
+    N, G, S = both.shape
+    padded = torch.cat([both, both.new_zeros(-N % BLOCK, G, S)])  # (NB*16, G, S)
+    packed = padded.view(-1, BLOCK, G, S).permute(0, 2, 3, 1).contiguous()  # (NB, G, S, 16)
+    return packed.to(exact_dtype(both))
+
+
 def _flat_bf16(x: torch.Tensor) -> torch.Tensor:
     """x (..., K) -> (M, K) contiguous bfloat16, M = the product of the leading dims."""
     return x.reshape(-1, x.shape[-1]).to(MATMUL_DTYPE).contiguous()
 
 
 class QuantizedLinear(nn.Module):
-    """What the int8 and int4 layers share: bfloat16 rows in, the kernel for few rows, the
-    dequantized GEMM for many, x's dtype out."""
+    """A linear layer over ``GroupedCodes``: bfloat16 rows in, the kernel for few rows, the
+    dequantized GEMM for many, x's dtype out. Subclasses fix the code width."""
 
-    in_features: int
-    out_features: int
-    bias: torch.Tensor | None
+    bits: int
+
+    def __init__(self, codes: GroupedCodes, bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        if codes.bits != self.bits:
+            raise ValueError(f"{type(self).__name__} holds {self.bits}-bit codes, got "
+                             f"{codes.bits}-bit ones")
+        self.out_features, self.in_features = codes.codes.shape
+        self.register_buffer("weight", self.pack_codes(to_blocks(codes.codes)))
+        self.register_buffer("scales", pack_scales(codes))  # (N/16, G, S, 16)
+        self.bias = bias  # (N,) in the model's dtype, or None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> QuantizedLinear:
+        """``linear``'s float weight requantized (see the module's docstring)."""
+        return cls(cls.requantize(linear.weight), linear.bias)
+
+    @staticmethod
+    def requantize(weight: torch.Tensor) -> GroupedCodes:
+        raise NotImplementedError
+
+    @staticmethod
+    def pack_codes(pairs: torch.Tensor) -> torch.Tensor:
+        """``to_blocks``'s (N/16, K/2, 16, 2) codes -> the kernel's weight buffer."""
+        raise NotImplementedError
+
+    def unpacked_codes(self) -> torch.Tensor:
+        """The weight buffer back as (N/16, K/2, 16, 2) codes."""
+        raise NotImplementedError
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         """x (M, K) bfloat16 -> (M, N) float32 through the quantized weight."""
         raise NotImplementedError
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The weight's rows ``ids`` (...) as the layer computes with them, (..., K) float32."""
+        groups = self.scales.shape[1]
+        q = from_blocks(self.unpacked_codes(), ids).float()  # (..., K)
+        q = q.view(*ids.shape, groups, -1)  # (..., G, group)
+        scale_offset = self.scales[ids // BLOCK, :, :, ids % BLOCK].float()  # (..., G, S)
+        out = q * scale_offset[..., 0:1]
+        if scale_offset.shape[-1] == 2:
+            out = out + scale_offset[..., 1:2]
+        return out.view(*ids.shape, -1)
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight the layer computes with, (N, K) float32."""
+        return self.rows(torch.arange(self.out_features))
 
     @cached_property
     def gemm_weight(self) -> torch.Tensor:
@@ -117,62 +195,52 @@ class QuantizedLinear(nn.Module):
 
 
 class Int8Linear(QuantizedLinear):
-    """``nn.Linear`` with int8 weights and one bfloat16 scale per output row."""
+    """int8 codes; requantized from floats with one scale per output row."""
 
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        q, scales = quantize_int8_rows(linear.weight)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight", to_blocks(q))  # (N/16, K/2, 16, 2) int8
-        self.register_buffer("scales", torch.cat(
-            [scales, scales.new_zeros(-len(scales) % BLOCK)]))  # (N/16 * 16,) bfloat16
-        self.bias = linear.bias  # (N,) in the model's dtype, or None
+    bits = 8
+    requantize = staticmethod(quantize_int8_rows)
 
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """The weight's rows ``ids`` (...) as floats, (..., K) float32."""
-        return from_blocks(self.weight, ids).float() * self.scales[ids].float()[..., None]
+    @staticmethod
+    def pack_codes(pairs: torch.Tensor) -> torch.Tensor:
+        return pairs  # (N/16, K/2, 16, 2) int8
 
-    def dequantized(self) -> torch.Tensor:
-        """The weight the layer computes with, (N, K) float32."""
-        return self.rows(torch.arange(self.out_features))
+    def unpacked_codes(self) -> torch.Tensor:
+        return self.weight
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         return int8_matmul(x, self.weight, self.scales, self.out_features)
 
 
 class Int4Linear(QuantizedLinear):
-    """``nn.Linear`` with int4 weights, a bfloat16 scale and zero per group of ``INT4_GROUP``
-    inputs."""
+    """int4 codes, two to a byte; requantized from floats in groups of ``INT4_GROUP``."""
 
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        q, scale_zeros = quantize_int4_groups(linear.weight)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        pairs = to_blocks(q)  # (N/16, K/2, 16, 2) in [0, 15]
-        self.register_buffer("weight", pairs[..., 0] | pairs[..., 1] << 4)  # (N/16, K/2, 16)
-        G, N = scale_zeros.shape[:2]
-        padded = torch.cat([scale_zeros, scale_zeros.new_zeros(G, -N % BLOCK, 2)], dim=1)
-        self.register_buffer("scale_zeros", padded.view(G, -1, BLOCK, 2).permute(1, 0, 3, 2)
-                             .contiguous())  # (N/16, K/group, 2, 16) bfloat16
-        self.bias = linear.bias
+    bits = 4
+    requantize = staticmethod(quantize_int4_groups)
 
-    def dequantized(self) -> torch.Tensor:
-        """The weight the layer computes with, (N, K) float32."""
-        N, K = self.out_features, self.in_features
-        pairs = torch.stack([self.weight & 15, self.weight >> 4], dim=-1)  # (N/16, K/2, 16, 2)
-        q = from_blocks(pairs, torch.arange(N)).float().view(N, -1, INT4_GROUP)  # (N, G, group)
-        scales, zeros = self.scale_zeros.permute(0, 3, 1, 2).reshape(-1, K // INT4_GROUP, 2)[
-            :N].float().unbind(-1)  # (N, G) each
-        return ((q - 8) * scales[..., None] + zeros[..., None]).view(N, K)
+    @staticmethod
+    def pack_codes(pairs: torch.Tensor) -> torch.Tensor:
+        return pairs[..., 0] | pairs[..., 1] << 4  # (N/16, K/2, 16) uint8
+
+    def unpacked_codes(self) -> torch.Tensor:
+        return torch.stack([self.weight & 15, self.weight >> 4], dim=-1)  # (N/16, K/2, 16, 2)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return int4_matmul(x, self.weight, self.scale_zeros, self.out_features)
+        return int4_matmul(x, self.weight, self.scales, self.out_features)
 
 
-class Int8Embedding(nn.Module):
-    """The token embedding read from an int8 LM head's rows (tied weights): one copy of them."""
+QUANTIZED_LINEARS: dict[int, type[QuantizedLinear]] = {8: Int8Linear, 4: Int4Linear}
 
-    def __init__(self, head: Int8Linear, dtype: torch.dtype) -> None:
+
+def quantized_linear(codes: GroupedCodes, bias: torch.Tensor | None = None) -> QuantizedLinear:
+    """The layer for ``codes``' width."""
+    return QUANTIZED_LINEARS[codes.bits](codes, bias)
+
+
+class QuantizedEmbedding(nn.Module):
+    """The token embedding read from a quantized LM head's rows (tied weights): one copy of
+    them."""
+
+    def __init__(self, head: QuantizedLinear, dtype: torch.dtype) -> None:
         super().__init__()
         self.rows, self.dtype = head.rows, dtype  # the head's buffers, not a second copy
 
@@ -184,12 +252,12 @@ class Int8Embedding(nn.Module):
 @dataclass(frozen=True)
 class QuantScheme:
     layers: Callable[[nn.Linear], nn.Module]  # q/k/v/o and the MLP of every block
-    head: Callable[[nn.Linear], Int8Linear]  # int8 in every scheme: the tied embedding reads it
+    head: Callable[[nn.Linear], QuantizedLinear]  # int8 in every scheme
 
 
 QUANT_SCHEMES = {
-    "int8": QuantScheme(layers=Int8Linear, head=Int8Linear),
-    "int4": QuantScheme(layers=Int4Linear, head=Int8Linear),
+    "int8": QuantScheme(layers=Int8Linear.from_linear, head=Int8Linear.from_linear),
+    "int4": QuantScheme(layers=Int4Linear.from_linear, head=Int8Linear.from_linear),
 }
 
 
@@ -205,7 +273,7 @@ def quantize_model(model: Transformer, scheme: QuantScheme) -> Transformer:
                     setattr(block, name, scheme.layers(child))
     model.lm_head = scheme.head(model.lm_head)
     if model.config.tie_word_embeddings:
-        model.model.embed_tokens = Int8Embedding(model.lm_head, dtype)
+        model.model.embed_tokens = QuantizedEmbedding(model.lm_head, dtype)
     _return_freed_memory()
     return model
 

@@ -17,9 +17,11 @@ from snapstream.fingerprint import model_fingerprint
 from snapstream.policy import CachePolicy
 from snapstream.quant import (
     GEMM_MIN_ROWS,
+    QUANTIZED_LINEARS,
+    GroupedCodes,
     Int4Linear,
-    Int8Embedding,
     Int8Linear,
+    QuantizedEmbedding,
     quantize_int4_groups,
     quantize_int8_rows,
 )
@@ -43,7 +45,7 @@ def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_linear_tracks_float_linear(bias):
     linear = spread_linear(96, 128, bias)
-    layer = Int8Linear(linear)
+    layer = Int8Linear.from_linear(linear)
     x = torch.randn(3, 5, 128)  # (B, T, K)
     got, want = layer(x), linear(x)
     assert got.shape == want.shape == (3, 5, 96) and got.dtype == torch.float32
@@ -55,35 +57,36 @@ def test_int8_linear_tracks_float_linear(bias):
 
 def test_int8_rows_error_is_half_a_step_of_each_row():
     weight = spread_linear(64, 64).weight.detach()
-    q, scales = quantize_int8_rows(weight)
-    assert q.dtype == torch.int8 and scales.shape == (64,) and scales.dtype == torch.bfloat16
-    deq = q.float() * scales.float()[:, None]
-    step = scales.float()[:, None]
+    codes = quantize_int8_rows(weight)
+    q, scales = codes.codes, codes.scales
+    assert q.dtype == torch.int8 and scales.shape == (64, 1) and codes.offsets is None
+    deq = q.float() * scales
+    step = scales
     assert ((deq - weight).abs() <= step / 2 + 1e-6).all()
     assert (q.abs().amax(dim=1) >= 126).all()  # each row uses its whole range
 
 
 def test_int4_groups_error_is_half_a_step_of_each_group():
     weight = spread_linear(32, 128).weight.detach()
-    q, scale_zeros = quantize_int4_groups(weight, group=32)
+    codes = quantize_int4_groups(weight, group=32)
+    q = codes.codes
     assert q.shape == (32, 128) and int(q.min()) >= 0 and int(q.max()) <= 15
-    assert scale_zeros.shape == (4, 32, 2)  # (K/group, N, 2)
-    scales, zeros = scale_zeros.float().unbind(-1)  # (G, N) each
-    deq = (q.view(32, 4, 32).float() - 8) * scales.T[..., None] + zeros.T[..., None]
-    step = scales.T[..., None]  # (N, G, 1)
+    assert codes.scales.shape == codes.offsets.shape == (32, 4)  # (N, K/group)
+    deq = q.view(32, 4, 32).float() * codes.scales[..., None] + codes.offsets[..., None]
+    step = codes.scales[..., None]  # (N, G, 1)
     assert ((deq - weight.view(32, 4, 32)).abs() <= step * 0.51 + 1e-6).all()
 
 
 def test_int4_linear_tracks_float_linear():
     linear = spread_linear(48, 96, bias=True)
     x = torch.randn(7, 96)
-    got, want = Int4Linear(linear)(x), linear(x)
+    got, want = Int4Linear.from_linear(linear)(x), linear(x)
     assert rel_error(got, want) < 0.15  # 4 bits: step/range 1/15 per group of 32
 
 
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
 def test_many_rows_take_the_dequantized_gemm_with_the_kernels_weight(layer_type):
-    layer = layer_type(spread_linear(48, 96, bias=True))
+    layer = layer_type.from_linear(spread_linear(48, 96, bias=True))
     x = torch.randn(GEMM_MIN_ROWS + 3, 96)
     assert "gemm_weight" not in layer.__dict__
     rows = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])  # one row: the kernel
@@ -103,14 +106,14 @@ def test_a_long_prefill_leaves_the_fingerprint_as_it_was(tiny_model_dir):
     assert model_fingerprint(engine.model) == before  # blobs of either path still match
 
     with pytest.raises(ValueError, match="divisible by 32"):
-        Int4Linear(nn.Linear(48, 32))
-    with pytest.raises(ValueError, match="even in_features"):
-        Int8Linear(nn.Linear(63, 32))
+        Int4Linear.from_linear(nn.Linear(48, 32))
+    with pytest.raises(ValueError, match="groups of an even number of inputs"):
+        Int8Linear.from_linear(nn.Linear(63, 32))
 
 
 def test_int8_embedding_reads_the_heads_rows():
-    head = Int8Linear(spread_linear(50, 64))
-    embedding = Int8Embedding(head, torch.float32)
+    head = Int8Linear.from_linear(spread_linear(50, 64))
+    embedding = QuantizedEmbedding(head, torch.float32)
     ids = torch.tensor([[0, 7, 49], [3, 3, 1]])
     assert torch.equal(embedding(ids), head.dequantized()[ids])
 
@@ -158,7 +161,7 @@ def test_quantized_engines_keep_a_bfloat16_kv_cache(engines, dtype):
 def test_quantized_engine_generates_through_the_cache(engines, dtype):
     engine = engines[dtype]
     assert isinstance(engine.model.lm_head, Int8Linear)
-    assert isinstance(engine.model.model.embed_tokens, Int8Embedding)  # tiny model is tied
+    assert isinstance(engine.model.model.embed_tokens, QuantizedEmbedding)  # tiny model is tied
     layer_type = Int8Linear if dtype == "int8" else Int4Linear
     assert isinstance(engine.model.model.layers[0].mlp.down_proj, layer_type)
     out = engine.generate("the cat", max_new_tokens=12, sampling=SamplingParams(ignore_eos=True))
@@ -192,53 +195,86 @@ def test_cli_dtype_choices_come_from_the_registry(monkeypatch):
         add_dtype_setting(argparse.ArgumentParser())
 
 
+def grouped_codes(n: int, k: int, bits: int, group: int, offsets: bool, half: bool,
+                  seed: int = 0) -> GroupedCodes:
+    """Random codes with per-group scales (float16-exact when ``half``) and offsets."""
+    gen = torch.Generator().manual_seed(seed)
+    low, high = (0, 16) if bits == 4 else (-128, 128)
+    codes = torch.randint(low, high, (n, k), generator=gen)
+    scales = torch.rand(n, k // group, generator=gen) * torch.exp(torch.randn(n, 1, generator=gen))
+    shift = torch.randn(n, k // group, generator=gen) if offsets else None
+    if half:
+        scales = scales.half().float()
+        shift = None if shift is None else shift.half().float()
+    return GroupedCodes(codes.to(torch.uint8 if bits == 4 else torch.int8), scales, shift, bits)
+
+
+def test_scales_are_float16_only_where_exact():
+    exact = Int8Linear(grouped_codes(32, 64, 8, 32, offsets=True, half=True))
+    inexact = Int8Linear(grouped_codes(32, 64, 8, 32, offsets=True, half=False))
+    assert exact.scales.dtype == torch.float16 and inexact.scales.dtype == torch.float32
+    assert exact.scales.shape == (2, 2, 2, 16)  # (N/16, K/G, scale and offset, 16)
+    assert Int4Linear(grouped_codes(32, 64, 4, 32, offsets=False, half=True)).scales.shape == (
+        2, 2, 1, 16)  # no offsets: none stored
+
+
+GROUPINGS = [  # (bits, group, offsets, float16 scales): the GGUF types' and requantized ones
+    (4, 32, True, True), (4, 32, True, False), (4, 32, False, True),
+    (8, 32, False, True), (8, 32, True, False), (8, 16, False, False), (8, 96, False, False)]
+
+
 @pytest.mark.parametrize("generic", ["0", "1"])  # the AVX512-BF16 kernel where the CPU has it
-@pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
+@pytest.mark.parametrize("grouping", GROUPINGS)
 @pytest.mark.parametrize("n", [24, 50, 64])  # outputs filling part of the last block of 16
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17])  # register tiles of 8, chains for few
 def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, generic,
-                                                                  layer_type, n, rows):
+                                                                  grouping, n, rows):
     """The kernels give x (rounded to bfloat16) @ the float32 weight up to float32 rounding
     (a weight off by one int4 step, a swapped pair or a wrong scale is off by >1e-2)."""
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
-    layer = layer_type(spread_linear(n, 96, seed=n))
+    bits, group, offsets, half = grouping
+    codes = grouped_codes(n, 96, bits, group, offsets, half, seed=n)
+    layer = QUANTIZED_LINEARS[bits](codes)
+    groups = 96 // group
+    want_weight = codes.codes.float().view(n, groups, group) * codes.scales[..., None]
+    if offsets:
+        want_weight = want_weight + codes.offsets[..., None]
+    assert torch.equal(layer.dequantized(), want_weight.view(n, 96))
     x = torch.randn(rows, 96, dtype=torch.bfloat16)
     got = layer.kernel(x)
     want = F.linear(x.float(), layer.dequantized())
     assert got.shape == (rows, n) and got.dtype == torch.float32
-    assert rel_error(got, want) < 1e-5
+    # float32 rounding, amplified where a group's offset cancels most of its sum: ~1e-5
+    assert rel_error(got, want) < 1e-4
 
 
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
 def test_dequantized_weight_is_the_quantized_float_weight(layer_type):
     linear = spread_linear(40, 64)
-    layer = layer_type(linear)
-    if layer_type is Int8Linear:
-        q, scales = quantize_int8_rows(linear.weight)
-        want = q.float() * scales.float()[:, None]
-    else:
-        q, scale_zeros = quantize_int4_groups(linear.weight)
-        scales, zeros = scale_zeros.float().unbind(-1)  # (G, N) each
-        want = ((q.view(40, 2, 32).float() - 8) * scales.T[..., None]
-                + zeros.T[..., None]).view(40, 64)
-    assert torch.equal(layer.dequantized(), want)
+    layer = layer_type.from_linear(linear)
+    codes = layer_type.requantize(linear.weight)
+    groups = codes.scales.shape[1]
+    want = codes.codes.view(40, groups, -1).float() * codes.scales[..., None]
+    if codes.offsets is not None:
+        want = want + codes.offsets[..., None]
+    assert torch.equal(layer.dequantized(), want.view(40, 64))
 
 
 def test_quantized_kernels_reject_a_mismatched_weight():
-    layer = Int4Linear(spread_linear(32, 64))
+    layer = Int4Linear.from_linear(spread_linear(32, 64))
     with pytest.raises(RuntimeError, match="do not fill"):
         torch.ops.snapstream.int4_matmul(torch.zeros(1, 64, dtype=torch.bfloat16), layer.weight,
-                                         layer.scale_zeros, 48)
+                                         layer.scales, 48)
     with pytest.raises(RuntimeError, match="int4 weight must be"):
         torch.ops.snapstream.int4_matmul(torch.zeros(1, 96, dtype=torch.bfloat16), layer.weight,
-                                         layer.scale_zeros, 32)
+                                         layer.scales, 32)
 
 
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
 def test_quantized_kernels_have_shapes_for_torch_compile(layer_type):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    layer = layer_type(spread_linear(40, 64))
+    layer = layer_type.from_linear(spread_linear(40, 64))
     with FakeTensorMode(allow_non_fake_inputs=True):
         out = layer.kernel(torch.empty(3, 64, dtype=torch.bfloat16))
     assert out.shape == (3, 40) and out.dtype == torch.float32
@@ -250,7 +286,7 @@ def test_a_rows_result_does_not_depend_on_its_batch(monkeypatch, generic, layer_
     """Bit for bit: a decode row gets the same logits alone or among 16 others (register tiles
     of 8 rows and a remainder), so a stream resumed on another worker stays token-identical."""
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
-    layer = layer_type(spread_linear(48, 96))
+    layer = layer_type.from_linear(spread_linear(48, 96))
     x = torch.randn(17, 96, dtype=torch.bfloat16)
     together = layer.kernel(x)
     for i in (0, 7, 8, 16):
