@@ -65,13 +65,15 @@ class Engine:
     ) -> Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
         model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.DTYPE_CHOICES``
-        ("int8", "int4": quantized weights, float32 activations, bfloat16 KV cache; "auto": the
-        checkpoint's own format on the CPU, float32 elsewhere) or a torch float dtype."""
+        ("gguf": a GGUF's quantized blocks as they are, "int8", "int4": requantized weights;
+        all three with float32 activations and a bfloat16 KV cache; "auto": the checkpoint's
+        own format on the CPU, float32 elsewhere) or a torch float dtype."""
         checkpoint = open_checkpoint(path)
         native = checkpoint.native_format if torch.device(device).type == "cpu" else "float32"
         fmt = weight_format(dtype, native) if isinstance(dtype, str) else WeightFormat(
             str(dtype).removeprefix("torch."))
-        model = load_model(checkpoint, dtype=getattr(torch, fmt.compute), device=device)
+        model = load_model(checkpoint, dtype=getattr(torch, fmt.compute), device=device,
+                           keep_blocks=fmt.keep_blocks)
         if fmt.quant is not None:
             quantize_model(model, QUANT_SCHEMES[fmt.quant])
         return cls(model, checkpoint.tokenizer(), compile,

@@ -62,10 +62,39 @@ class GroupedCodes:
             raise ValueError(f"quantized weights need groups of an even number of inputs: a "
                              f"{N}x{K} weight with {groups} groups per row")
 
+    @property
+    def group(self) -> int:
+        return self.codes.shape[1] // self.scales.shape[1]
+
     def rows(self, select: torch.Tensor) -> GroupedCodes:
         """The rows ``select`` (M,) int64, in that order."""
         return GroupedCodes(self.codes[select], self.scales[select],
                             None if self.offsets is None else self.offsets[select], self.bits)
+
+    def regrouped(self, bits: int, group: int, with_offsets: bool) -> GroupedCodes:
+        """The same weights (exactly) with wider codes, smaller groups or explicit zero
+        offsets."""
+        if bits < self.bits or self.group % group:
+            raise ValueError(f"{self.bits}-bit codes in groups of {self.group} cannot be held "
+                             f"as {bits}-bit codes in groups of {group}")
+        repeat = self.group // group
+        offsets = self.offsets if self.offsets is not None or not with_offsets else (
+            torch.zeros_like(self.scales))
+        return GroupedCodes(
+            self.codes if bits == self.bits else self.codes.to(torch.int8),
+            self.scales.repeat_interleave(repeat, dim=1),
+            None if offsets is None else offsets.repeat_interleave(repeat, dim=1), bits)
+
+    @staticmethod
+    def stacked(parts: list[GroupedCodes]) -> GroupedCodes:
+        """Row-wise concatenation (a fused projection), in the widest codes and the smallest
+        groups of the parts: exact whatever the parts' formats."""
+        bits, group = max(p.bits for p in parts), min(p.group for p in parts)
+        with_offsets = any(p.offsets is not None for p in parts)
+        same = [p.regrouped(bits, group, with_offsets) for p in parts]
+        return GroupedCodes(torch.cat([p.codes for p in same]),
+                            torch.cat([p.scales for p in same]),
+                            torch.cat([p.offsets for p in same]) if with_offsets else None, bits)
 
 
 def quantize_int8_rows(weight: torch.Tensor) -> GroupedCodes:

@@ -5,9 +5,13 @@ are quantized after loading (:mod:`snapstream.quant`), and what the KV cache hol
 formats keep it in bfloat16, half the bytes of float32 (blobs and decode pools alike), for a
 KL of ~1e-4 per token on the default model (docs/benchmarks.md).
 
+``gguf`` serves a GGUF file's quantized blocks as they are: each linear weight held in Q4_0,
+Q4_1, Q4_K (int4 codes) or Q5_0, Q5_1, Q5_K, Q6_K, Q8_0 (int8 codes) becomes exact codes with
+their scales and offsets (snapstream/checkpoints/gguf_blocks.py), read tensor by tensor; the
+other formats requantize or convert float weights.
+
 ``auto`` (the default everywhere) serves a checkpoint in the format its weights already have:
-a GGUF whose linear layers are Q4_0/Q4_1 blocks runs ``int4`` (the same 4-bit groups of 32),
-Q8_0 runs ``int8``, anything else ``float32``.
+``gguf`` for a GGUF whose linear layers are all in those block types, else ``float32``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ class WeightFormat:
     compute: str  # torch dtype name of activations and norms
     quant: str | None = None  # weight-only scheme of snapstream.quant.QUANT_SCHEMES; None: none
     kv: str | None = None  # torch dtype name of the KV cache; None: ``compute``
+    keep_blocks: bool = False  # linear weights from the GGUF's own blocks (snapstream.loader)
 
     @property
     def kv_dtype(self) -> str:
@@ -31,6 +36,7 @@ WEIGHT_FORMATS = {
     "bfloat16": WeightFormat("bfloat16"),
     "int8": WeightFormat("float32", quant="int8", kv="bfloat16"),
     "int4": WeightFormat("float32", quant="int4", kv="bfloat16"),
+    "gguf": WeightFormat("float32", kv="bfloat16", keep_blocks=True),
 }
 AUTO = "auto"
 DTYPE_CHOICES = (AUTO, *WEIGHT_FORMATS)
@@ -42,6 +48,7 @@ def weight_format(name: str, native: str = "float32") -> WeightFormat:
     if name not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_CHOICES)}, got {name!r}")
     return WEIGHT_FORMATS[native if name == AUTO else name]
-DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: int4 for a Q4_0/Q4_1 "
-              "GGUF, int8 for Q8_0, else float32), float32, bfloat16, or int8/int4 weights "
-              "(CPU) with float32 activations and a bfloat16 KV cache")
+DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: gguf for a GGUF of "
+              "quantized blocks, else float32), float32, bfloat16, gguf (the GGUF's blocks as "
+              "exact int4/int8 codes), or int8/int4 requantized weights (CPU); the quantized "
+              "formats keep float32 activations and a bfloat16 KV cache")

@@ -7,6 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from snapstream.checkpoints.gguf_blocks import BLOCK_TYPES
 from snapstream.checkpoints.gguf_file import GGUFFile
 from snapstream.checkpoints.gguf_model import config_from_gguf
 from snapstream.checkpoints.gguf_tokenizer import tokenizer_from_gguf
@@ -14,11 +15,14 @@ from snapstream.config import ModelConfig
 from snapstream.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import torch
+
+    from snapstream.quant import GroupedCodes
 
 LINEAR_SUFFIXES = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
-NATIVE_FORMATS = {"int4": {"Q4_0", "Q4_1"}, "int8": {"Q8_0"}}
 # Policies shipped for known GGUF files, one file per model: <sha256 of the GGUF>.json.
 SHIPPED_POLICIES = Path(__file__).parent.parent / "policies"
 
@@ -31,23 +35,30 @@ class GGUFCheckpoint:
 
     @cached_property
     def native_format(self) -> str:
-        """int4 when every linear weight of the layers is Q4_0/Q4_1 (4-bit groups of 32, what
-        the int4 format keeps), int8 when every one is Q8_0, else float32."""
-        kinds = {tensor.tensor_type.name for name, tensor in self.file.tensors.items()
+        """gguf (the file's blocks as exact int4/int8 codes) when every linear weight of the
+        layers is in one of ``BLOCK_TYPES``, else float32."""
+        kinds = {tensor.tensor_type for name, tensor in self.file.tensors.items()
                  if name.startswith("blk.") and name.endswith(LINEAR_SUFFIXES)}
-        for fmt, types in NATIVE_FORMATS.items():
-            if kinds and kinds <= types:
-                return fmt
-        return "float32"
+        return "gguf" if kinds and kinds <= BLOCK_TYPES.keys() else "float32"
 
     @cached_property
     def config(self) -> ModelConfig:
         return config_from_gguf(self.file)
 
-    def state_dict(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    def state_dict(self, dtype: torch.dtype, skip_blocks: bool = False
+                   ) -> dict[str, torch.Tensor]:
+        """Every weight dequantized to ``dtype``; with ``skip_blocks`` all but those
+        :meth:`block_weights` gives."""
         from snapstream.checkpoints.gguf_weights import state_dict_from_gguf
 
-        return state_dict_from_gguf(self.file, self.config, dtype)
+        return state_dict_from_gguf(self.file, self.config, dtype, skip_blocks)
+
+    def block_weights(self) -> Iterator[tuple[str, GroupedCodes]]:
+        """(Hugging Face name, exact codes) of each linear weight held in quantized blocks,
+        read one at a time."""
+        from snapstream.checkpoints.gguf_weights import block_weights
+
+        return block_weights(self.file, self.config)
 
     def tokenizer(self) -> Tokenizer:
         return tokenizer_from_gguf(self.file)

@@ -1,12 +1,15 @@
 """A GGUF file: metadata and tensors (gguf_reader.py), for the checkpoint that reads it.
 
 Tensors are memory-mapped; :meth:`GGUFFile.array` dequantizes one to float32 with
-``gguf.quants`` (F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0, the K-quants, the IQ types and more).
+``gguf.quants``, and :meth:`GGUFFile.release` gives a read tensor's pages back. Tensor types
+that are neither served as exact blocks (:mod:`snapstream.checkpoints.gguf_blocks`) nor
+dequantized to float32 are refused when the file is opened.
 Torch-free: the router reads config and tokenizer from here.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import gguf
 import numpy as np
 
+from snapstream.checkpoints.gguf_blocks import READABLE_TYPES, SUPPORTED_TYPES
 from snapstream.checkpoints.gguf_reader import read_gguf
 
 GGUF_MAGIC = b"GGUF"
@@ -31,11 +35,16 @@ class GGUFFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            self.metadata, self.tensors = read_gguf(self.path)
+            self._mapped, self.metadata, self.tensors = read_gguf(self.path)
         except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
             raise ValueError(f"{self.path}: not a readable GGUF file, truncated or corrupt "
                              f"({exc}); a named model's file is rewritten by scripts/setup.sh, "
                              "another must be copied or converted again") from None
+        for name, info in self.tensors.items():
+            if info.tensor_type not in READABLE_TYPES:
+                raise ValueError(f"{self.path}: tensor {name} is {info.tensor_type.name}, a "
+                                 f"type snapstream does not serve (supported: {SUPPORTED_TYPES}); "
+                                 "convert the file to one of those")
 
     @property
     def architecture(self) -> str:
@@ -52,15 +61,19 @@ class GGUFFile:
         """``{architecture}.{suffix}``, e.g. ``llama.block_count``."""
         return self.get(f"{self.architecture}.{suffix}", default)
 
+    def release(self, name: str) -> None:
+        """Give tensor ``name``'s pages of the mapped file back (they are read again if the
+        tensor is), so that a loaded model does not also keep the file resident."""
+        data = self.tensors[name].data
+        start = data.__array_interface__["data"][0] - self._mapped.__array_interface__["data"][0]
+        first = start // mmap.PAGESIZE * mmap.PAGESIZE
+        self._mapped._mmap.madvise(mmap.MADV_DONTNEED, first, start + data.nbytes - first)
+
     def array(self, name: str) -> np.ndarray:
         """Tensor ``name`` dequantized to float32, in PyTorch's layout (out_features,
         in_features)."""
         info = self.tensors[name]
-        try:
-            values = gguf.quants.dequantize(info.data, info.tensor_type)
-        except NotImplementedError:
-            raise ValueError(f"{self.path}: tensor {name} is {info.tensor_type.name}, which "
-                             "gguf cannot dequantize; convert the file to another type") from None
+        values = gguf.quants.dequantize(info.data, info.tensor_type)
         shape = tuple(int(n) for n in reversed(info.shape))  # GGUF lists the fastest dim first
         # a copy: F32 tensors would otherwise view the read-only map
         return np.array(values, dtype=np.float32).reshape(shape)

@@ -65,8 +65,8 @@ class _Cursor:
         return value
 
 
-def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
-    """Metadata and tensors of the GGUF file at ``path``; ValueError when it is not one or is
+def read_gguf(path: Path) -> tuple[np.memmap, dict[str, Any], dict[str, TensorInfo]]:
+    """The mapped file, its metadata and tensors; ValueError when it is not a GGUF file or is
     truncated."""
     mapped = np.memmap(path, dtype=np.uint8, mode="r")
     cursor = _Cursor(mapped)
@@ -88,12 +88,14 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
         infos.append((name, shape, GGMLQuantizationType(kind), offset))
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     start = -(-cursor.offset // alignment) * alignment
-    return metadata, {name: _tensor(mapped, start, name, shape, kind, offset)
+    return mapped, metadata, {name: _tensor(mapped, start, name, shape, kind, offset)
                       for name, shape, kind, offset in infos}
 
 
 def _tensor(mapped: np.ndarray, start: int, name: str, shape: tuple[int, ...],
             kind: GGMLQuantizationType, offset: int) -> TensorInfo:
+    if kind not in GGML_QUANT_SIZES:
+        raise ValueError(f"tensor {name} has type {kind.name}, of unknown size")
     block_size, type_size = GGML_QUANT_SIZES[kind]
     row_bytes = shape[0] // block_size * type_size
     rows = int(np.prod(shape[1:], dtype=np.int64))

@@ -1,4 +1,8 @@
-"""A GGUF file's tensors as a Hugging Face-named state dict.
+"""A GGUF file's tensors as Hugging Face-named weights, one tensor at a time: float tensors
+(dequantized) for a state dict, and, for the linear layers of the file's own format, its
+quantized blocks as exact int4/int8 codes (:mod:`snapstream.checkpoints.gguf_blocks`). Each
+tensor's pages of the mapped file are given back once it is read, so loading never holds the
+file and the model at once.
 
 llama.cpp's converter permutes the rows of Llama's Q and K projections (it pairs rotary
 dimensions as neighbours, while Hugging Face's checkpoints pair dimension i with i + D/2);
@@ -7,11 +11,17 @@ dimensions as neighbours, while Hugging Face's checkpoints pair dimension i with
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
+from snapstream.checkpoints.gguf_blocks import BLOCK_TYPES, decode_rows
 from snapstream.checkpoints.gguf_file import GGUFFile
 from snapstream.checkpoints.gguf_model import ROPE_FREQS, architecture_of, hf_name
 from snapstream.config import ModelConfig
+from snapstream.quant import GroupedCodes
+
+ROWS_PER_CHUNK = 4096  # rows of a quantized tensor decoded at a time (bounds the temporaries)
 
 
 def unpermute_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -21,20 +31,77 @@ def unpermute_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     return weight.reshape(num_heads, half, 2, *rest).transpose(1, 2).reshape(weight.shape)
 
 
-def state_dict_from_gguf(file: GGUFFile, config: ModelConfig, dtype: torch.dtype
-                         ) -> dict[str, torch.Tensor]:
-    arch = architecture_of(file)
+def is_block_linear(target: str, config: ModelConfig) -> bool:
+    """Whether the Hugging Face weight ``target`` is a linear layer served from its blocks: the
+    projections, the LM head, and the embedding where it is the (tied) head."""
+    return (target.endswith("_proj.weight") or target == "lm_head.weight"
+            or (target == "model.embed_tokens.weight" and config.tie_word_embeddings))
+
+
+def _row_order(file: GGUFFile, config: ModelConfig, name: str, rows: int) -> torch.Tensor | None:
+    """The order to read a tensor's rows in (Q and K of a permuted architecture), else None."""
     heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
-    state: dict[str, torch.Tensor] = {}
+    kind = name.split(".")[-2]  # blk.N.attn_q.weight -> attn_q
+    if not (architecture_of(file).permuted_qk and kind in heads):
+        return None
+    return unpermute_rows(torch.arange(rows)[:, None], heads[kind])[:, 0]
+
+
+def _targets(file: GGUFFile) -> Iterator[tuple[str, str]]:
+    arch = architecture_of(file)
     for name in file.tensors:
         target = hf_name(name, arch)
         if target is None:
             if name != ROPE_FREQS:
                 raise ValueError(f"{file.path}: unexpected tensor {name!r} for {arch.model_type}")
             continue
+        yield name, target
+
+
+def block_names(file: GGUFFile, config: ModelConfig) -> dict[str, str]:
+    """GGUF name -> Hugging Face name of the tensors served from their blocks."""
+    return {name: target for name, target in _targets(file)
+            if file.tensors[name].tensor_type in BLOCK_TYPES and is_block_linear(target, config)}
+
+
+def grouped_codes(file: GGUFFile, config: ModelConfig, name: str) -> GroupedCodes:
+    """Tensor ``name``'s blocks as codes (N, K), in chunks of rows."""
+    info = file.tensors[name]
+    block_type = BLOCK_TYPES[info.tensor_type]
+    N, K = len(info.data), int(info.shape[0])
+    codes = torch.empty(N, K, dtype=torch.uint8 if block_type.bits == 4 else torch.int8)
+    scales = torch.empty(N, K // block_type.group)
+    offsets = None
+    for start in range(0, N, ROWS_PER_CHUNK):
+        got = decode_rows(info.tensor_type, info.data[start:start + ROWS_PER_CHUNK])
+        stop = start + len(got.codes)
+        codes[start:stop] = torch.from_numpy(got.codes)
+        scales[start:stop] = torch.from_numpy(got.scales)
+        if got.offsets is not None:
+            offsets = torch.empty_like(scales) if offsets is None else offsets
+            offsets[start:stop] = torch.from_numpy(got.offsets)
+    file.release(name)
+    out = GroupedCodes(codes, scales, offsets, block_type.bits)
+    order = _row_order(file, config, name, N)
+    return out if order is None else out.rows(order)
+
+
+def block_weights(file: GGUFFile, config: ModelConfig) -> Iterator[tuple[str, GroupedCodes]]:
+    """(Hugging Face name, codes) of every linear weight served from its blocks, one at a time."""
+    for name, target in block_names(file, config).items():
+        yield target, grouped_codes(file, config, name)
+
+
+def state_dict_from_gguf(file: GGUFFile, config: ModelConfig, dtype: torch.dtype,
+                         skip_blocks: bool = False) -> dict[str, torch.Tensor]:
+    """Every tensor dequantized, or with ``skip_blocks`` those ``block_weights`` does not give."""
+    skipped = block_names(file, config) if skip_blocks else {}
+    state: dict[str, torch.Tensor] = {}
+    for name, target in _targets(file):
+        if name in skipped:
+            continue
         tensor = torch.from_numpy(file.array(name))
-        kind = name.split(".")[-2]  # blk.N.attn_q.weight -> attn_q
-        if arch.permuted_qk and kind in heads:
-            tensor = unpermute_rows(tensor, heads[kind])
-        state[target] = tensor.to(dtype)
+        file.release(name)
+        order = _row_order(file, config, name, len(tensor))
+        state[target] = (tensor if order is None else tensor[order]).to(dtype)
     return state

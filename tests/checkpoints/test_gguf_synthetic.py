@@ -130,12 +130,15 @@ LINEARS = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weigh
     ({name: T.Q4_1 for name in LINEARS}, "int4"),
     ({**{name: T.Q4_0 for name in LINEARS}, "attn_v.weight": T.Q4_1}, "int4"),
     ({name: T.Q8_0 for name in LINEARS}, "int8"),
-    (LEGACY_QUANTS, "float32"),  # mixed: nothing narrower keeps every layer's weights
+    ({**{name: T.Q5_0 for name in LINEARS}, "ffn_down.weight": T.Q8_0}, "int8"),
+    ({**LEGACY_QUANTS, "ffn_up.weight": T.Q8_0, "ffn_down.weight": T.Q4_1}, "int4"),
+    (LEGACY_QUANTS, "float32"),  # F16/BF16 layers: not all blocks
     ({}, "float32"),
 ])
 def test_auto_serves_a_gguf_in_its_own_format(tmp_path, qtypes, native):
+    """``native``: the down projection's layer (int4/int8 codes of the file's blocks)."""
     path = write_gguf(tmp_path / "m.gguf", random_model(tiny_config()), qtypes)
-    assert open_checkpoint(path).native_format == native
+    assert open_checkpoint(path).native_format == ("float32" if native == "float32" else "gguf")
     engine = Engine.from_pretrained(path)  # dtype auto
     quantized = {"int4": Int4Linear, "int8": Int8Linear}.get(native, nn.Linear)
     assert isinstance(engine.model.model.layers[0].mlp.down_proj, quantized)
