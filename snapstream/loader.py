@@ -13,7 +13,12 @@ from torch import nn
 
 from snapstream.checkpoints import Checkpoint
 from snapstream.model import FUSED, Transformer, from_hf_state
-from snapstream.quant import GroupedCodes, QuantizedEmbedding, quantized_linear
+from snapstream.quant import (
+    GroupedCodes,
+    QuantizedEmbedding,
+    quantized_linear,
+    return_freed_memory,
+)
 from snapstream.rope import RotaryEmbedding
 
 _PART_OF = {part: (fused, i, len(parts)) for fused, parts in FUSED.items()
@@ -82,6 +87,7 @@ def _load_blocks(model: Transformer, checkpoint: Checkpoint, dtype: torch.dtype)
             codes = GroupedCodes.stacked([parts[i] for i in range(count)])
         model.set_submodule(module, quantized_linear(codes))
         replaced.add(module)
+        return_freed_memory()  # the tensor's temporaries, before the next one's
     if "lm_head" in replaced and model.config.tie_word_embeddings:
         model.model.embed_tokens = QuantizedEmbedding(model.lm_head, dtype)
         replaced.add("model.embed_tokens")

@@ -125,7 +125,7 @@ def to_blocks(q: torch.Tensor) -> torch.Tensor:
     N, K = q.shape
     if K % 2:
         raise ValueError(f"quantized weights need an even in_features, got a {N}x{K} weight")
-    padded = torch.cat([q, q.new_zeros(-N % BLOCK, K)])  # (NB*16, K)
+    padded = torch.cat([q, q.new_zeros(-N % BLOCK, K)]) if N % BLOCK else q  # (NB*16, K)
     return padded.view(-1, BLOCK, K // 2, 2).transpose(1, 2).contiguous()
 
 
@@ -303,11 +303,11 @@ def quantize_model(model: Transformer, scheme: QuantScheme) -> Transformer:
     model.lm_head = scheme.head(model.lm_head)
     if model.config.tie_word_embeddings:
         model.model.embed_tokens = QuantizedEmbedding(model.lm_head, dtype)
-    _return_freed_memory()
+    return_freed_memory()
     return model
 
 
-def _return_freed_memory() -> None:
+def return_freed_memory() -> None:
     """Give the freed float weights back to the OS: glibc keeps freed heap pages mapped (the
     process stays at its float32 RSS) until malloc_trim. A no-op without glibc."""
     libc = ctypes.util.find_library("c")
