@@ -1,0 +1,246 @@
+"""GGUF blocks served as exact int4/int8 codes (weight format ``gguf``): what it costs and what
+it changes, each figure against a baseline measured in the same run.
+
+- ``load``: peak RSS while loading (its growth over the process before loading, VmHWM reset
+  at the start) against the served model's bytes, dtype gguf and float32, in a fresh process per
+  model: the named models and a synthetic Llama-3.2-1B-shaped Q4_K_M file written here (random
+  codes, Q4_K with Q6_K for attn_v/ffn_down and the tied embedding).
+- ``decode``: ms per decode step (batch 1 and 16, 1,024 tokens of context in the model's default
+  policy) of two source trees (e.g. before and after a change), in fresh processes taking turns.
+- ``agreement``: dtype gguf against the float32 dequantized model: perplexity, KL and top-1
+  agreement teacher-forced over a held-out text (docs shipped in the repo), and greedy parity of
+  32 tokens on the 8 chat prompts of ``bench.quant_bench``.
+
+Run: ``python -m bench.blocks_bench {load,decode,agreement} [...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 2**20
+
+LOAD_PEAK = """
+import json, sys
+from pathlib import Path
+import torch
+from snapstream.checkpoints import open_checkpoint
+from snapstream.loader import load_model
+from snapstream.model import Transformer
+
+def status(key):
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(key))
+    return int(line.split()[1]) * 1024
+
+checkpoint = open_checkpoint(sys.argv[1])
+with torch.device("meta"):  # torch's meta machinery imported once, outside the measure
+    Transformer(checkpoint.config)
+Path("/proc/self/clear_refs").write_text("5")
+before = status("VmRSS:")
+model = load_model(checkpoint, keep_blocks=sys.argv[2] == "gguf")
+size = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+print(json.dumps({"before": before, "peak": status("VmHWM:"), "model": size,
+                  "file": Path(checkpoint.path).stat().st_size}))
+"""
+
+
+def load_peak(model: str, dtype: str) -> dict[str, int]:
+    run = subprocess.run([sys.executable, "-c", LOAD_PEAK, model, dtype], cwd=ROOT, check=True,
+                         capture_output=True, text=True)
+    return json.loads(run.stdout)
+
+
+def write_llama_1b_q4_k_m(path: Path, seed: int = 0) -> Path:
+    """Llama 3.2 1B's shapes (hidden 2048, 16 layers, 32/8 heads of 64, MLP 8192, vocabulary
+    128,256, tied) with random Q4_K/Q6_K blocks whose float16 scales are small and finite."""
+    import gguf
+
+    T = gguf.GGMLQuantizationType
+    hidden, inner, layers, heads, kv_heads, vocab = 2048, 8192, 16, 32, 8, 128256
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(layers)
+    writer.add_context_length(131072)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(inner)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(500000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(vocab)
+    writer.add_tokenizer_model("gpt2")
+    rng = np.random.default_rng(seed)
+    shapes = {"attn_q": (hidden, hidden, T.Q4_K), "attn_k": (hidden // 4, hidden, T.Q4_K),
+              "attn_v": (hidden // 4, hidden, T.Q6_K), "attn_output": (hidden, hidden, T.Q4_K),
+              "ffn_gate": (inner, hidden, T.Q4_K), "ffn_up": (inner, hidden, T.Q4_K),
+              "ffn_down": (hidden, inner, T.Q6_K)}
+    writer.add_tensor("token_embd.weight", _random_blocks(rng, vocab, hidden, T.Q6_K),
+                      raw_dtype=T.Q6_K)
+    writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    for i in range(layers):
+        for name in ("attn_norm", "ffn_norm"):
+            writer.add_tensor(f"blk.{i}.{name}.weight", np.ones(hidden, np.float32))
+        for name, (rows, cols, kind) in shapes.items():
+            writer.add_tensor(f"blk.{i}.{name}.weight", _random_blocks(rng, rows, cols, kind),
+                              raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _random_blocks(rng: np.random.Generator, rows: int, cols: int, kind) -> np.ndarray:
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    data = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(0.002).tobytes(), np.uint8)  # d (and dmin): small, finite
+    for at in {gguf.GGMLQuantizationType.Q4_K: (0, 2)}.get(kind, (208,)):
+        data[:, at:at + 2] = scale
+    return data.reshape(rows, -1)
+
+
+def run_load(models: list[str], synthetic: bool) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if synthetic:
+            models = [*models, str(write_llama_1b_q4_k_m(Path(tmp) / "llama-1b-q4_k_m.gguf"))]
+        for model in models:
+            # the synthetic 1B in float32 would take ~5 GB: its file size is the comparison
+            for dtype in ("gguf",) if model.endswith("llama-1b-q4_k_m.gguf") else ("gguf",
+                                                                                   "float32"):
+                got = load_peak(model, dtype)
+                rows.append({"model": Path(model).name, "dtype": dtype, **got,
+                             "ratio": (got["peak"] - got["before"]) / got["model"]})
+    print(f"{'model':32} {'dtype':8} {'file MiB':>9} {'model MiB':>10} {'peak growth MiB':>16} "
+          f"{'ratio':>6}")
+    for r in rows:
+        print(f"{r['model']:32} {r['dtype']:8} {r['file'] / MIB:9.1f} {r['model'] / MIB:10.1f} "
+              f"{(r['peak'] - r['before']) / MIB:16.1f} {r['ratio']:6.2f}")
+    return rows
+
+
+DECODE_STEPS = """
+import json, statistics, time, torch
+from bench.engine_bench import ours_stepper
+from snapstream.engine import Engine
+torch.set_grad_enabled(False)
+engine = Engine.from_pretrained(None)
+out = {}
+for batch in (1, 16):
+    layout = engine.default_policy.layout(1024, 64)
+    step = ours_stepper(engine.model, layout, batch, 1024, dtype=engine.kv_dtype)
+    for i in range(3):
+        step(i)
+    times = []
+    for i in range(3, 33):
+        start = time.perf_counter()
+        step(i)
+        times.append(time.perf_counter() - start)
+    out[batch] = statistics.median(times)
+print(json.dumps(out))
+"""
+
+
+def run_decode(trees: list[str], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Each tree's default-model decode steps, ``rounds`` fresh processes each, in turns."""
+    times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
+    for _ in range(rounds):
+        for tree in trees:
+            run = subprocess.run([sys.executable, "-c", DECODE_STEPS], cwd=tree, check=True,
+                                 capture_output=True, text=True)
+            for batch, seconds in json.loads(run.stdout.splitlines()[-1]).items():
+                times[tree].setdefault(batch, []).append(seconds)
+    base = trees[0]
+    print(f"{'tree':28} {'batch':>5} {'ms/step (median of rounds)':>27} {'vs first':>9}")
+    for tree in trees:
+        for batch, values in times[tree].items():
+            ms = float(np.median(values)) * 1e3
+            ref = float(np.median(times[base][batch])) * 1e3
+            print(f"{tree:28} {batch:>5} {ms:27.2f} {ms / ref:9.3f}")
+    return times
+
+
+def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from bench.quant_bench import CHAT_PROMPTS, common_prefix, greedy
+    from snapstream.chat import ChatMessage
+    from snapstream.engine import Engine
+
+    torch.set_grad_enabled(False)
+    engines = {fmt: Engine.from_pretrained(model, dtype=fmt) for fmt in ("float32", "gguf")}
+    tokenizer = engines["float32"].tokenizer
+    text = "\n\n".join((ROOT / "docs" / name).read_text()
+                       for name in ("architecture.md", "benchmarks.md", "accuracy.md"))
+    ids = tokenizer.encode(text)[:text_tokens]
+    stats = {fmt: _forced(engine, ids) for fmt, engine in engines.items()}
+    ref, got = stats["float32"], stats["gguf"]
+    out = {"tokens": len(ids), "ppl": {f: float(np.exp(s["nll"].mean())) for f, s in stats.items()},
+           "kl": float(F.kl_div(got["logp"], ref["logp"], log_target=True,
+                                reduction="batchmean")) if "logp" in ref else None,
+           "top1": float((got["top1"] == ref["top1"]).float().mean())}
+    out["ppl_ratio"] = out["ppl"]["gguf"] / out["ppl"]["float32"]
+    if chat:
+        chats = [tokenizer.render_chat([ChatMessage("user", p)]) for p in CHAT_PROMPTS]
+        outs = {f: [greedy(e, c, 32) for c in chats] for f, e in engines.items()}
+        out["chat_identical"] = sum(a == b for a, b in zip(outs["gguf"], outs["float32"],
+                                                           strict=True))
+        out["chat_first_diff"] = [common_prefix(a, b) for a, b in
+                                  zip(outs["gguf"], outs["float32"], strict=True)]
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def _forced(engine, ids: list[int], rows: int = 256) -> dict:
+    """Teacher-forced over ``ids`` (full causal attention): per-position NLL of the next token,
+    top-1 ids, and log-probabilities on a 1,024-position sample for the KL."""
+    import torch
+
+    model = engine.model
+    hidden = model(torch.tensor([ids]), torch.arange(len(ids))[None], model.causal_attend)[0]
+    nll, top1, logp = [], [], []
+    for start in range(0, len(ids) - 1, rows):
+        logits = model.logits(hidden[start:min(start + rows, len(ids) - 1)]).float()
+        lp = logits.log_softmax(-1)  # (rows, V)
+        target = torch.tensor(ids[start + 1:start + 1 + len(lp)])
+        nll.append(-lp[torch.arange(len(lp)), target])
+        top1.append(lp.argmax(-1))
+        if start < 1024:
+            logp.append(lp)
+    return {"nll": torch.cat(nll).numpy(), "top1": torch.cat(top1), "logp": torch.cat(logp)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    load = sub.add_parser("load")
+    load.add_argument("--models", nargs="*", default=["smollm2-135m", "gemma3-270m"])
+    load.add_argument("--synthetic-1b", action="store_true")
+    decode = sub.add_parser("decode")
+    decode.add_argument("trees", nargs="+")
+    decode.add_argument("--rounds", type=int, default=3)
+    agree = sub.add_parser("agreement")
+    agree.add_argument("--model", default=None)
+    agree.add_argument("--tokens", type=int, default=4096)
+    agree.add_argument("--no-chat", action="store_true")
+    args = parser.parse_args(argv)
+    if args.what == "load":
+        run_load(args.models, args.synthetic_1b)
+    elif args.what == "decode":
+        run_decode(args.trees, args.rounds)
+    else:
+        run_agreement(args.model, args.tokens, not args.no_chat)
+
+
+if __name__ == "__main__":
+    main()
