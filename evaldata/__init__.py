@@ -2,15 +2,15 @@
 multivalue, kv, vartrack, realtext) sized in tokens of the model's tokenizer.
 
 Filler is offline text (standard-library prose, the classic passkey noise). Prompts come raw or
-through the model's chat template (``prompt.PROMPT_FORMATS``); ``sample.verdict`` scores a
-generation by exact match of the needle values.
+through the model's chat template (``prompt.PROMPT_FORMATS``; ``model_format`` picks a model's
+own); ``sample.verdict`` scores a generation by exact match of the needle values.
 """
 
 from evaldata.evalset import build_eval_set
 from evaldata.filler import CORPORA, Corpus, corpus
 from evaldata.layout import PromptSpec
 from evaldata.phrasing import PHRASES, Phrases
-from evaldata.prompt import PROMPT_FORMATS
+from evaldata.prompt import PROMPT_FORMATS, model_format
 from evaldata.sample import (
     LENGTH_SLACK,
     Needle,
@@ -39,5 +39,6 @@ __all__ = [
     "corpus",
     "exact_match",
     "generate",
+    "model_format",
     "verdict",
 ]

@@ -8,7 +8,10 @@
 
 A sample's filler is a window of a corpus that starts at a sentence drawn from the sample's
 random generator and ends at a word end; the length fitter (layout.py) then only varies its
-length, so every length it tries shows the same text.
+length, so every length it tries shows the same text. A window that runs past the corpus's end
+goes on from its start (32k tokens of prose are ~160k characters); starts are drawn at least
+``START_MARGIN_CHARS`` from the end, as when windows stopped there, so a prompt that fits
+before the end is the one it was.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from pathlib import Path
 MIN_SENTENCE_LEN = 40
 MAX_SENTENCE_LEN = 240
 MAX_WORD_LEN = 16
-MAX_WINDOW_CHARS = 80_000  # ~8k tokens of prose with room to spare
+MAX_WINDOW_CHARS = 200_000  # ~32k tokens of prose (Gemma 3: 4.8 characters a token) and more
+START_MARGIN_CHARS = 80_000
 RESERVED_WORDS = ("answer", "question", "passkey", "pass key", "magic number", "var ", "value",
                   "key", "default")
 CLASSIC_NOISE = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
@@ -64,27 +68,35 @@ class Corpus:
     def fingerprint(self) -> str:
         return hashlib.sha256(self.text.encode("ascii")).hexdigest()[:16]
 
+    @functools.cached_property
+    def _cycled(self) -> tuple[str, tuple[int, ...]]:
+        """The text twice over (one space between) and its sentence starts."""
+        again = (len(self.text) + 1 + start for start in self.sentence_starts)
+        return f"{self.text} {self.text}", (*self.sentence_starts, *again)
+
     def draw_start(self, rng: random.Random) -> int:
-        """A sentence start with at least ``MAX_WINDOW_CHARS`` of text after it."""
-        last = bisect_right(self.sentence_starts, len(self.text) - MAX_WINDOW_CHARS) - 1
-        if last < 0:
+        """A sentence start with at least ``START_MARGIN_CHARS`` of text after it."""
+        last = bisect_right(self.sentence_starts, len(self.text) - START_MARGIN_CHARS) - 1
+        if last < 0 or len(self.text) + START_MARGIN_CHARS < MAX_WINDOW_CHARS:
             raise ValueError(f"the {self.name} corpus holds {len(self.text)} characters, fewer "
-                             f"than the {MAX_WINDOW_CHARS} a window may need")
+                             f"than the {MAX_WINDOW_CHARS - START_MARGIN_CHARS} windows need")
         return self.sentence_starts[rng.randrange(last + 1)]
 
     def window(self, start: int, length: int) -> FillerWindow:
-        """At most ``length`` characters from ``start``, cut after the last whole word."""
+        """At most ``length`` characters from ``start`` (one :meth:`draw_start` gives), cut
+        after the last whole word; past the end of the text the window goes on from its start."""
         if not 0 <= length <= MAX_WINDOW_CHARS:
             raise ValueError(f"a filler window holds 0 to {MAX_WINDOW_CHARS} characters, "
                              f"asked for {length}")
+        text, sentence_starts = self._cycled
         end = start + length
-        if end < len(self.text) and self.text[end] != " ":
-            end = max(start, self.text.rfind(" ", start, end))
-        first = bisect_left(self.sentence_starts, start)
-        stop = bisect_left(self.sentence_starts, end)
-        inner = (offset - start for offset in self.sentence_starts[first:stop])
+        if end < len(text) and text[end] != " ":
+            end = max(start, text.rfind(" ", start, end))
+        first = bisect_left(sentence_starts, start)
+        stop = bisect_left(sentence_starts, end)
+        inner = (offset - start for offset in sentence_starts[first:stop])
         boundaries = (*sorted({0, *inner}), end - start)
-        return FillerWindow(text=self.text[start:end], boundaries=tuple(sorted(set(boundaries))))
+        return FillerWindow(text=text[start:end], boundaries=tuple(sorted(set(boundaries))))
 
 
 def _joined(name: str, sentences: tuple[str, ...]) -> Corpus:
@@ -101,7 +113,7 @@ def _prose() -> Corpus:
 
 def _classic() -> Corpus:
     sentences = tuple(_SENTENCE_BREAK.split(CLASSIC_NOISE))
-    repeats = 2 * MAX_WINDOW_CHARS // len(CLASSIC_NOISE) + 1
+    repeats = 2 * START_MARGIN_CHARS // len(CLASSIC_NOISE) + 1
     return _joined("classic", sentences * repeats)
 
 

@@ -8,6 +8,8 @@ The body is ``{intro}\\n\\n{context}\\n\\n{question}`` (question after the conte
   assistant's turn opened with ``{cue}``.
 
 The cue starts the answer (``The pass key is``), so the value is what the model writes next.
+:func:`model_format` is the format a model is asked in unless told otherwise: ``chat`` where
+it has a chat template, ``raw`` for a base model (it has none, and continues text).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from snapstream.chat import ChatMessage
 
 
 class TokenizerLike(Protocol):
+    chat_template: object | None
+
     def encode(self, text: str) -> list[int]: ...
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str: ...
@@ -53,6 +57,11 @@ PROMPT_FORMATS: dict[str, Callable[[TokenizerLike, PromptParts], str]] = {
     "raw": _raw,
     "chat": _chat,
 }
+
+
+def model_format(tokenizer: TokenizerLike) -> str:
+    """``chat`` for a model with a chat template, ``raw`` (a completion) for a base model."""
+    return "raw" if tokenizer.chat_template is None else "chat"
 
 
 def render(fmt: str, tokenizer: TokenizerLike, parts: PromptParts) -> str:

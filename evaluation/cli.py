@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from evaldata import PROMPT_FORMATS
+from evaldata import PROMPT_FORMATS, model_format
 from evaluation.budget import Budget, SplitRule
 from evaluation.config import EvalConfig
 from snapstream.checkpoints.registry import MODEL_HELP
@@ -49,8 +49,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="fractions of the context (1/4, 0.25) or token counts (256)")
     add("--n-per-cell", type=int, default=d.n_per_cell)
     add("--seed", type=int, default=d.seed)
-    add("--prompt-format", choices=tuple(PROMPT_FORMATS), default=d.prompt_format,
-        help="raw completion, or the model's chat template")
+    add("--prompt-format", choices=tuple(PROMPT_FORMATS), default=None,
+        help="raw completion, or the model's chat template (default: chat where the model "
+        "has a chat template, raw for a base model)")
     add("--num-distractors", type=int, default=d.num_distractors)
     add("--num-hops", type=int, default=d.num_hops)
     add("--num-values", type=int, default=d.num_values)
@@ -71,8 +72,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def config_from_args(args: argparse.Namespace, model_policy: CachePolicy) -> EvalConfig:
-    """``model_policy``: the model's default policy, whose split unset flags keep."""
+def config_from_args(args: argparse.Namespace, model_policy: CachePolicy,
+                     model_prompt_format: str) -> EvalConfig:
+    """``model_policy``: the model's default policy, whose split unset flags keep;
+    ``model_prompt_format``: the format used unless --prompt-format names one."""
     given = {name: getattr(args, name) for name in
              ("n_sink", "window", "recent_fraction", "kernel", "pooling")}
     rule = replace(SplitRule.from_policy(model_policy),
@@ -80,7 +83,8 @@ def config_from_args(args: argparse.Namespace, model_policy: CachePolicy) -> Eva
     return EvalConfig(
         tasks=args.tasks, context_lens=args.context_lens, depths=args.depths,
         placements=args.placements, policies=args.policies, budgets=args.budgets,
-        n_per_cell=args.n_per_cell, seed=args.seed, prompt_format=args.prompt_format,
+        n_per_cell=args.n_per_cell, seed=args.seed,
+        prompt_format=args.prompt_format or model_prompt_format,
         num_distractors=args.num_distractors, num_hops=args.num_hops,
         num_values=args.num_values, gaps=args.gaps, split_rule=rule, limit=args.limit,
         max_group_tokens=args.max_group_tokens)
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from snapstream.engine import Engine
 
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
-    cfg = config_from_args(args, engine.default_policy)
+    cfg = config_from_args(args, engine.default_policy, model_format(engine.tokenizer))
     longest = max(cfg.context_lens) + max(cfg.gaps)
     if longest > engine.context_len:
         raise ValueError(f"context_lens: {max(cfg.context_lens)} + gap {max(cfg.gaps)} exceeds "

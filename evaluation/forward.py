@@ -4,7 +4,8 @@ The prompt's K/V do not depend on the cache policy, and SnapKV's scores depend o
 ``(window, kernel, pooling)`` and the last ``window`` queries of each layer. A
 :class:`PromptForward` keeps K/V and the last ``max_window`` queries, computes scores for a
 triple when first asked, and builds the same :class:`SequenceCache` as :meth:`Engine.prefill`
-(same attention call, same scoring function, same placement).
+(same attention call, windowed on a hybrid model's sliding layers; same scoring function;
+same placement).
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from snapstream.compress import build_sequence_cache
 from snapstream.kvcache import SequenceCache
-from snapstream.model import Transformer
+from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CachePolicy
 from snapstream.snapkv import snapkv_scores
 
@@ -27,6 +27,7 @@ class _Recorder:
     """Causal attention that keeps every layer's K/V and its last ``max_window`` queries."""
 
     max_window: int
+    windows: tuple[int | None, ...]  # per layer: its sliding window, None for a global layer
     keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
     values: list[torch.Tensor] = field(default_factory=list)
     queries: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, W, D)
@@ -35,7 +36,7 @@ class _Recorder:
         self.keys.append(k[0])
         self.values.append(v[0])
         self.queries.append(q[0, :, -self.max_window :])
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return causal_attention(q, k, v, self.windows[layer_idx])
 
 
 @dataclass
@@ -45,12 +46,13 @@ class PromptForward:
     queries: list[torch.Tensor]  # L x (Hq, W, D), the last max_window prompt queries
     logits: torch.Tensor  # (V,) next-token logits after the last prompt token
     seconds: float
+    windows: tuple[int | None, ...]  # the model's attention_windows
     _scores: dict[tuple[int, int, str], torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     @torch.no_grad()
     def run(cls, model: Transformer, ids: list[int], max_window: int) -> PromptForward:
-        recorder = _Recorder(max_window=max_window)
+        recorder = _Recorder(max_window=max_window, windows=model.config.attention_windows)
         device = model.lm_head.weight.device
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=device)  # (1, P)
@@ -59,7 +61,7 @@ class PromptForward:
         logits = model.logits(hidden[0, -1])  # (V,)
         return cls(keys=torch.stack(recorder.keys), values=torch.stack(recorder.values),
                    queries=recorder.queries, logits=logits,
-                   seconds=time.perf_counter() - start)
+                   seconds=time.perf_counter() - start, windows=recorder.windows)
 
     @property
     def prompt_len(self) -> int:
@@ -67,7 +69,8 @@ class PromptForward:
 
     @torch.no_grad()
     def scores(self, window: int, kernel: int, pooling: str) -> torch.Tensor:
-        """(L, Hkv, P) SnapKV scores of the last ``window`` queries (at most those kept)."""
+        """(L, Hkv, P) SnapKV scores of the last ``window`` queries (at most those kept); a
+        sliding layer's rank its latest tokens first, as :meth:`Engine.prefill`'s do."""
         window = min(window, self.prompt_len)
         if window > self.queries[0].shape[1]:
             raise ValueError(f"window {window} exceeds the {self.queries[0].shape[1]} queries "
@@ -75,8 +78,9 @@ class PromptForward:
         key = (window, kernel, pooling)
         if key not in self._scores:
             self._scores[key] = torch.stack([
-                snapkv_scores(q[:, -window:], k, kernel, pooling)
-                for q, k in zip(self.queries, self.keys, strict=True)])
+                snapkv_scores(q[:, -window:], k, kernel, pooling) if sliding is None
+                else _latest_first(k)
+                for q, k, sliding in zip(self.queries, self.keys, self.windows, strict=True)])
         return self._scores[key]
 
     def sequence_cache(self, policy: CachePolicy, max_new_tokens: int,
@@ -86,3 +90,9 @@ class PromptForward:
         selects = layout.compresses(self.prompt_len) and layout.n_topk > 0
         scores = self.scores(policy.window, policy.kernel, policy.pooling) if selects else None
         return build_sequence_cache(layout, self.keys, self.values, scores)
+
+
+def _latest_first(k: torch.Tensor) -> torch.Tensor:
+    """k (Hkv, P, D) -> (Hkv, P) scores rising with position: what a sliding layer keeps under a
+    compressing layout (its latest tokens, the ones its decode window can use)."""
+    return torch.arange(k.shape[1], dtype=torch.float32, device=k.device).expand(k.shape[0], -1)

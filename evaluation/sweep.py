@@ -25,6 +25,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from evaldata import PROMPT_FORMATS, model_format
 from evaluation.budget import Budget, SplitRule
 from evaluation.config import EvalConfig, Run
 from evaluation.results import Row, accuracy_table
@@ -177,12 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     from snapstream.engine import Engine
 
     args = _parser().parse_args(argv)
+    engine = Engine.from_pretrained(args.model)
     cfg = EvalConfig(tasks=tuple(args.tasks.split(",")), context_lens=parse_ints(args.context_lens),
                      placements=tuple(args.placements.split(",")),
                      policies=("full", "snapstream"),
                      n_per_cell=args.n_per_cell, seed=args.seed,
-                     prompt_format=args.prompt_format, max_group_tokens=args.max_group_tokens)
-    engine = Engine.from_pretrained(args.model)
+                     prompt_format=args.prompt_format or model_format(engine.tokenizer),
+                     max_group_tokens=args.max_group_tokens)
     samples = cfg.samples(engine.tokenizer)
     forwards: dict = {}  # shared by both stages
     first = kernel_variants()
@@ -252,7 +254,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="where the question goes: after, before or both (after,before)")
     parser.add_argument("--n-per-cell", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--prompt-format", choices=("chat", "raw"), default="chat")
+    parser.add_argument("--prompt-format", choices=tuple(PROMPT_FORMATS), default=None,
+                        help="(default: chat where the model has a chat template, raw for a "
+                        "base model)")
     parser.add_argument("--max-group-tokens", type=int, default=16384,
                         help="prompt tokens decoded together (and held at once per group)")
     parser.add_argument("--gen-gaps", default=",".join(map(str, GEN_GAPS)),

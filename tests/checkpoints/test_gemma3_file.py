@@ -48,3 +48,15 @@ def test_greedy_tokens_match_transformers(models, text_ids):
     out = engine.generate(prompt, max_new_tokens=16, policy=CachePolicy(kind="full"),
                           sampling=SamplingParams(temperature=0, ignore_eos=True))
     assert out.token_ids == expected.tolist()
+
+
+def test_the_eval_forward_matches_transformers_past_the_window(models, text_ids):
+    """`snapstream eval` prefills through its own recorder: on 2,048 tokens (four windows of
+    the sliding layers) its last logits are transformers' (it once ran every layer global)."""
+    from evaluation.forward import PromptForward
+
+    engine, reference = models
+    with torch.no_grad():
+        expected = reference(torch.tensor([text_ids]), logits_to_keep=1).logits[0, -1]  # (V,)
+    got = PromptForward.run(engine.model, text_ids, max_window=32).logits
+    assert (got - expected).abs().max().item() < 1e-3

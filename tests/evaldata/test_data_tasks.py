@@ -3,6 +3,7 @@ they belong, reproducibly; verdict scores exact matches of the needle values."""
 
 import random
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from evaldata import (
     TaskConfig,
     exact_match,
     generate,
+    model_format,
     verdict,
 )
 from tests.evaldata.helpers import spec
@@ -129,3 +131,9 @@ def test_unknown_task_is_named():
 def test_verdict(answers, text, is_final, expected):
     assert verdict(answers, text, is_final) is expected
     assert exact_match(answers, text) is bool(verdict(answers, text, True))
+
+
+def test_model_format_is_chat_with_a_template_and_raw_without():
+    with_template = spec("chat").tokenizer
+    assert model_format(with_template) == "chat"
+    assert model_format(replace(with_template, chat_template=None)) == "raw"

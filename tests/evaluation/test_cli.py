@@ -215,3 +215,18 @@ def test_missing_model_exits_2(capsys, tmp_path):
     argv = ["eval", "--model", str(tmp_path / "nope"), *TINY, "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_base_model_is_asked_for_a_completion(tmp_path):
+    """No chat template (a base model, as Gemma 3 270M): raw unless --prompt-format says."""
+    config = tiny_config(max_position_embeddings=1024)
+    base = write_hf_dir(tmp_path / "base", random_model(config), chat_template=None)
+    flags = ["--tasks", "niah", "--context-lens", "600", "--placements", "after",
+             "--policies", "full", "--n-per-cell", "1", "--max-group-tokens", "1500",
+             "--no-progress"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["eval", "--model", str(base), *flags, "--out", str(tmp_path / "a")]) == 0
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["config"]["prompt_format"] == "raw"
+    assert main(["eval", "--model", str(base), *flags, "--prompt-format", "chat",
+                 "--out", str(tmp_path / "b")]) == 2  # asked for a template it has not

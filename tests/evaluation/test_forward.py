@@ -1,4 +1,5 @@
-"""PromptForward builds exactly the cache Engine.prefill builds, for any policy and window."""
+"""PromptForward builds exactly the cache Engine.prefill builds, for any policy and window, on a
+Llama and on a hybrid model (Gemma 3 layers, a sliding window shorter than the prompt)."""
 
 import random
 
@@ -7,16 +8,20 @@ import torch
 
 from evaluation.budget import SplitRule
 from evaluation.forward import PromptForward
+from snapstream.config import FULL, SLIDING, RopeConfig
 from snapstream.engine import Engine
 from snapstream.policy import POLICY_KINDS
 from tests.tiny_models import random_model, tiny_config, tiny_snapstream_tokenizer
 
-PROMPT_LEN, STEPS = 200, 6
+PROMPT_LEN, STEPS, SLIDING_WINDOW = 200, 6, 48
+HYBRID = dict(model_type="gemma3", hidden_act="gelu_tanh", layer_types=(SLIDING, FULL),
+              sliding_window=SLIDING_WINDOW, local_rope=RopeConfig(theta=100.0))
 
 
-@pytest.fixture(scope="module")
-def engine() -> Engine:
-    return Engine(random_model(tiny_config(max_position_embeddings=1024)),
+@pytest.fixture(scope="module", params=["llama", "hybrid"])
+def engine(request) -> Engine:
+    family = HYBRID if request.param == "hybrid" else {}
+    return Engine(random_model(tiny_config(max_position_embeddings=1024, **family)),
                   tiny_snapstream_tokenizer())
 
 
@@ -56,3 +61,15 @@ def test_scores_are_computed_once_per_triple(forward):
 def test_a_window_beyond_the_kept_queries_is_refused(forward):
     with pytest.raises(ValueError, match="max_window"):
         forward.scores(65, 7, "avg")
+
+
+def test_a_sliding_layer_attends_within_its_window(prompt):
+    """The forward's logits are the model's own causal forward's (windowed), not those of full
+    attention on every layer: the sliding layer sees only its last SLIDING_WINDOW keys."""
+    model = random_model(tiny_config(max_position_embeddings=1024, **HYBRID))
+    ids = torch.tensor([prompt])  # (1, P)
+    with torch.no_grad():
+        hidden = model(ids, torch.arange(PROMPT_LEN)[None], model.causal_attend)  # (1, P, h)
+        expected = model.logits(hidden[0, -1])  # (V,)
+    got = PromptForward.run(model, prompt, max_window=64).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
