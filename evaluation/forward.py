@@ -13,11 +13,10 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from snapstream.compress import build_sequence_cache
-from snapstream.kvcache import SequenceCache
-from snapstream.model import Transformer
+from snapstream.kvcache import ModelLayout, SequenceCache
+from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CachePolicy
 from snapstream.snapkv import snapkv_scores
 
@@ -27,6 +26,7 @@ class _Recorder:
     """Causal attention that keeps every layer's K/V and its last ``max_window`` queries."""
 
     max_window: int
+    windows: tuple[int | None, ...]  # per layer: its sliding window, None for a global layer
     keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
     values: list[torch.Tensor] = field(default_factory=list)
     queries: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, W, D)
@@ -35,7 +35,7 @@ class _Recorder:
         self.keys.append(k[0])
         self.values.append(v[0])
         self.queries.append(q[0, :, -self.max_window :])
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return causal_attention(q, k, v, self.windows[layer_idx])
 
 
 @dataclass
@@ -45,12 +45,13 @@ class PromptForward:
     queries: list[torch.Tensor]  # L x (Hq, W, D), the last max_window prompt queries
     logits: torch.Tensor  # (V,) next-token logits after the last prompt token
     seconds: float
+    windows: tuple[int | None, ...]  # the model's attention_windows
     _scores: dict[tuple[int, int, str], torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     @torch.no_grad()
     def run(cls, model: Transformer, ids: list[int], max_window: int) -> PromptForward:
-        recorder = _Recorder(max_window=max_window)
+        recorder = _Recorder(max_window=max_window, windows=model.config.attention_windows)
         device = model.lm_head.weight.device
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=device)  # (1, P)
@@ -59,7 +60,7 @@ class PromptForward:
         logits = model.logits(hidden[0, -1])  # (V,)
         return cls(keys=torch.stack(recorder.keys), values=torch.stack(recorder.values),
                    queries=recorder.queries, logits=logits,
-                   seconds=time.perf_counter() - start)
+                   seconds=time.perf_counter() - start, windows=recorder.windows)
 
     @property
     def prompt_len(self) -> int:
@@ -83,6 +84,7 @@ class PromptForward:
                        capacity: int | None = None) -> SequenceCache:
         """What :meth:`Engine.prefill` would build for this prompt and ``policy``."""
         layout = policy.layout(self.prompt_len, max_new_tokens, capacity)
+        groups = ModelLayout.build(self.windows, layout)
         selects = layout.compresses(self.prompt_len) and layout.n_topk > 0
         scores = self.scores(policy.window, policy.kernel, policy.pooling) if selects else None
-        return build_sequence_cache(layout, self.keys, self.values, scores)
+        return build_sequence_cache(groups, self.keys, self.values, scores)
