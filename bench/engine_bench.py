@@ -14,10 +14,11 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from snapstream.compress import slot_indices
 from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
-from snapstream.kvcache import BatchCache
+from snapstream.kvcache import BatchCache, ModelLayout
 from snapstream.model import Transformer, to_hf_state
 from snapstream.policy import CacheLayout, CachePolicy
 
@@ -54,18 +55,23 @@ def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
 
 def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: int,
                  dtype: torch.dtype = torch.float32) -> BatchCache:
-    """A pool whose every row holds a ``context``-token sequence as the layout would keep it."""
-    cache = BatchCache(config, layout, batch, dtype)
-    tile = torch.randn(cache.k.shape[-2] if cache.k.shape[-2] < 4096 else 4096, config.head_dim)
-    for tensor in (cache.k, cache.v):
-        flat = tensor.view(-1, config.head_dim)
-        for start in range(0, flat.shape[0], tile.shape[0]):
-            chunk = flat[start : start + tile.shape[0]]
-            chunk.copy_(tile[: chunk.shape[0]])
-    held = min(context, layout.n_kept)
-    kept = torch.cat((torch.arange(layout.ring_start), torch.arange(context - held +
-                      layout.ring_start, context))) if held < context else torch.arange(context)
-    cache.positions[..., : kept.numel()] = kept.int()
+    """A pool whose every row holds a ``context``-token sequence as the layout would keep it
+    (a hybrid model's sliding layers: the last window of it)."""
+    cache = BatchCache(config, ModelLayout.build(config.attention_windows, layout), batch, dtype)
+    for group in cache.groups:
+        num_slots = group.k.shape[-2]
+        tile = torch.randn(min(num_slots, 4096), config.head_dim)
+        for tensor in (group.k, group.v):
+            flat = tensor.view(-1, config.head_dim)
+            for start in range(0, flat.shape[0], tile.shape[0]):
+                chunk = flat[start : start + tile.shape[0]]
+                chunk.copy_(tile[: chunk.shape[0]])
+        kept_layout = group.group.layout
+        held = min(context, kept_layout.n_kept)
+        kept = torch.cat((torch.arange(kept_layout.ring_start),
+                          torch.arange(context - held + kept_layout.ring_start, context))
+                         ) if held < context else torch.arange(context)
+        group.positions[..., slot_indices(kept_layout, kept)] = kept.int()
     return cache
 
 

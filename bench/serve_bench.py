@@ -139,4 +139,5 @@ def _describe(engine: Engine, cfg: ServeBenchConfig,
             "num_layers": config.num_layers, "hidden_size": config.hidden_size,
             "num_kv_heads": config.num_kv_heads, "head_dim": config.head_dim,
             "context_len": engine.context_len, "prompt_tokens": (min(lengths), max(lengths)),
-            "blob_bytes": spec.blob_size(layout), "torch_threads": torch.get_num_threads()}
+            "blob_bytes": spec.blob_size(spec.model_layout(layout)),
+            "torch_threads": torch.get_num_threads()}

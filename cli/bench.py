@@ -12,6 +12,7 @@ BENCHMARKS: dict[str, str] = {
     "faults": "bench.faults.cli",
     "quant": "bench.quant_cli",
     "kernels": "bench.kernel_bench",
+    "kv": "bench.kv_cli",
 }
 
 

@@ -45,9 +45,10 @@ class SN40LSimBackend:
 
     def step(self, decoder: Decoder, tokens: torch.Tensor, positions: torch.Tensor
              ) -> tuple[torch.Tensor, float]:
-        layout = decoder.cache.layout
-        # the static graph runs every row and reads every slot of its layout
-        context = layout.budget
+        # the static graph runs every row and reads every slot of its layout: the global layers
+        # their budget, a hybrid model's sliding layers their window (hwsim's model spec caps
+        # those at the window; a budget below the window costs the global layers at the window)
+        context = max(group.layout.budget for group in decoder.cache.layout.groups)
         key = (tokens.shape[0], context)
         if key not in self._costs:
             self._costs[key] = self.target.decode_step(*key).step_time_s

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from snapstream.compress import build_sequence_cache
-from snapstream.kvcache import SequenceCache
+from snapstream.kvcache import ModelLayout, SequenceCache
 from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CachePolicy
 from snapstream.snapkv import snapkv_scores
@@ -69,8 +69,7 @@ class PromptForward:
 
     @torch.no_grad()
     def scores(self, window: int, kernel: int, pooling: str) -> torch.Tensor:
-        """(L, Hkv, P) SnapKV scores of the last ``window`` queries (at most those kept); a
-        sliding layer's rank its latest tokens first, as :meth:`Engine.prefill`'s do."""
+        """(L, Hkv, P) SnapKV scores of the last ``window`` queries (at most those kept)."""
         window = min(window, self.prompt_len)
         if window > self.queries[0].shape[1]:
             raise ValueError(f"window {window} exceeds the {self.queries[0].shape[1]} queries "
@@ -78,21 +77,15 @@ class PromptForward:
         key = (window, kernel, pooling)
         if key not in self._scores:
             self._scores[key] = torch.stack([
-                snapkv_scores(q[:, -window:], k, kernel, pooling) if sliding is None
-                else _latest_first(k)
-                for q, k, sliding in zip(self.queries, self.keys, self.windows, strict=True)])
+                snapkv_scores(q[:, -window:], k, kernel, pooling)
+                for q, k in zip(self.queries, self.keys, strict=True)])
         return self._scores[key]
 
     def sequence_cache(self, policy: CachePolicy, max_new_tokens: int,
                        capacity: int | None = None) -> SequenceCache:
         """What :meth:`Engine.prefill` would build for this prompt and ``policy``."""
         layout = policy.layout(self.prompt_len, max_new_tokens, capacity)
+        groups = ModelLayout.build(self.windows, layout)
         selects = layout.compresses(self.prompt_len) and layout.n_topk > 0
         scores = self.scores(policy.window, policy.kernel, policy.pooling) if selects else None
-        return build_sequence_cache(layout, self.keys, self.values, scores)
-
-
-def _latest_first(k: torch.Tensor) -> torch.Tensor:
-    """k (Hkv, P, D) -> (Hkv, P) scores rising with position: what a sliding layer keeps under a
-    compressing layout (its latest tokens, the ones its decode window can use)."""
-    return torch.arange(k.shape[1], dtype=torch.float32, device=k.device).expand(k.shape[0], -1)
+        return build_sequence_cache(groups, self.keys, self.values, scores)

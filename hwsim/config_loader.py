@@ -87,7 +87,41 @@ def _parse_deepseek(name: str, config: Config) -> ModelSpec:
     )
 
 
+def _gemma3_layer_groups(config: Config) -> tuple[LayerGroup, ...]:
+    """Runs of consecutive layers of one kind: ``layer_types`` (or every
+    ``sliding_window_pattern``-th layer global, Gemma 3's older key), sliding ones windowed."""
+    n_layers, pattern = _field(config, "num_hidden_layers"), config.get("sliding_window_pattern", 6)
+    kinds = config.get("layer_types") or [
+        "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+        for i in range(n_layers)]
+    if len(kinds) != n_layers or set(kinds) - {"full_attention", "sliding_attention"}:
+        raise ValueError(f"config.json: layer_types must name full_attention or "
+                         f"sliding_attention for each of the {n_layers} layers")
+    window = _field(config, "sliding_window")
+    ffn = DenseFfn(hidden_size=_field(config, "hidden_size"),
+                   intermediate_size=_field(config, "intermediate_size"))  # gated GELU: 3 mats
+    groups: list[LayerGroup] = []
+    for kind in kinds:
+        layer_window = window if kind == "sliding_attention" else None
+        if groups and groups[-1].window == layer_window:
+            groups[-1] = LayerGroup(groups[-1].count + 1, ffn, layer_window)
+        else:
+            groups.append(LayerGroup(1, ffn, layer_window))
+    return tuple(groups)
+
+
+def _parse_gemma3(name: str, config: Config) -> ModelSpec:
+    """Gemma 3: GQA (q/k norms are not modelled: a few hundred FLOPs a token), five
+    sliding-window layers per global one."""
+    spec = _parse_llama(name, {**config, "attention_bias": False, "mlp_bias": False})
+    return ModelSpec(name=name, hidden_size=spec.hidden_size, vocab_size=spec.vocab_size,
+                     tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+                     attention=spec.attention, layer_groups=_gemma3_layer_groups(config))
+
+
 PARSERS: dict[str, Callable[[str, Config], ModelSpec]] = {
+    "gemma3": _parse_gemma3,
+    "gemma3_text": _parse_gemma3,
     "llama": _parse_llama,
     "mistral": _parse_llama,
     "deepseek_v2": _parse_deepseek,

@@ -215,13 +215,30 @@ Ffn = DenseFfn | MoeFfn
 
 @dataclass(frozen=True)
 class LayerGroup:
-    """Consecutive decoder layers of one shape: one kernel, looped with kernel looping."""
+    """Consecutive decoder layers of one shape: one kernel, looped with kernel looping.
+    ``window``: the sliding window of their attention (Gemma 3's local layers), whose exact
+    cache is that many tokens at most; None: global attention over the whole context."""
 
     count: int
     ffn: Ffn
+    window: int | None = None
 
     def __post_init__(self) -> None:
         _require_positive(self, "count")
+        if self.window is not None:
+            _require_positive(self, "window")
+
+    def held_tokens(self, cache_tokens: int) -> int:
+        """Tokens each of these layers caches (and a decode step reads) when a global layer
+        holds ``cache_tokens``."""
+        return cache_tokens if self.window is None else min(cache_tokens, self.window)
+
+    def prefill_pairs(self, prompt_len: int) -> int:
+        """(query, key) pairs one layer attends over in a causal prefill of ``prompt_len``."""
+        if self.window is None or prompt_len <= self.window:
+            return prompt_len * (prompt_len + 1) // 2
+        inside = self.window * (self.window + 1) // 2  # the first window: causal
+        return inside + (prompt_len - self.window) * self.window
 
 
 @dataclass(frozen=True)
@@ -266,3 +283,18 @@ class ModelSpec:
     def kv_elements_per_token(self) -> int:
         """KV-cache elements one token occupies across all layers."""
         return self.n_layers * self.attention.kv_elements()
+
+    def kv_elements(self, cache_tokens: int) -> int:
+        """KV-cache elements of one sequence whose global layers hold ``cache_tokens`` tokens
+        (sliding-window layers hold at most their window)."""
+        return sum(g.count * g.held_tokens(cache_tokens) for g in self.layer_groups
+                   ) * self.attention.kv_elements()
+
+    def decode_attention_flops(self, cache_tokens: int) -> int:
+        """QK^T and PV FLOPs of one decode token over every layer."""
+        return sum(g.count * self.attention.decode_flops(g.held_tokens(cache_tokens))
+                   for g in self.layer_groups)
+
+    def prefill_pairs(self, prompt_len: int) -> int:
+        """(query, key) pairs of one prompt's causal prefill over every layer."""
+        return sum(g.count * g.prefill_pairs(prompt_len) for g in self.layer_groups)

@@ -139,13 +139,14 @@ def _head_flops(model: ModelSpec) -> int:
 def decode_work(model: ModelSpec, batch: int, cache_tokens: int, precision: Precision) -> Work:
     """One decode step: ``batch`` sequences each attend over ``cache_tokens`` cached tokens."""
     kv_token = model.kv_elements_per_token() * precision.kv_bytes
+    kv_sequence = model.kv_elements(cache_tokens) * precision.kv_bytes
     kv = Component(
         "kv_cache", ComponentKind.KV_CACHE,
-        resident_bytes=batch * cache_tokens * kv_token,
-        read_bytes=batch * cache_tokens * kv_token,
+        resident_bytes=batch * kv_sequence,
+        read_bytes=batch * kv_sequence,
         write_bytes=batch * kv_token,  # the new token's K/V (a ring slot for snapstream)
     )
-    attention = model.n_layers * model.attention.decode_flops(cache_tokens)
+    attention = model.decode_attention_flops(cache_tokens)
     flops = batch * (_dense_flops_per_token(model) + attention + _head_flops(model))
     replicated = batch * _replicated_flops_per_token(model)
     return Work((*_weight_components(model, batch, precision), kv), flops, batch, replicated)
@@ -158,8 +159,7 @@ def prefill_work(model: ModelSpec, batch: int, prompt_len: int, precision: Preci
     tokens = batch * prompt_len
     kv_written = tokens * model.kv_elements_per_token() * precision.kv_bytes
     kv = Component("kv_cache", ComponentKind.KV_CACHE, kv_written, 0.0, kv_written)
-    pairs = batch * prompt_len * (prompt_len + 1) // 2
-    attention = pairs * model.n_layers * model.attention.pair_flops()
+    attention = batch * model.prefill_pairs(prompt_len) * model.attention.pair_flops()
     flops = tokens * _dense_flops_per_token(model) + attention + batch * _head_flops(model)
     replicated = tokens * _replicated_flops_per_token(model)
     return Work((*_weight_components(model, tokens, precision), kv), flops, tokens, replicated)

@@ -1,9 +1,14 @@
-"""Fixed-size KV blob: header + K + V + slot positions (see docs/architecture.md, "Blob format").
+"""Fixed-size KV blob: header + group table + per layer group K, V, slot positions (see
+docs/architecture.md, "Blob format").
 
 A blob's size depends only on (model, layout, dtype), never on the prompt length. Decoding checks
 every header field against what the reader expects and raises a specific :class:`BlobError`.
 Encoding copies each tensor once into the output buffer; decoding makes no copy (the tensors view
 the buffer).
+
+Version 2 carries layer groups (a hybrid model's global layers in the policy's layout, its
+sliding-window layers in a ring of their window); version 1 blobs (one layout for every layer)
+are refused with :class:`BlobVersionMismatch`.
 """
 
 from __future__ import annotations
@@ -16,16 +21,20 @@ from dataclasses import dataclass
 import torch
 
 from snapstream.config import ModelConfig
-from snapstream.kvcache import SequenceCache
+from snapstream.kvcache import GroupKV, LayerGroup, ModelLayout, SequenceCache
 from snapstream.policy import CacheLayout
 
 MAGIC = b"SNAPKV\x00\x00"
-VERSION = 1
-# magic, version, header size, fingerprint, L, Hkv, D, n_sink, n_topk, n_recent, n_ring, dtype,
-# prompt_len, next_position, ring slot, payload size, payload crc32 | header crc32
-_HEADER = struct.Struct("<8sHH32s7IB3xQQIQI")
+VERSION = 2
+# magic, version | header size (fixed part + group table + crc), fingerprint, L, Hkv, D, dtype,
+# number of groups, prompt_len, next_position, payload size, payload crc32
+_PREFIX = struct.Struct("<8sH")
+_FIXED = struct.Struct("<8sHI32s3IBxHQQQI")
+# per group: window (0: global layers), n_sink, n_topk, n_recent, n_ring, number of layers;
+# then its layer indices (uint16 each)
+_GROUP = struct.Struct("<5IH")
+_LAYER = struct.Struct("<H")
 _HEADER_CRC = struct.Struct("<I")
-HEADER_SIZE = _HEADER.size + _HEADER_CRC.size
 DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
@@ -49,66 +58,93 @@ class BlobModelMismatch(BlobError): ...
 class BlobLayoutMismatch(BlobError): ...
 
 
+def header_size(layout: ModelLayout) -> int:
+    """Bytes of a blob's header for ``layout``: fixed part, group table, header checksum."""
+    table = sum(_GROUP.size + len(group.layers) * _LAYER.size for group in layout.groups)
+    return _FIXED.size + table + _HEADER_CRC.size
+
+
 @dataclass(frozen=True)
 class BlobSpec:
-    """What a reader expects: the model (fingerprint + shapes) and the KV dtype."""
+    """What a reader expects: the model (fingerprint, shapes, each layer's sliding window) and
+    the KV dtype."""
 
     fingerprint: bytes
     num_layers: int
     num_kv_heads: int
     head_dim: int
     dtype: torch.dtype
+    windows: tuple[int | None, ...]  # per layer; None: a global layer
 
     @classmethod
     def for_model(cls, config: ModelConfig, fingerprint: bytes, dtype: torch.dtype) -> BlobSpec:
-        return cls(fingerprint, config.num_layers, config.num_kv_heads, config.head_dim, dtype)
+        return cls(fingerprint, config.num_layers, config.num_kv_heads, config.head_dim, dtype,
+                   config.attention_windows)
 
-    def payload_size(self, layout: CacheLayout) -> int:
-        slots = self.num_layers * self.num_kv_heads * layout.budget
+    def model_layout(self, layout: CacheLayout) -> ModelLayout:
+        """The layer groups of this model for a policy's ``layout``."""
+        return ModelLayout.build(self.windows, layout)
+
+    def payload_size(self, layout: ModelLayout) -> int:
+        slots = layout.num_slots * self.num_kv_heads
         return 2 * slots * self.head_dim * self.dtype.itemsize + slots * 4
 
-    def blob_size(self, layout: CacheLayout) -> int:
-        return HEADER_SIZE + self.payload_size(layout)
+    def blob_size(self, layout: ModelLayout) -> int:
+        return header_size(layout) + self.payload_size(layout)
 
 
 def encode_blob(cache: SequenceCache, spec: BlobSpec) -> bytearray:
     layout = cache.layout
+    size = header_size(layout)
     buf = bytearray(spec.blob_size(layout))
     out = torch.frombuffer(buf, dtype=torch.uint8)  # writable view of buf
-    offset = HEADER_SIZE
-    for tensor in (cache.k.to(spec.dtype), cache.v.to(spec.dtype), cache.positions):
-        raw = tensor.detach().contiguous().cpu().view(-1).view(torch.uint8)
-        out[offset : offset + raw.numel()].copy_(raw)
-        offset += raw.numel()
-    payload_crc = zlib.crc32(memoryview(buf)[HEADER_SIZE:])
-    _HEADER.pack_into(
-        buf, 0, MAGIC, VERSION, HEADER_SIZE, spec.fingerprint, spec.num_layers,
-        spec.num_kv_heads, spec.head_dim, layout.n_sink, layout.n_topk, layout.n_recent,
-        layout.n_ring, DTYPE_CODES[spec.dtype], cache.prompt_len, cache.next_position,
-        layout.slot_of(cache.next_position), spec.payload_size(layout), payload_crc,
+    offset = size
+    for part in cache.groups:
+        for tensor in (part.k.to(spec.dtype), part.v.to(spec.dtype), part.positions):
+            raw = tensor.detach().contiguous().cpu().view(-1).view(torch.uint8)
+            out[offset : offset + raw.numel()].copy_(raw)
+            offset += raw.numel()
+    payload_crc = zlib.crc32(memoryview(buf)[size:])
+    _FIXED.pack_into(
+        buf, 0, MAGIC, VERSION, size, spec.fingerprint, spec.num_layers, spec.num_kv_heads,
+        spec.head_dim, DTYPE_CODES[spec.dtype], len(layout.groups), cache.prompt_len,
+        cache.next_position, spec.payload_size(layout), payload_crc,
     )
-    _HEADER_CRC.pack_into(buf, _HEADER.size, zlib.crc32(memoryview(buf)[: _HEADER.size]))
+    offset = _FIXED.size
+    for group in layout.groups:
+        g = group.layout
+        _GROUP.pack_into(buf, offset, group.window or 0, g.n_sink, g.n_topk, g.n_recent,
+                         g.n_ring, len(group.layers))
+        offset += _GROUP.size
+        for layer in group.layers:
+            _LAYER.pack_into(buf, offset, layer)
+            offset += _LAYER.size
+    _HEADER_CRC.pack_into(buf, offset, zlib.crc32(memoryview(buf)[:offset]))
     return buf
 
 
 def decode_blob(
-    data: bytes | bytearray | memoryview, spec: BlobSpec, layout: CacheLayout | None = None
+    data: bytes | bytearray | memoryview, spec: BlobSpec, layout: ModelLayout | None = None
 ) -> SequenceCache:
     """Validate and view ``data`` as a cache; ``layout``, when given, must match the blob's."""
     view = memoryview(data)
-    if len(view) < HEADER_SIZE:
-        raise BlobTruncated(f"blob has {len(view)} bytes, shorter than its "
-                            f"{HEADER_SIZE}-byte header")
-    fields = _HEADER.unpack_from(view, 0)
-    if fields[0] != MAGIC:
-        raise BlobCorrupted(f"bad magic {bytes(fields[0])!r}: not a snapstream KV blob")
-    if fields[1] != VERSION:
-        raise BlobVersionMismatch(f"blob format version {fields[1]}, this reader handles {VERSION}")
-    (header_crc,) = _HEADER_CRC.unpack_from(view, _HEADER.size)
-    if zlib.crc32(view[: _HEADER.size]) != header_crc:
+    if len(view) < _FIXED.size + _HEADER_CRC.size:
+        raise BlobTruncated(f"blob has {len(view)} bytes, shorter than its header")
+    magic, version = _PREFIX.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise BlobCorrupted(f"bad magic {bytes(magic)!r}: not a snapstream KV blob")
+    if version != VERSION:
+        raise BlobVersionMismatch(f"blob format version {version}, this reader handles "
+                                  f"{VERSION}: prefill it again")
+    fields = _FIXED.unpack_from(view, 0)
+    size = fields[2]
+    if not _FIXED.size + _HEADER_CRC.size <= size <= len(view):
+        raise BlobTruncated(f"blob has {len(view)} bytes, its header claims {size}")
+    (header_crc,) = _HEADER_CRC.unpack_from(view, size - _HEADER_CRC.size)
+    if zlib.crc32(view[: size - _HEADER_CRC.size]) != header_crc:
         raise BlobCorrupted("header checksum mismatch: the blob header is corrupted")
-    blob_layout, prompt_len, next_position = _check_header(fields, spec, layout)
-    payload = view[HEADER_SIZE:]
+    blob_layout, prompt_len, next_position = _check_header(view, fields, spec, layout)
+    payload = view[size:]
     if len(payload) != spec.payload_size(blob_layout):
         raise BlobTruncated(f"payload has {len(payload)} bytes, the header promises "
                             f"{spec.payload_size(blob_layout)}")
@@ -117,11 +153,28 @@ def decode_blob(
     return _view_cache(payload, spec, blob_layout, prompt_len, next_position)
 
 
-def _check_header(fields: tuple, spec: BlobSpec, layout: CacheLayout | None):
-    (_, _, header_size, fingerprint, num_layers, num_kv_heads, head_dim, n_sink, n_topk,
-     n_recent, n_ring, dtype_code, prompt_len, next_position, ring_slot, _, _) = fields
-    if header_size != HEADER_SIZE:
-        raise BlobCorrupted(f"header size {header_size}, expected {HEADER_SIZE}")
+def _read_groups(view: memoryview, num_groups: int, end: int) -> ModelLayout:
+    """The group table after the fixed header (ending before byte ``end``) -> its layout."""
+    groups, offset = [], _FIXED.size
+    try:
+        for _ in range(num_groups):
+            window, n_sink, n_topk, n_recent, n_ring, count = _GROUP.unpack_from(view, offset)
+            offset += _GROUP.size
+            layers = tuple(_LAYER.unpack_from(view, offset + i * _LAYER.size)[0]
+                           for i in range(count))
+            offset += count * _LAYER.size
+            groups.append(LayerGroup(layers, CacheLayout(n_sink, n_topk, n_recent, n_ring),
+                                     window or None))
+        if offset != end:
+            raise ValueError(f"the group table ends at byte {offset}, the header at {end}")
+        return ModelLayout(tuple(groups))
+    except (ValueError, struct.error) as exc:
+        raise BlobCorrupted(f"blob header holds an invalid layout: {exc}") from exc
+
+
+def _check_header(view: memoryview, fields: tuple, spec: BlobSpec, layout: ModelLayout | None):
+    (_, _, size, fingerprint, num_layers, num_kv_heads, head_dim, dtype_code, num_groups,
+     prompt_len, next_position, _, _) = fields
     if fingerprint != spec.fingerprint:
         raise BlobModelMismatch(f"blob was made by model {fingerprint.hex()[:16]}, this worker "
                                 f"serves {spec.fingerprint.hex()[:16]}")
@@ -133,30 +186,33 @@ def _check_header(fields: tuple, spec: BlobSpec, layout: CacheLayout | None):
     if DTYPES.get(dtype_code) != spec.dtype:
         raise BlobLayoutMismatch(f"blob dtype {DTYPES.get(dtype_code, dtype_code)}, expected "
                                  f"{spec.dtype}")
-    try:
-        blob_layout = CacheLayout(n_sink, n_topk, n_recent, n_ring)
-    except ValueError as exc:
-        raise BlobCorrupted(f"blob header holds an invalid layout: {exc}") from exc
+    blob_layout = _read_groups(view, num_groups, size - _HEADER_CRC.size)
+    own = spec.model_layout(blob_layout.groups[0].layout)
+    if blob_layout != own:
+        raise BlobLayoutMismatch(f"blob layer groups {blob_layout} are not this model's for "
+                                 f"that layout ({own})")
     if layout is not None and blob_layout != layout:
         raise BlobLayoutMismatch(f"blob layout {blob_layout} does not match the expected {layout}")
-    if not 0 < prompt_len <= next_position or ring_slot != blob_layout.slot_of(next_position):
-        raise BlobCorrupted(f"inconsistent ring state: prompt_len={prompt_len}, "
-                            f"next_position={next_position}, ring slot={ring_slot}")
+    if not 0 < prompt_len <= next_position:
+        raise BlobCorrupted(f"inconsistent positions: prompt_len={prompt_len}, "
+                            f"next_position={next_position}")
     return blob_layout, prompt_len, next_position
 
 
-def _view_cache(payload: memoryview, spec: BlobSpec, layout: CacheLayout, prompt_len: int,
+def _view_cache(payload: memoryview, spec: BlobSpec, layout: ModelLayout, prompt_len: int,
                 next_position: int) -> SequenceCache:
-    slots = (spec.num_layers, spec.num_kv_heads, layout.budget)
-    kv_count = slots[0] * slots[1] * slots[2] * spec.head_dim
+    parts, offset = [], 0
     with warnings.catch_warnings():  # read-only buffers: the cache is never written in place
         warnings.simplefilter("ignore", UserWarning)
-        k = torch.frombuffer(payload, dtype=spec.dtype, count=kv_count)
-        v = torch.frombuffer(payload, dtype=spec.dtype, count=kv_count,
-                             offset=kv_count * spec.dtype.itemsize)
-        positions = torch.frombuffer(payload, dtype=torch.int32,
-                                     offset=2 * kv_count * spec.dtype.itemsize)
-    return SequenceCache(
-        layout=layout, k=k.view(*slots, spec.head_dim), v=v.view(*slots, spec.head_dim),
-        positions=positions.view(slots), prompt_len=prompt_len, next_position=next_position,
-    )
+        for group in layout.groups:
+            slots = (len(group.layers), spec.num_kv_heads, group.layout.budget)
+            count = slots[0] * slots[1] * slots[2]
+            k, v = (torch.frombuffer(payload, dtype=spec.dtype, count=count * spec.head_dim,
+                                     offset=offset + i * count * spec.head_dim *
+                                     spec.dtype.itemsize).view(*slots, spec.head_dim)
+                    for i in range(2))  # (Lg, Hkv, S, D)
+            offset += 2 * count * spec.head_dim * spec.dtype.itemsize
+            positions = torch.frombuffer(payload, dtype=torch.int32, count=count, offset=offset)
+            offset += count * 4
+            parts.append(GroupKV(group, k, v, positions.view(slots)))
+    return SequenceCache(tuple(parts), prompt_len=prompt_len, next_position=next_position)

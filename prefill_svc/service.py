@@ -26,7 +26,7 @@ class PrefillOutput:
     first_token: int
     prefill_s: float
     compress_s: float
-    cache_slots: int  # per layer and KV head
+    cache_slots: int  # per global layer and KV head (the policy's budget; see kvcache.py)
 
 
 class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
@@ -89,7 +89,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             encode_s = time.perf_counter() - start
             first = sample_batch(result.logits[None], [sampling], [len(ids)])[0]
         return PrefillOutput(blob, first, result.prefill_s - result.select_s,
-                             result.select_s + encode_s, result.cache.layout.budget)
+                             result.select_s + encode_s, result.cache.layout.global_slots)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)

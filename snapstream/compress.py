@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from snapstream.kvcache import EMPTY, SequenceCache
+from snapstream.kvcache import EMPTY, GroupKV, ModelLayout, SequenceCache
 from snapstream.policy import CacheLayout
 from snapstream.snapkv import select_topk
 
@@ -35,14 +35,19 @@ def slot_indices(layout: CacheLayout, positions: torch.Tensor) -> torch.Tensor:
 
 
 def build_sequence_cache(
-    layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None,
+    layout: ModelLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None,
     dtype: torch.dtype | None = None,
 ) -> SequenceCache:
-    """k, v (L, Hkv, P, D) of the whole prompt -> the compressed (or merely placed) cache."""
-    out_k, out_v, out_pos = compress_kv(layout, k, v, scores, dtype)
+    """k, v (L, Hkv, P, D) of the whole prompt, every layer, and their SnapKV scores (L, Hkv, P)
+    (only read for a group whose layout selects) -> the compressed (or merely placed) cache."""
+    parts = []
+    for group in layout.groups:
+        index = torch.tensor(group.layers, device=k.device)  # (Lg,)
+        group_scores = None if scores is None else scores[index]
+        parts.append(GroupKV(group, *compress_kv(group.layout, k[index], v[index], group_scores,
+                                                 dtype)))
     prompt_len = k.shape[2]
-    return SequenceCache(layout=layout, k=out_k, v=out_v, positions=out_pos,
-                         prompt_len=prompt_len, next_position=prompt_len)
+    return SequenceCache(tuple(parts), prompt_len=prompt_len, next_position=prompt_len)
 
 
 def compress_kv(

@@ -10,33 +10,33 @@ import torch
 
 from snapstream.attention import slot_attention
 from snapstream.compress import slot_indices
-from snapstream.kvcache import BatchCache
+from snapstream.kvcache import BatchCache, ModelLayout
 from snapstream.model import Transformer
-from snapstream.policy import CacheLayout
 
 
 def decode_step(
-    model: Transformer, k_cache: torch.Tensor, v_cache: torch.Tensor, pos_cache: torch.Tensor,
-    token_ids: torch.Tensor, positions: torch.Tensor, layout: CacheLayout,
+    model: Transformer, caches: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...],
+    token_ids: torch.Tensor, positions: torch.Tensor, layout: ModelLayout,
 ) -> torch.Tensor:
-    """token_ids, positions (B,) -> logits (B, V); writes each row's new K/V into its ring slot.
+    """token_ids, positions (B,) -> logits (B, V); writes each row's new K/V into its slot of
+    every layer group (a sliding group's ring then holds exactly the window the query sees).
 
-    k_cache, v_cache (L, B, Hkv, S, D) and pos_cache (L, B, Hkv, S) are updated in place.
+    caches: per group of ``layout``, k and v (Lg, B, Hkv, S, D) and positions (Lg, B, Hkv, S),
+    updated in place.
     """
     rows = torch.arange(token_ids.shape[0], device=token_ids.device)  # (B,)
-    slots = slot_indices(layout, positions)  # (B,)
-    pos_cache[:, rows, :, slots] = positions.to(torch.int32)[:, None, None]  # (B, L, Hkv)
-    empty = pos_cache[0, :, 0] < 0  # (B, S), the same for every layer and KV head
-    windows = model.config.attention_windows
-    masks = {None: empty}
-    for layer_idx, window in enumerate(windows):  # sliding layers hold the same positions
-        if window not in masks:  # slots older than the window are masked too
-            held = pos_cache[layer_idx, :, 0]  # (B, S)
-            masks[window] = empty | (held <= positions[:, None] - window)
+    where, slots, empty = {}, [], []
+    for index, (group, (_, _, pos_cache)) in enumerate(zip(layout.groups, caches, strict=True)):
+        group_slots = slot_indices(group.layout, positions)  # (B,)
+        pos_cache[:, rows, :, group_slots] = positions.to(torch.int32)[:, None, None]
+        slots.append(group_slots)
+        empty.append(pos_cache[0, :, 0] < 0)  # (B, S), the same for every layer and KV head
+        where.update({layer: (index, local) for local, layer in enumerate(group.layers)})
 
     def attend(layer_idx: int, q, k, v) -> torch.Tensor:
-        return slot_attention(q, k_cache[layer_idx], v_cache[layer_idx], k, v, slots,
-                              masks[windows[layer_idx]])
+        index, local = where[layer_idx]
+        k_cache, v_cache, _ = caches[index]
+        return slot_attention(q, k_cache[local], v_cache[local], k, v, slots[index], empty[index])
 
     hidden = model(token_ids[:, None], positions[:, None], attend)  # (B, 1, hidden)
     return model.logits(hidden[:, 0])  # (B, V)
@@ -50,11 +50,9 @@ class Decoder:
         self._step = (
             torch.compile(decode_step, fullgraph=True, dynamic=False) if compile else decode_step
         )
+        self._caches = tuple((group.k, group.v, group.positions) for group in cache.groups)
 
     @torch.no_grad()
     def step(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """token_ids, positions (B,) int64 on the cache's device -> float32 logits (B, V)."""
-        cache = self.cache
-        return self._step(
-            self.model, cache.k, cache.v, cache.positions, token_ids, positions, cache.layout
-        )
+        return self._step(self.model, self._caches, token_ids, positions, self.cache.layout)

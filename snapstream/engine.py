@@ -19,7 +19,7 @@ from snapstream.attention import PrefillRecorder
 from snapstream.checkpoints import open_checkpoint
 from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
-from snapstream.kvcache import BatchCache, SequenceCache
+from snapstream.kvcache import BatchCache, ModelLayout, SequenceCache
 from snapstream.loader import load_model
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
@@ -120,9 +120,9 @@ class Engine:
         policy.check_context(self.context_len)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
-        recorder = PrefillRecorder(layout, self.kv_dtype, window=policy.window if selects else 0,
-                                   kernel=policy.kernel, pooling=policy.pooling,
-                                   attention_windows=self.config.attention_windows)
+        recorder = PrefillRecorder(self.model_layout(layout), self.kv_dtype,
+                                   window=policy.window if selects else 0,
+                                   kernel=policy.kernel, pooling=policy.pooling)
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=self.device)  # (1, P)
         hidden = self.model(input_ids, torch.arange(len(ids), device=self.device)[None], recorder)
@@ -131,7 +131,12 @@ class Engine:
         return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
                              select_s=recorder.select_s)
 
-    def new_decoder(self, layout: CacheLayout, batch_size: int) -> Decoder:
+    def model_layout(self, layout: CacheLayout) -> ModelLayout:
+        """The layer groups of this model for a policy's ``layout``: its global layers in it,
+        each sliding-window layer in a ring of its window."""
+        return ModelLayout.build(self.config.attention_windows, layout)
+
+    def new_decoder(self, layout: ModelLayout, batch_size: int) -> Decoder:
         cache = BatchCache(self.config, layout, batch_size, self.kv_dtype, self.device)
         return Decoder(self.model, cache, compile=self.compile)
 

@@ -1,5 +1,12 @@
 """KV cache containers in slot layout: one sequence, and the fixed pool the decoder batches over.
 
+A model's layers fall into **layer groups**, one per distinct slot layout (:class:`ModelLayout`):
+a Llama-family model has one group (every layer in the policy's layout); a hybrid model such as
+Gemma 3 has its global layers in the policy's layout and its sliding-window layers in a ring of
+exactly their window (slot = position % window, nothing compressed, for every policy: the model
+was trained to see no more). Each group owns its K/V/positions tensors, so every group has one
+static shape.
+
 Keys are stored already rotated at their absolute positions, so slot order is irrelevant to
 attention; ``positions`` holds each slot's absolute position, ``-1`` for an empty slot.
 """
@@ -16,58 +23,150 @@ from snapstream.policy import CacheLayout
 EMPTY = -1
 
 
+def window_layout(window: int) -> CacheLayout:
+    """A sliding-window layer's exact cache: a ring of ``window`` slots, slot = position % window.
+    After a token is written it holds that token and the ``window - 1`` before it, which is what
+    a query of such a layer attends to (its own key included)."""
+    return CacheLayout(n_sink=0, n_topk=0, n_recent=window, n_ring=window)
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers that share one slot layout."""
+
+    layers: tuple[int, ...]  # ascending layer indices
+    layout: CacheLayout
+    window: int | None = None  # the sliding window of these layers; None: global layers
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """The slot layout of every layer of a model for one request: its layer groups, the global
+    layers' group first (the policy's layout), then one group per sliding window."""
+
+    groups: tuple[LayerGroup, ...]
+
+    def __post_init__(self) -> None:
+        layers = sorted(i for group in self.groups for i in group.layers)
+        if not self.groups or layers != list(range(len(layers))):
+            raise ValueError(f"layer groups must cover layers 0..L-1 once each, got {self}")
+
+    @classmethod
+    def build(cls, windows: tuple[int | None, ...], layout: CacheLayout) -> ModelLayout:
+        """``windows``: per layer, its sliding window or None (a global layer; a model's
+        ``config.attention_windows``); ``layout``: the policy's, for the global layers."""
+        groups = [LayerGroup(tuple(i for i, w in enumerate(windows) if w is None), layout)]
+        for window in sorted({w for w in windows if w is not None}):
+            layers = tuple(i for i, w in enumerate(windows) if w == window)
+            groups.append(LayerGroup(layers, window_layout(window), window))
+        return cls(tuple(group for group in groups if group.layers))
+
+    @property
+    def num_layers(self) -> int:
+        return sum(len(group.layers) for group in self.groups)
+
+    @property
+    def num_slots(self) -> int:
+        """Slots per KV head over every layer (what a sequence's cache holds, per KV head)."""
+        return sum(len(group.layers) * group.layout.budget for group in self.groups)
+
+    @property
+    def global_slots(self) -> int:
+        """Slots per global layer and KV head (the policy's budget); 0 if every layer slides."""
+        return next((g.layout.budget for g in self.groups if g.window is None), 0)
+
+
+@dataclass(frozen=True)
+class GroupKV:
+    """One layer group's cache of one sequence."""
+
+    group: LayerGroup
+    k: torch.Tensor  # (Lg, Hkv, S, D), Lg = len(group.layers), S = group.layout.budget
+    v: torch.Tensor  # (Lg, Hkv, S, D)
+    positions: torch.Tensor  # (Lg, Hkv, S) int32, EMPTY where unused
+
+    def __post_init__(self) -> None:
+        num_layers, num_kv_heads, num_slots, _ = self.k.shape
+        if (num_layers, num_slots) != (len(self.group.layers), self.group.layout.budget) \
+                or self.v.shape != self.k.shape:
+            raise ValueError(f"cache tensors {tuple(self.k.shape)} do not match {self.group}")
+        if self.positions.shape != (num_layers, num_kv_heads, num_slots):
+            raise ValueError(f"positions {tuple(self.positions.shape)} do not match the keys")
+
+
 @dataclass(frozen=True)
 class SequenceCache:
-    """The KV cache of one sequence; its tensor shapes depend only on the model and the layout."""
+    """The KV cache of one sequence; its tensor shapes depend only on the model and the layout.
 
-    layout: CacheLayout
-    k: torch.Tensor  # (L, Hkv, S, D), S = layout.budget
-    v: torch.Tensor  # (L, Hkv, S, D)
-    positions: torch.Tensor  # (L, Hkv, S) int32, EMPTY where unused
+    Built from one :class:`GroupKV` per group of a :class:`ModelLayout`, in its order, e.g.
+    ``SequenceCache((GroupKV(group, k, v, positions), ...), prompt_len, next_position)``;
+    :func:`snapstream.compress.build_sequence_cache` builds one from a prompt's whole K/V.
+    """
+
+    groups: tuple[GroupKV, ...]
     prompt_len: int
     next_position: int  # absolute position of the next token to be written
 
     def __post_init__(self) -> None:
-        num_layers, num_kv_heads, num_slots, _ = self.k.shape
-        if num_slots != self.layout.budget or self.v.shape != self.k.shape:
-            raise ValueError(f"cache tensors {tuple(self.k.shape)} do not match {self.layout}")
-        if self.positions.shape != (num_layers, num_kv_heads, num_slots):
-            raise ValueError(f"positions {tuple(self.positions.shape)} do not match the keys")
+        self.layout  # noqa: B018 -- validates that the groups cover every layer once
         if not 0 < self.prompt_len <= self.next_position:
             raise ValueError(f"need 0 < prompt_len <= next_position, got {self.prompt_len}, "
                              f"{self.next_position}")
 
     @property
+    def layout(self) -> ModelLayout:
+        return ModelLayout(tuple(part.group for part in self.groups))
+
+    @property
     def num_tokens_held(self) -> int:
-        return int((self.positions[0, 0] != EMPTY).sum())
+        """Tokens the global layers hold (the first group's, for a model with none)."""
+        return int((self.groups[0].positions[0, 0] != EMPTY).sum())
+
+
+@dataclass(frozen=True)
+class BatchGroupKV:
+    """One layer group's slice of a pool: ``batch_size`` rows."""
+
+    group: LayerGroup
+    k: torch.Tensor  # (Lg, B, Hkv, S, D)
+    v: torch.Tensor  # (Lg, B, Hkv, S, D)
+    positions: torch.Tensor  # (Lg, B, Hkv, S) int32, EMPTY where unused
 
 
 class BatchCache:
-    """A fixed pool of ``batch_size`` rows sharing one layout: every decode step sees one shape."""
+    """A fixed pool of ``batch_size`` rows sharing one layout: every decode step sees one shape
+    per layer group."""
 
     def __init__(
-        self, config: ModelConfig, layout: CacheLayout, batch_size: int,
-        dtype: torch.dtype, device: torch.device | str = "cpu",
+        self, config: ModelConfig, layout: ModelLayout, batch_size: int, dtype: torch.dtype,
+        device: torch.device | str = "cpu",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.layout = layout
-        shape = (config.num_layers, batch_size, config.num_kv_heads, layout.budget, config.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, Hkv, S, D)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, Hkv, S, D)
-        self.positions = torch.full(shape[:-1], EMPTY, dtype=torch.int32, device=device)
+        groups = []
+        for group in layout.groups:
+            shape = (len(group.layers), batch_size, config.num_kv_heads, group.layout.budget,
+                     config.head_dim)
+            groups.append(BatchGroupKV(
+                group, k=torch.zeros(shape, dtype=dtype, device=device),  # (Lg, B, Hkv, S, D)
+                v=torch.zeros(shape, dtype=dtype, device=device),
+                positions=torch.full(shape[:-1], EMPTY, dtype=torch.int32, device=device)))
+        self.groups = tuple(groups)
 
     @property
     def batch_size(self) -> int:
-        return self.k.shape[1]
+        return self.groups[0].k.shape[1]
 
     def insert(self, row: int, seq: SequenceCache) -> None:
         if seq.layout != self.layout:
             raise ValueError(f"sequence layout {seq.layout} does not match the pool's "
                              f"{self.layout}")
-        self.k[:, row].copy_(seq.k)
-        self.v[:, row].copy_(seq.v)
-        self.positions[:, row].copy_(seq.positions)
+        for pool, part in zip(self.groups, seq.groups, strict=True):
+            pool.k[:, row].copy_(part.k)
+            pool.v[:, row].copy_(part.v)
+            pool.positions[:, row].copy_(part.positions)
 
     def clear(self, row: int) -> None:
-        self.positions[:, row].fill_(EMPTY)
+        for pool in self.groups:
+            pool.positions[:, row].fill_(EMPTY)

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from snapstream.config import ModelConfig
+from snapstream.config import FULL, SLIDING, ModelConfig, RopeConfig
 from snapstream.model import Transformer, to_hf_state
 from snapstream.tokenizer import Tokenizer as SnapstreamTokenizer
 
@@ -93,6 +93,17 @@ def write_tokenizer_files(directory: Path, chat_template: str | None = CHATML) -
     if chat_template:
         config["chat_template"] = chat_template
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def tiny_gemma3_config(**overrides) -> ModelConfig:
+    """Gemma 3 in miniature: 5 layers (sliding, sliding, global, sliding, sliding) with a
+    sliding window of 16, its own RoPE base, scaled embeddings and a query scale of its own."""
+    fields = dict(model_type="gemma3", hidden_act="gelu_tanh", num_layers=5,
+                  layer_types=(SLIDING, SLIDING, FULL, SLIDING, SLIDING), sliding_window=16,
+                  local_rope=RopeConfig(theta=1e4), rope=RopeConfig(theta=1e6),
+                  embed_scale=64**0.5, query_scale=24**-0.5, tie_word_embeddings=True,
+                  max_position_embeddings=2048)
+    return tiny_config(**{**fields, **overrides})
 
 
 def write_hf_dir(directory: Path, model: Transformer, chat_template: str | None = CHATML

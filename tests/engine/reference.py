@@ -10,6 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from snapstream.kvcache import SequenceCache
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout
 
@@ -68,6 +69,27 @@ def kept_mask(
                 is_kept = is_kept | (k < layout.ring_start)
             generated = (is_kept | in_ring) & (k <= q)
             allowed[layer, head] = torch.where(q < prompt_len, k <= q, generated)
+    return allowed
+
+
+def cache_kept_mask(cache: SequenceCache, total_len: int, num_kv_heads: int) -> torch.Tensor:
+    """:func:`kept_mask` of every layer group of ``cache`` (what prefill kept, read from its
+    slots), each layer in its group's layout; a sliding group's layers see at most their window
+    at every query, prompt and generated alike. Returns allowed (L, Hkv, T, T)."""
+    layout = cache.layout
+    allowed = torch.zeros(layout.num_layers, num_kv_heads, total_len, total_len,
+                          dtype=torch.bool)
+    q, k = torch.arange(total_len)[:, None], torch.arange(total_len)[None, :]
+    for part in cache.groups:
+        group = part.group.layout
+        selected = None
+        if group.compresses(cache.prompt_len) and group.n_topk:
+            selected = part.positions[:, :, group.n_sink : group.ring_start].long()
+        mask = kept_mask(group, cache.prompt_len, total_len, selected, len(part.group.layers),
+                         num_kv_heads)
+        if part.group.window is not None:
+            mask &= k > q - part.group.window
+        allowed[list(part.group.layers)] = mask
     return allowed
 
 

@@ -11,7 +11,7 @@ from snapstream.attention import PrefillRecorder
 from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.engine.reference import (
-    kept_mask,
+    cache_kept_mask,
     masked_logits,
     record_prefill,
     snapkv_reference_scores,
@@ -42,14 +42,8 @@ def test_equals_full_while_nothing_is_evicted(kind):
 
 def _check_against_reference(engine, ids, policy, steps):
     tokens, logits, result = greedy_with_logits(engine, ids, policy, steps)
-    config = engine.config
-    layout = result.cache.layout
-    selected = None
-    if layout.compresses(len(ids)) and layout.n_topk:
-        selected = result.cache.positions[:, :, layout.n_sink : layout.ring_start].long()
     sequence = ids + tokens[:-1]
-    allowed = kept_mask(layout, len(ids), len(sequence), selected, config.num_layers,
-                        config.num_kv_heads)
+    allowed = cache_kept_mask(result.cache, len(sequence), engine.config.num_kv_heads)
     reference = masked_logits(engine.model, sequence, allowed, len(ids),
                               engine.kv_dtype)[len(ids) - 1 :]
     torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
@@ -70,7 +64,8 @@ def test_matches_kept_set_reference_after_eviction_and_wraparound(case):
     prompt_len = rng.randint(1, 90)
     steps = 3 * n_recent + rng.randint(2, 20)  # the ring wraps around several times
     result = _check_against_reference(engine, prompt(prompt_len, seed=case), policy, steps)
-    assert result.cache.k.shape[2] == result.cache.layout.budget
+    (part,) = result.cache.groups  # a Llama model: one layer group, in the policy's layout
+    assert part.k.shape[2] == part.group.layout.budget
 
 
 # (head_dim, query heads per KV head, budget, SNAPSTREAM_GENERIC_KERNELS): every head_dim and
@@ -108,7 +103,8 @@ def test_decode_matches_reference_for_every_head_shape(monkeypatch, head_dim, gr
     policy, prompt_len = policy_with_budget(kind, budget, SWEEP_STEPS)
     result = _check_against_reference(engine, prompt(prompt_len, seed=budget), policy,
                                       SWEEP_STEPS)
-    assert result.cache.layout.budget == budget and result.cache.k.dtype == kv_dtype
+    (part,) = result.cache.groups
+    assert part.group.layout.budget == budget and part.k.dtype == kv_dtype
 
 
 def test_full_policy_matches_plain_causal_forward():
@@ -124,7 +120,8 @@ def test_one_cache_shape_for_every_prompt_length(kind):
     shapes = set()
     for length in (1, 7, 39, 40, 41, 300, 1000):
         cache = engine.prefill(prompt(length, seed=length), policy, max_new_tokens=50).cache
-        shapes.add((tuple(cache.k.shape), tuple(cache.v.shape), tuple(cache.positions.shape)))
+        shapes.add(tuple(tuple(t.shape) for part in cache.groups
+                         for t in (part.k, part.v, part.positions)))
         assert cache.num_tokens_held == min(length, policy.budget)
     assert len(shapes) == 1
 
@@ -136,23 +133,23 @@ def test_prefill_keeps_one_layer_uncompressed_at_a_time():
     engine = engine_for(model)
     policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=10, n_recent=12, window=6)
     ids = prompt(200, seed=5)
-    layout = policy.layout(len(ids), 8)
+    layout = engine.model_layout(policy.layout(len(ids), 8))
     held = []
 
     class Watching(PrefillRecorder):
         def __call__(self, layer_idx, q, k, v):
             out = super().__call__(layer_idx, q, k, v)
-            held.append([tuple(t.shape) for t in self.keys])
+            held.append([tuple(kept[0].shape) for kept in self.kept.values()])
             return out
 
     recorder = Watching(layout, torch.float32, window=policy.window, kernel=policy.kernel,
                         pooling=policy.pooling)
     model(torch.tensor([ids]), torch.arange(len(ids))[None], recorder)
-    per_layer = (model.config.num_kv_heads, layout.budget, model.config.head_dim)
+    per_layer = (model.config.num_kv_heads, policy.budget, model.config.head_dim)
     assert held == [[per_layer] * (layer + 1) for layer in range(model.config.num_layers)]
     # and the result is the whole-prompt compression's
     whole = engine.prefill(ids, policy, 8).cache
-    assert torch.equal(recorder.cache(len(ids)).positions, whole.positions)
+    assert torch.equal(recorder.cache(len(ids)).groups[0].positions, whole.groups[0].positions)
 
 
 @pytest.mark.parametrize(("num_heads", "num_kv_heads", "pooling", "kernel"),
@@ -164,7 +161,7 @@ def test_snapkv_selection_matches_paper_reference(num_heads, num_kv_heads, pooli
     policy = CachePolicy(kind="snapstream", n_sink=3, n_topk=17, n_recent=9, window=12,
                          kernel=kernel, pooling=pooling)
     cache = engine.prefill(ids, policy, max_new_tokens=1).cache
-    picked = cache.positions[:, :, policy.n_sink : policy.n_sink + policy.n_topk].long()
+    picked = cache.groups[0].positions[:, :, policy.n_sink : policy.n_sink + policy.n_topk].long()
     queries, keys = record_prefill(model, ids)
     for layer, (q, k) in enumerate(zip(queries, keys, strict=True)):
         scores = snapkv_reference_scores(q[:, -policy.window :], k, kernel, pooling)

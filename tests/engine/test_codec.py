@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from kvstore.codec import (
-    HEADER_SIZE,
     BlobCorrupted,
     BlobLayoutMismatch,
     BlobModelMismatch,
@@ -15,18 +14,22 @@ from kvstore.codec import (
     BlobVersionMismatch,
     decode_blob,
     encode_blob,
+    header_size,
 )
+from snapstream.config import FULL, SLIDING
 from snapstream.fingerprint import model_fingerprint
-from snapstream.policy import CachePolicy
+from snapstream.policy import CacheLayout, CachePolicy
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, window=8)
+# a hybrid model: two sliding-window layers of window 16 around a global one
+HYBRID = dict(num_layers=3, layer_types=(SLIDING, FULL, SLIDING), sliding_window=16)
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return engine_for(random_model(tiny_config()))
+@pytest.fixture(scope="module", params=["llama", "hybrid"])
+def engine(request):
+    return engine_for(random_model(tiny_config(**(HYBRID if request.param == "hybrid" else {}))))
 
 
 @pytest.fixture(scope="module")
@@ -42,28 +45,47 @@ def _blob(engine, spec, length=200):
 def test_round_trip_is_bit_exact(engine, spec):
     cache, blob = _blob(engine, spec)
     back = decode_blob(bytes(blob), spec, layout=cache.layout)
-    for name in ("k", "v", "positions"):
-        assert torch.equal(getattr(back, name), getattr(cache, name)), name
+    assert back.layout == cache.layout
+    for got, sent in zip(back.groups, cache.groups, strict=True):
+        for name in ("k", "v", "positions"):
+            assert torch.equal(getattr(got, name), getattr(sent, name)), name
     assert (back.prompt_len, back.next_position) == (200, 200)
+
+
+def test_a_hybrid_blob_carries_both_layer_kinds(engine, spec):
+    _, blob = _blob(engine, spec)
+    back = decode_blob(blob, spec)
+    windows = engine.config.attention_windows
+    assert [g.window for g in back.layout.groups] == ([None, 16] if windows[0] else [None])
+    for part in back.groups:
+        expected = POLICY.layout(1, 1) if part.group.window is None else \
+            CacheLayout(n_sink=0, n_topk=0, n_recent=16, n_ring=16)
+        assert part.group.layout == expected
+        assert part.group.layers == tuple(i for i, w in enumerate(windows)
+                                          if w == part.group.window)
 
 
 def test_bfloat16_round_trip(engine):
     spec = BlobSpec.for_model(engine.config, b"\x01" * 32, torch.bfloat16)
     cache = engine.prefill(list(range(90)), POLICY, max_new_tokens=8).cache
     back = decode_blob(encode_blob(cache, spec), spec)
-    assert torch.equal(back.k, cache.k.to(torch.bfloat16))
+    assert all(torch.equal(got.k, sent.k.to(torch.bfloat16))
+               for got, sent in zip(back.groups, cache.groups, strict=True))
 
 
 def test_size_is_independent_of_prompt_length(engine, spec):
     sizes = {len(_blob(engine, spec, n)[1]) for n in (3, 36, 37, 500)}
-    assert sizes == {spec.blob_size(POLICY.layout(1, 1))}
+    assert sizes == {spec.blob_size(spec.model_layout(POLICY.layout(1, 1)))}
 
 
 def test_decode_views_the_buffer_without_copying(engine, spec):
-    _, blob = _blob(engine, spec)
+    cache, blob = _blob(engine, spec)
     back = decode_blob(blob, spec)
-    blob[HEADER_SIZE] ^= 0xFF  # the view sees the change: no copy was made
-    assert back.k.view(-1).view(torch.uint8)[0] == blob[HEADER_SIZE]
+    start = header_size(cache.layout)
+    blob[start] ^= 0xFF  # the view sees the change: no copy was made
+    assert back.groups[0].k.view(-1).view(torch.uint8)[0] == blob[start]
+    blob[-1] ^= 0xFF  # the last group's positions too
+    assert back.groups[-1].positions.view(-1).view(torch.uint8)[-1] == blob[-1]
 
 
 def test_truncated(engine, spec):
@@ -74,9 +96,11 @@ def test_truncated(engine, spec):
         decode_blob(blob[:10], spec)
 
 
-@pytest.mark.parametrize("offset", [HEADER_SIZE + 5, -1, 60])
-def test_bit_flip_is_detected(engine, spec, offset):
-    _, blob = _blob(engine, spec)
+@pytest.mark.parametrize("where", ["payload", "end", "fixed header", "group table"])
+def test_bit_flip_is_detected(engine, spec, where):
+    cache, blob = _blob(engine, spec)
+    offset = {"payload": header_size(cache.layout) + 5, "end": -1, "fixed header": 60,
+              "group table": header_size(cache.layout) - 6}[where]
     blob[offset] ^= 0x10
     with pytest.raises(BlobCorrupted, match="checksum"):
         decode_blob(blob, spec)
@@ -89,18 +113,35 @@ def test_wrong_version(engine, spec):
         decode_blob(blob, spec)
 
 
+def test_a_version_1_blob_is_refused(engine, spec):
+    """The first format (one layout for every layer, a 112-byte header) is refused by its
+    version field before anything else is read."""
+    cache, _ = _blob(engine, spec)
+    old = bytearray(b"SNAPKV\x00\x00" + (1).to_bytes(2, "little") + (112).to_bytes(2, "little"))
+    old += bytes(112 - len(old) + spec.payload_size(cache.layout))
+    with pytest.raises(BlobVersionMismatch, match="version 1, this reader handles 2"):
+        decode_blob(old, spec)
+
+
 def test_wrong_model(engine, spec):
     _, blob = _blob(engine, spec)
     other = dataclasses.replace(spec, fingerprint=b"\x00" * 32)
     with pytest.raises(BlobModelMismatch, match="model"):
         decode_blob(blob, other)
     with pytest.raises(BlobModelMismatch, match="layers"):
-        decode_blob(blob, dataclasses.replace(spec, num_layers=3))
+        decode_blob(blob, dataclasses.replace(spec, num_layers=spec.num_layers + 1))
+
+
+def test_layer_groups_of_another_layer_pattern_are_refused(engine, spec):
+    _, blob = _blob(engine, spec)
+    other = (None,) * spec.num_layers if spec.windows[0] else (7, *spec.windows[1:])
+    with pytest.raises(BlobLayoutMismatch, match="layer groups"):
+        decode_blob(blob, dataclasses.replace(spec, windows=other))
 
 
 def test_wrong_layout_or_dtype(engine, spec):
     _, blob = _blob(engine, spec)
-    other = CachePolicy(n_sink=4, n_topk=21, n_recent=11, window=8).layout(1, 1)
+    other = spec.model_layout(CachePolicy(n_sink=4, n_topk=21, n_recent=11).layout(1, 1))
     with pytest.raises(BlobLayoutMismatch, match="layout"):
         decode_blob(blob, spec, layout=other)
     with pytest.raises(BlobLayoutMismatch, match="dtype"):

@@ -13,6 +13,8 @@ import torch
 from snapstream import CachePolicy, Engine, SamplingParams
 from snapstream.config import FULL, SLIDING, ModelConfig
 from snapstream.model import causal_attention
+from tests.engine.helpers import greedy_with_logits
+from tests.engine.reference import cache_kept_mask, masked_logits
 from tests.tiny_models import TINY_VOCAB_SIZE, write_tokenizer_files
 
 WINDOW = 8
@@ -76,15 +78,35 @@ def test_prefill_logits_match_transformers(gemma, engine, seed):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_greedy_generation_matches_transformers(gemma, engine, seed):
-    ids = _ids(seed)
+@pytest.mark.parametrize(("seed", "length"), [(0, PROMPT), (1, PROMPT), (2, 3), (3, WINDOW)])
+def test_full_decode_matches_transformers_full_cache_decode(gemma, engine, seed, length):
+    """``full`` on the hybrid cache (sliding layers: a ring of exactly the window) equals
+    transformers' own greedy decode, token for token and logits within 1e-4, for prompts
+    inside and past the window and generations that cross it several times."""
+    ids = _ids(seed, length)
+    steps = 3 * WINDOW + 2
     with torch.no_grad():
-        expected = gemma[1].generate(ids, max_new_tokens=12, do_sample=False,
-                                     eos_token_id=None)[0, PROMPT:].tolist()
-    out = engine.generate(ids[0].tolist(), max_new_tokens=12, policy=CachePolicy(kind="full"),
-                          sampling=SamplingParams(temperature=0, ignore_eos=True))
-    assert out.token_ids == expected
+        expected = gemma[1].generate(ids, max_new_tokens=steps, do_sample=False,
+                                     eos_token_id=None, output_scores=True,
+                                     return_dict_in_generate=True)
+    tokens, logits, result = greedy_with_logits(engine, ids[0].tolist(),
+                                                CachePolicy(kind="full"), steps)
+    assert result.cache.groups[1].group.layout.budget == WINDOW
+    assert tokens == expected.sequences[0, length:].tolist()
+    torch.testing.assert_close(logits, torch.cat(expected.scores), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("length", [3, PROMPT, 90])
+def test_compressing_decode_matches_the_kept_set_reference(engine, length):
+    """SnapKV on the global layer and the window ring on the sliding ones, past both budgets:
+    every decode step equals full attention restricted to what the cache keeps."""
+    ids = _ids(length, length)[0].tolist()
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=8, n_recent=6, window=4, kernel=3)
+    tokens, logits, result = greedy_with_logits(engine, ids, policy, 2 * WINDOW + 1)
+    sequence = ids + tokens[:-1]
+    allowed = cache_kept_mask(result.cache, len(sequence), engine.config.num_kv_heads)
+    reference = masked_logits(engine.model, sequence, allowed, len(ids))[len(ids) - 1 :]
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
 
 
 def test_a_fixed_cache_holding_every_token_decodes_as_full_attention(engine):

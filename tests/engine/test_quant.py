@@ -145,16 +145,17 @@ def test_quantized_engines_keep_a_bfloat16_kv_cache(engines, dtype):
     policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=16, window=8)
     result = engine.prefill(list(range(40, 100)), policy, 8)
     layout = result.cache.layout
-    assert result.cache.k.dtype == result.cache.v.dtype == torch.bfloat16
-    assert engine.new_decoder(layout, 2).cache.k.dtype == torch.bfloat16
+    (part,) = result.cache.groups
+    assert part.k.dtype == part.v.dtype == torch.bfloat16
+    assert engine.new_decoder(layout, 2).cache.groups[0].k.dtype == torch.bfloat16
     spec, reference_spec = blob_spec(engine), blob_spec(reference)
     assert spec.dtype == torch.bfloat16
-    slots = engine.config.num_layers * engine.config.num_kv_heads * layout.budget
+    slots = engine.config.num_layers * engine.config.num_kv_heads * policy.budget
     # K and V at 2 bytes instead of 4; the int32 positions stay
     assert reference_spec.payload_size(layout) - spec.payload_size(layout) == (
         2 * slots * engine.config.head_dim * 2)
     blob = encode_blob(result.cache, spec)
-    assert decode_blob(blob, spec, layout=layout).k.dtype == torch.bfloat16
+    assert decode_blob(blob, spec, layout=layout).groups[0].k.dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])

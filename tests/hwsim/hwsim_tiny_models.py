@@ -33,3 +33,15 @@ TINY_DEEPSEEK = {
     "num_hidden_layers": 3,
     "vocab_size": 16,
 }
+
+# Gemma 3 in miniature: TINY_LLAMA's shapes, tied, 5 layers: 2 sliding (window 4), 1 global,
+# 2 sliding.
+TINY_GEMMA3 = {
+    **TINY_LLAMA,
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 5,
+    "tie_word_embeddings": True,
+    "sliding_window": 4,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+                    "sliding_attention", "sliding_attention"],
+}

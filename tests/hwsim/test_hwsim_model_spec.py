@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from hwsim_tiny_models import TINY_DEEPSEEK, TINY_LLAMA
+from hwsim_tiny_models import TINY_DEEPSEEK, TINY_GEMMA3, TINY_LLAMA
 
 from hwsim.config_loader import load_model_spec, parse_config, target_names
 from hwsim.model_spec import MoeFfn
@@ -73,7 +73,29 @@ def test_published_parameter_counts():
 
 
 def test_targets_shipped():
-    assert {"llama-3.1-8b", "llama-3.1-70b", "deepseek-v3", "deepseek-r1"} <= set(target_names())
+    assert {"llama-3.1-8b", "llama-3.1-70b", "deepseek-v3", "deepseek-r1",
+            "gemma-3-270m"} <= set(target_names())
+
+
+def test_tiny_gemma3_windowed_layers_by_hand():
+    model = parse_config("tiny-gemma", TINY_GEMMA3)
+    assert [(g.count, g.window) for g in model.layer_groups] == [(2, 4), (1, None), (2, 4)]
+    assert model.params() == 256 + 5 * 592 + 8  # tied: the head is the final norm only
+    # per layer K and V of 1 head of dim 4 = 8 elements a token; 4 windowed layers hold at
+    # most 4 tokens, the global one all of them
+    assert model.kv_elements(3) == 5 * 3 * 8
+    assert model.kv_elements(10) == (4 * 4 + 10) * 8
+    assert model.kv_elements_per_token() == 5 * 8
+    # prefill of 6: the global layer 21 causal pairs, a windowed one 10 + 2 x 4 = 18
+    assert model.prefill_pairs(6) == 21 + 4 * 18
+
+
+def test_gemma3_270m_counts():
+    model = load_model_spec("gemma-3-270m")
+    assert model.params() == pytest.approx(268e6, rel=2e-3)  # "270M", 170M of them embedding
+    assert [g.window for g in model.layer_groups] == [512, None] * 3
+    per_token = 2 * 256  # K and V, 1 KV head of dim 256, per layer
+    assert model.kv_elements(32768) == (3 * 32768 + 15 * 512) * per_token
 
 
 def test_load_from_path_and_checkpoint_dir(tmp_path):

@@ -1,7 +1,7 @@
 """Bytes and FLOPs per step, by hand for tiny models and against the kernel-looping table."""
 
 import pytest
-from hwsim_tiny_models import TINY_DEEPSEEK, TINY_LLAMA
+from hwsim_tiny_models import TINY_DEEPSEEK, TINY_GEMMA3, TINY_LLAMA
 
 from hwsim.config_loader import load_model_spec, parse_config
 from hwsim.dtypes import DType
@@ -43,6 +43,18 @@ def test_tiny_llama_prefill_by_hand():
     assert work.flops == 3 * 2304 + 6 * 2 * 32 + 512
     assert _by_name(work)["kv_cache"].write_bytes == 3 * 16 * 2
     assert _by_name(work)["weights/embedding"].read_bytes == 3 * 8 * 2
+
+
+def test_tiny_gemma3_decode_reads_at_most_the_window_on_sliding_layers():
+    model = parse_config("tiny-gemma", TINY_GEMMA3)
+    work = decode_work(model, batch=2, cache_tokens=10, precision=BF16)
+    # 2 sequences x (4 windowed layers x 4 tokens + 1 global x 10) x 8 elements x 2 bytes
+    assert _by_name(work)["kv_cache"].read_bytes == 2 * 26 * 8 * 2
+    # attention 4*2*4 FLOPs per (query head group, key): over 26 layer-tokens, not 50
+    every_global = {**TINY_GEMMA3, "layer_types": ["full_attention"] * 5}
+    plain = decode_work(parse_config("tiny", every_global), batch=2, cache_tokens=10,
+                        precision=BF16)
+    assert plain.flops - work.flops == 2 * 32 * (50 - 26)
 
 
 def test_tiny_deepseek_decode_by_hand():

@@ -55,10 +55,10 @@ class SnapstreamRunner:
 
     def _kv(self, layout) -> tuple[int, str]:
         config, kv_dtype = self.engine.config, self.engine.kv_dtype
-        per_slot = config.num_layers * config.num_kv_heads * (
-            2 * config.head_dim * kv_dtype.itemsize + 4)  # K, V and an int32 position
-        return layout.budget * per_slot, (
-            f"the decode row: {layout.budget} slots × layers × KV heads × (K and V in "
+        slots = layout.num_slots  # over every layer, per KV head
+        per_slot = config.num_kv_heads * (2 * config.head_dim * kv_dtype.itemsize + 4)
+        return slots * per_slot, (
+            f"the decode row: {slots} slots over the layers × KV heads × (K and V in "
             f"{str(kv_dtype).removeprefix('torch.')} + an int32 position)")
 
     def generate(self, args: dict) -> dict:
@@ -72,11 +72,11 @@ class SnapstreamRunner:
         for token in engine.stream(prompt_ids, max_new, policy, sampling):
             stamps.append(time.perf_counter())
             token_ids.append(token)
-        layout = policy.layout(len(prompt_ids), max_new)
+        layout = engine.model_layout(policy.layout(len(prompt_ids), max_new))
         kv_bytes, kv_note = self._kv(layout)
         return generation_reply(
             start=start, stamps=stamps, token_ids=token_ids, kv_bytes=kv_bytes,
-            kv_note=kv_note, extra={"policy": str(policy), "slots": layout.budget})
+            kv_note=kv_note, extra={"policy": str(policy), "slots": layout.global_slots})
 
     def generate_batch(self, args: dict) -> dict:
         import torch
@@ -105,7 +105,8 @@ class SnapstreamRunner:
             positions += 1
         kv_bytes, kv_note = self._kv(layout)
         return batch_reply(start=start, stamps=stamps, token_ids=token_ids, kv_bytes=kv_bytes,
-                           kv_note=kv_note, extra={"policy": str(policy), "slots": layout.budget})
+                           kv_note=kv_note, extra={"policy": str(policy),
+                                                   "slots": layout.global_slots})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""KV bytes per sequence: snapstream's layer groups against the full cache and llama.cpp's.
+
+Computed from the model's config and the cache rules, nothing run: snapstream's layout (the
+policy's on global layers, a ring of the window on sliding ones, plus an int32 position per
+slot), the naive full cache (every layer holds the prompt), and llama.cpp's SWA cache for one
+sequence at ``n_ctx`` = the prompt (``llama_kv_cache_iswa``: the non-SWA layers hold
+``n_ctx`` cells, the SWA layers ``GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.report import command_line, markdown_table, parse_ints, write_section
+from serving.settings import add_model_setting
+
+if TYPE_CHECKING:
+    from snapstream.policy import CachePolicy
+
+LLAMA_CPP_UBATCH = 512  # llama.cpp's default n_ubatch
+LLAMA_CPP_SWA_PAD = 256  # "the SWA cache is always padded to 256"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_model_setting(parser)
+    parser.add_argument("--lengths", type=parse_ints, default=(4096, 16384, 32768),
+                        help="prompt tokens")
+    parser.add_argument("--kv-dtype", default="bfloat16", choices=("bfloat16", "float32"),
+                        help="snapstream's K/V element (llama.cpp's default f16 is 2 bytes)")
+    parser.add_argument("--doc", type=Path, default=Path("docs/model.md"))
+    parser.add_argument("--no-doc", action="store_true", help="print only")
+
+
+def _pad(value: int, to: int) -> int:
+    return (value + to - 1) // to * to
+
+
+def kv_rows(windows: tuple[int | None, ...], default: CachePolicy, slot_bytes: int,
+            token_bytes: int, lengths: tuple[int, ...]) -> list[tuple[str, list[int]]]:
+    """(system, bytes per sequence at each length). ``windows``: per layer, None for a global
+    one; ``slot_bytes``: a snapstream slot of one layer (K, V, position); ``token_bytes``: one
+    token's K and V in one layer (in llama.cpp's f16 too: both 2-byte elements)."""
+    from snapstream.kvcache import ModelLayout
+    from snapstream.policy import CachePolicy
+
+    def snapstream(policy: CachePolicy, length: int) -> int:
+        layout = ModelLayout.build(windows, policy.layout(length, 0))
+        return layout.num_slots * slot_bytes
+
+    def llama_cpp(length: int) -> int:
+        swa = _pad(min(length, max(w or 0 for w in windows) + LLAMA_CPP_UBATCH),
+                   LLAMA_CPP_SWA_PAD)
+        return sum(length if w is None else swa for w in windows) * token_bytes
+
+    return [
+        (f"snapstream, default policy (global budget {default.budget})",
+         [snapstream(default, n) for n in lengths]),
+        ("snapstream, `full`", [snapstream(CachePolicy(kind="full"), n) for n in lengths]),
+        ("llama.cpp SWA cache (f16, n_ctx = prompt)", [llama_cpp(n) for n in lengths]),
+        ("full cache, every layer x prompt", [len(windows) * n * token_bytes for n in lengths]),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from snapstream.checkpoints import open_checkpoint
+    from snapstream.policy import load_default_policy
+
+    checkpoint = open_checkpoint(args.model)
+    config = checkpoint.config
+    token = config.num_kv_heads * 2 * config.head_dim * getattr(torch, args.kv_dtype).itemsize
+    slot = token + config.num_kv_heads * 4  # + snapstream's int32 position per KV head
+    lengths = tuple(n for n in args.lengths if n <= config.max_position_embeddings)
+    if not lengths:
+        raise SystemExit(f"--lengths: every length exceeds the model's context of "
+                         f"{config.max_position_embeddings} tokens")
+    rows = kv_rows(config.attention_windows, load_default_policy(checkpoint.policy_file), slot,
+                   token, lengths)
+    full = rows[-1][1]
+    table = markdown_table(
+        ["KV bytes per sequence", *(f"{n:,} tokens" for n in lengths)],
+        [[name, *(f"{b / 2**20:.1f} MiB ({b / f:.1%})" for b, f in zip(values, full,
+                                                                       strict=True))]
+         for name, values in rows])
+    sliding = len(config.sliding_layers)
+    body = (f"{checkpoint.name}: {config.num_layers} layers ({sliding} sliding, window "
+            f"{config.sliding_window}), {config.num_kv_heads} KV head(s) of dim "
+            f"{config.head_dim}; snapstream's K/V in {args.kv_dtype} + an int32 position per "
+            f"slot; percentages of the full cache (in {args.kv_dtype}, no positions).\n\n"
+            f"{table}\n\n`{command_line()}`")
+    print(body)
+    if not args.no_doc:
+        write_section(args.doc, "kv-bytes", body)
+    return 0
