@@ -9,7 +9,7 @@ it changes, each figure against a baseline measured in the same run.
   policy) of two source trees (e.g. before and after a change), in fresh processes taking turns.
 - ``agreement``: dtype gguf against the float32 dequantized model: perplexity, KL and top-1
   agreement teacher-forced over a held-out text (docs shipped in the repo), and greedy parity of
-  32 tokens on the 8 chat prompts of ``bench.quant_bench``.
+  32 tokens on the 8 chat prompts of ``bench.quant_bench`` (as raw text for a base model).
 
 Run: ``python -m bench.blocks_bench {load,decode,agreement} [...]``.
 """
@@ -47,7 +47,7 @@ Path("/proc/self/clear_refs").write_text("5")
 before = status("VmRSS:")
 model = load_model(checkpoint, keep_blocks=sys.argv[2] == "gguf")
 size = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-print(json.dumps({"before": before, "peak": status("VmHWM:"), "model": size,
+print(json.dumps({"before": before, "peak": status("VmHWM:"), "bytes": size,
                   "file": Path(checkpoint.path).stat().st_size}))
 """
 
@@ -119,11 +119,11 @@ def run_load(models: list[str], synthetic: bool) -> list[dict]:
                                                                                    "float32"):
                 got = load_peak(model, dtype)
                 rows.append({"model": Path(model).name, "dtype": dtype, **got,
-                             "ratio": (got["peak"] - got["before"]) / got["model"]})
+                             "ratio": (got["peak"] - got["before"]) / got["bytes"]})
     print(f"{'model':32} {'dtype':8} {'file MiB':>9} {'model MiB':>10} {'peak growth MiB':>16} "
           f"{'ratio':>6}")
     for r in rows:
-        print(f"{r['model']:32} {r['dtype']:8} {r['file'] / MIB:9.1f} {r['model'] / MIB:10.1f} "
+        print(f"{r['model']:32} {r['dtype']:8} {r['file'] / MIB:9.1f} {r['bytes'] / MIB:10.1f} "
               f"{(r['peak'] - r['before']) / MIB:16.1f} {r['ratio']:6.2f}")
     return rows
 
@@ -191,7 +191,8 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
            "top1": float((got["top1"] == ref["top1"]).float().mean())}
     out["ppl_ratio"] = out["ppl"]["gguf"] / out["ppl"]["float32"]
     if chat:
-        chats = [tokenizer.render_chat([ChatMessage("user", p)]) for p in CHAT_PROMPTS]
+        chats = [tokenizer.render_chat([ChatMessage("user", p)]) if tokenizer.chat_template
+                 else p for p in CHAT_PROMPTS]  # a base model: the prompts as raw text
         outs = {f: [greedy(e, c, 32) for c in chats] for f, e in engines.items()}
         out["chat_identical"] = sum(a == b for a, b in zip(outs["gguf"], outs["float32"],
                                                            strict=True))
