@@ -157,7 +157,9 @@ def run_decode(trees: list[str], rounds: int) -> dict[str, dict[str, list[float]
         for tree in trees:
             run = subprocess.run([sys.executable, "-c", DECODE_STEPS], cwd=tree, check=True,
                                  capture_output=True, text=True)
-            for batch, seconds in json.loads(run.stdout.splitlines()[-1]).items():
+            got = json.loads(run.stdout.splitlines()[-1])
+            print(f"{tree}: {got}", flush=True)  # each round as it comes
+            for batch, seconds in got.items():
                 times[tree].setdefault(batch, []).append(seconds)
     base = trees[0]
     print(f"{'tree':28} {'batch':>5} {'ms/step (median of rounds)':>27} {'vs first':>9}")
@@ -169,7 +171,7 @@ def run_decode(trees: list[str], rounds: int) -> dict[str, dict[str, list[float]
     return times
 
 
-def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
+def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions: int) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -183,7 +185,7 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
     text = "\n\n".join((ROOT / "docs" / name).read_text()
                        for name in ("architecture.md", "benchmarks.md", "accuracy.md"))
     ids = tokenizer.encode(text)[:text_tokens]
-    stats = {fmt: _forced(engine, ids) for fmt, engine in engines.items()}
+    stats = {fmt: _forced(engine, ids, kl_positions) for fmt, engine in engines.items()}
     ref, got = stats["float32"], stats["gguf"]
     out = {"tokens": len(ids), "ppl": {f: float(np.exp(s["nll"].mean())) for f, s in stats.items()},
            "kl": float(F.kl_div(got["logp"], ref["logp"], log_target=True,
@@ -202,9 +204,10 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
     return out
 
 
-def _forced(engine, ids: list[int], rows: int = 256) -> dict:
+def _forced(engine, ids: list[int], kl_positions: int, rows: int = 256) -> dict:
     """Teacher-forced over ``ids`` (full causal attention): per-position NLL of the next token,
-    top-1 ids, and log-probabilities on a 1,024-position sample for the KL."""
+    top-1 ids, and log-probabilities of the first ``kl_positions`` positions for the KL (a
+    multiple of ``rows``; (positions, vocabulary) float32 each)."""
     import torch
 
     model = engine.model
@@ -216,7 +219,7 @@ def _forced(engine, ids: list[int], rows: int = 256) -> dict:
         target = torch.tensor(ids[start + 1:start + 1 + len(lp)])
         nll.append(-lp[torch.arange(len(lp)), target])
         top1.append(lp.argmax(-1))
-        if start < 1024:
+        if start < kl_positions:
             logp.append(lp)
     return {"nll": torch.cat(nll).numpy(), "top1": torch.cat(top1), "logp": torch.cat(logp)}
 
@@ -234,13 +237,16 @@ def main(argv: list[str] | None = None) -> None:
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
     agree.add_argument("--no-chat", action="store_true")
+    agree.add_argument("--kl-positions", type=int, default=1024,
+                       help="positions whose distributions are kept for the KL (memory: "
+                            "positions x vocabulary x 4 bytes per format)")
     args = parser.parse_args(argv)
     if args.what == "load":
         run_load(args.models, args.synthetic_1b)
     elif args.what == "decode":
         run_decode(args.trees, args.rounds)
     else:
-        run_agreement(args.model, args.tokens, not args.no_chat)
+        run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions)
 
 
 if __name__ == "__main__":
