@@ -9,7 +9,7 @@ it changes, each figure against a baseline measured in the same run.
   policy) of two source trees (e.g. before and after a change), in fresh processes taking turns.
 - ``agreement``: dtype gguf against the float32 dequantized model: perplexity, KL and top-1
   agreement teacher-forced over a held-out text (docs shipped in the repo), and greedy parity of
-  32 tokens on the 8 chat prompts of ``bench.quant_bench``.
+  32 tokens on the 8 chat prompts of ``bench.quant_bench`` (as raw text for a base model).
 
 Run: ``python -m bench.blocks_bench {load,decode,agreement} [...]``.
 """
@@ -47,7 +47,7 @@ Path("/proc/self/clear_refs").write_text("5")
 before = status("VmRSS:")
 model = load_model(checkpoint, keep_blocks=sys.argv[2] == "gguf")
 size = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-print(json.dumps({"before": before, "peak": status("VmHWM:"), "model": size,
+print(json.dumps({"before": before, "peak": status("VmHWM:"), "bytes": size,
                   "file": Path(checkpoint.path).stat().st_size}))
 """
 
@@ -119,11 +119,11 @@ def run_load(models: list[str], synthetic: bool) -> list[dict]:
                                                                                    "float32"):
                 got = load_peak(model, dtype)
                 rows.append({"model": Path(model).name, "dtype": dtype, **got,
-                             "ratio": (got["peak"] - got["before"]) / got["model"]})
+                             "ratio": (got["peak"] - got["before"]) / got["bytes"]})
     print(f"{'model':32} {'dtype':8} {'file MiB':>9} {'model MiB':>10} {'peak growth MiB':>16} "
           f"{'ratio':>6}")
     for r in rows:
-        print(f"{r['model']:32} {r['dtype']:8} {r['file'] / MIB:9.1f} {r['model'] / MIB:10.1f} "
+        print(f"{r['model']:32} {r['dtype']:8} {r['file'] / MIB:9.1f} {r['bytes'] / MIB:10.1f} "
               f"{(r['peak'] - r['before']) / MIB:16.1f} {r['ratio']:6.2f}")
     return rows
 
@@ -157,7 +157,9 @@ def run_decode(trees: list[str], rounds: int) -> dict[str, dict[str, list[float]
         for tree in trees:
             run = subprocess.run([sys.executable, "-c", DECODE_STEPS], cwd=tree, check=True,
                                  capture_output=True, text=True)
-            for batch, seconds in json.loads(run.stdout.splitlines()[-1]).items():
+            got = json.loads(run.stdout.splitlines()[-1])
+            print(f"{tree}: {got}", flush=True)  # each round as it comes
+            for batch, seconds in got.items():
                 times[tree].setdefault(batch, []).append(seconds)
     base = trees[0]
     print(f"{'tree':28} {'batch':>5} {'ms/step (median of rounds)':>27} {'vs first':>9}")
@@ -169,7 +171,7 @@ def run_decode(trees: list[str], rounds: int) -> dict[str, dict[str, list[float]
     return times
 
 
-def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
+def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions: int) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -183,7 +185,7 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
     text = "\n\n".join((ROOT / "docs" / name).read_text()
                        for name in ("architecture.md", "benchmarks.md", "accuracy.md"))
     ids = tokenizer.encode(text)[:text_tokens]
-    stats = {fmt: _forced(engine, ids) for fmt, engine in engines.items()}
+    stats = {fmt: _forced(engine, ids, kl_positions) for fmt, engine in engines.items()}
     ref, got = stats["float32"], stats["gguf"]
     out = {"tokens": len(ids), "ppl": {f: float(np.exp(s["nll"].mean())) for f, s in stats.items()},
            "kl": float(F.kl_div(got["logp"], ref["logp"], log_target=True,
@@ -191,7 +193,8 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
            "top1": float((got["top1"] == ref["top1"]).float().mean())}
     out["ppl_ratio"] = out["ppl"]["gguf"] / out["ppl"]["float32"]
     if chat:
-        chats = [tokenizer.render_chat([ChatMessage("user", p)]) for p in CHAT_PROMPTS]
+        chats = [tokenizer.render_chat([ChatMessage("user", p)]) if tokenizer.chat_template
+                 else p for p in CHAT_PROMPTS]  # a base model: the prompts as raw text
         outs = {f: [greedy(e, c, 32) for c in chats] for f, e in engines.items()}
         out["chat_identical"] = sum(a == b for a, b in zip(outs["gguf"], outs["float32"],
                                                            strict=True))
@@ -201,9 +204,10 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool) -> dict:
     return out
 
 
-def _forced(engine, ids: list[int], rows: int = 256) -> dict:
+def _forced(engine, ids: list[int], kl_positions: int, rows: int = 256) -> dict:
     """Teacher-forced over ``ids`` (full causal attention): per-position NLL of the next token,
-    top-1 ids, and log-probabilities on a 1,024-position sample for the KL."""
+    top-1 ids, and log-probabilities of the first ``kl_positions`` positions for the KL (a
+    multiple of ``rows``; (positions, vocabulary) float32 each)."""
     import torch
 
     model = engine.model
@@ -215,7 +219,7 @@ def _forced(engine, ids: list[int], rows: int = 256) -> dict:
         target = torch.tensor(ids[start + 1:start + 1 + len(lp)])
         nll.append(-lp[torch.arange(len(lp)), target])
         top1.append(lp.argmax(-1))
-        if start < 1024:
+        if start < kl_positions:
             logp.append(lp)
     return {"nll": torch.cat(nll).numpy(), "top1": torch.cat(top1), "logp": torch.cat(logp)}
 
@@ -233,13 +237,16 @@ def main(argv: list[str] | None = None) -> None:
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
     agree.add_argument("--no-chat", action="store_true")
+    agree.add_argument("--kl-positions", type=int, default=1024,
+                       help="positions whose distributions are kept for the KL (memory: "
+                            "positions x vocabulary x 4 bytes per format)")
     args = parser.parse_args(argv)
     if args.what == "load":
         run_load(args.models, args.synthetic_1b)
     elif args.what == "decode":
         run_decode(args.trees, args.rounds)
     else:
-        run_agreement(args.model, args.tokens, not args.no_chat)
+        run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions)
 
 
 if __name__ == "__main__":

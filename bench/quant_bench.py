@@ -51,7 +51,7 @@ class DecodeSpec:
 
 @dataclass(frozen=True)
 class QuantBenchConfig:
-    formats: tuple[str, ...] = ("float32", "int8", "int4")
+    formats: tuple[str, ...] = ("float32", "gguf", "int8", "int4")
     threads: tuple[int, ...] = (1, 2)
     decode: tuple[DecodeSpec, ...] = (DecodeSpec(1, 1024, "model"), DecodeSpec(16, 1024, "model"),
                                       DecodeSpec(1, 8192, "full"))

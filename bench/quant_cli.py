@@ -1,4 +1,4 @@
-"""Weight formats (float32, int8, int4): decode, prefill, RSS and parity (docs/)."""
+"""Weight formats (float32, gguf, int8, int4): decode, prefill, RSS and parity (docs/)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from serving.settings import add_model_setting
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_model_setting(parser)
-    parser.add_argument("--formats", default="float32,int8,int4",
+    parser.add_argument("--formats", default="float32,gguf,int8,int4",
                         help="the first is the reference of ratios and parity")
     parser.add_argument("--threads", type=parse_ints, default=(1, 2),
                         help="torch thread counts, each measured in the same rounds")

@@ -14,6 +14,7 @@ from torch import nn
 from snapstream.checkpoints import Checkpoint
 from snapstream.model import FUSED, Transformer, from_hf_state
 from snapstream.quant import (
+    QUANTIZED_LINEARS,
     GroupedCodes,
     QuantizedEmbedding,
     quantized_linear,
@@ -74,18 +75,20 @@ def _load_blocks(model: Transformer, checkpoint: Checkpoint, dtype: torch.dtype)
                          "int8 or int4)")
     pending: dict[str, dict[int, GroupedCodes]] = {}
     replaced = set()
-    for name, codes in checkpoint.block_weights():
+    for name, tensor in checkpoint.block_weights():
         module = name.removesuffix(".weight")
         module = "lm_head" if module == "model.embed_tokens" else module  # the tied head
-        if (slot := _fused_slot(module)) is not None:
+        if (slot := _fused_slot(module)) is None:
+            layer = QUANTIZED_LINEARS[tensor.bits].from_chunks(tensor.chunks(), tensor.rows)
+        else:
             module, index, count = slot
             parts = pending.setdefault(module, {})
-            parts[index] = codes
+            parts[index] = tensor.whole()
             if len(parts) < count:
                 continue
             del pending[module]
-            codes = GroupedCodes.stacked([parts[i] for i in range(count)])
-        model.set_submodule(module, quantized_linear(codes))
+            layer = quantized_linear(GroupedCodes.stacked([parts[i] for i in range(count)]))
+        model.set_submodule(module, layer)
         replaced.add(module)
         return_freed_memory()  # the tensor's temporaries, before the next one's
     if "lm_head" in replaced and model.config.tie_word_embeddings:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -140,15 +140,18 @@ def exact_dtype(values: torch.Tensor) -> torch.dtype:
     return torch.float16 if torch.equal(values.half().float(), values) else torch.float32
 
 
-def pack_scales(codes: GroupedCodes) -> torch.Tensor:
-    """(N, G) scales and offsets -> the kernels' (ceil(N/16), G, S, 16), S = 2 with offsets,
-    1 without; float16 where exact, else float32."""
+def _scale_rows(codes: GroupedCodes) -> torch.Tensor:
+    """(N, G, S) float32: each group's scale and, S = 2, its offset."""
     parts = [codes.scales] if codes.offsets is None else [codes.scales, codes.offsets]
-    both = torch.stack(parts, dim=-1).float()  # (N, G, S)
-    N, G, S = both.shape
-    padded = torch.cat([both, both.new_zeros(-N % BLOCK, G, S)])  # (NB*16, G, S)
-    packed = padded.view(-1, BLOCK, G, S).permute(0, 2, 3, 1).contiguous()  # (NB, G, S, 16)
-    return packed.to(exact_dtype(both))
+    return torch.stack(parts, dim=-1).float()
+
+
+def pack_scales(rows: torch.Tensor) -> torch.Tensor:
+    """(N, G, S) scales and offsets, N a multiple of 16 -> the kernels' (N/16, G, S, 16);
+    float16 where exact, else float32."""
+    _, G, S = rows.shape
+    packed = rows.view(-1, BLOCK, G, S).permute(0, 2, 3, 1).contiguous()  # (NB, G, S, 16)
+    return packed.to(exact_dtype(packed))
 
 
 def _flat_bf16(x: torch.Tensor) -> torch.Tensor:
@@ -164,13 +167,44 @@ class QuantizedLinear(nn.Module):
 
     def __init__(self, codes: GroupedCodes, bias: torch.Tensor | None = None) -> None:
         super().__init__()
-        if codes.bits != self.bits:
-            raise ValueError(f"{type(self).__name__} holds {self.bits}-bit codes, got "
-                             f"{codes.bits}-bit ones")
-        self.out_features, self.in_features = codes.codes.shape
-        self.register_buffer("weight", self.pack_codes(to_blocks(codes.codes)))
-        self.register_buffer("scales", pack_scales(codes))  # (N/16, G, S, 16)
+        self._pack(iter([codes]), len(codes.codes))
         self.bias = bias  # (N,) in the model's dtype, or None
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterator[GroupedCodes], rows: int) -> QuantizedLinear:
+        """A layer of ``rows`` outputs from its codes in chunks of rows (a multiple of 16 rows
+        each but the last), packed as they come: a large weight (an LM head) never exists
+        unpacked whole beside its packed copy."""
+        layer = cls.__new__(cls)
+        super(QuantizedLinear, layer).__init__()
+        layer._pack(chunks, rows)
+        layer.bias = None
+        return layer
+
+    def _pack(self, chunks: Iterator[GroupedCodes], rows: int) -> None:
+        first = next(chunks)
+        if first.bits != self.bits:
+            raise ValueError(f"{type(self).__name__} holds {self.bits}-bit codes, got "
+                             f"{first.bits}-bit ones")
+        K, (G, S) = first.codes.shape[1], _scale_rows(first).shape[1:]
+        num_blocks = -(-rows // BLOCK)
+        weight = None
+        scales = torch.zeros(num_blocks * BLOCK, G, S)  # (NB*16, G, S) float32
+        done = 0
+        for chunk in (first, *chunks):
+            if done % BLOCK:
+                raise ValueError("only the last chunk of rows may fill part of a block of 16")
+            packed = self.pack_codes(to_blocks(chunk.codes))  # (n/16, K/2, 16[, 2])
+            if weight is None:
+                weight = packed.new_empty((num_blocks, *packed.shape[1:]))
+            weight[done // BLOCK:done // BLOCK + len(packed)] = packed
+            scales[done:done + len(chunk.codes)] = _scale_rows(chunk)
+            done += len(chunk.codes)
+        if done != rows:
+            raise ValueError(f"{rows} rows announced, {done} given")
+        self.out_features, self.in_features = rows, K
+        self.register_buffer("weight", weight)
+        self.register_buffer("scales", pack_scales(scales))  # (N/16, G, S, 16)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> QuantizedLinear:

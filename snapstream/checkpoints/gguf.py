@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from snapstream.quant import GroupedCodes
+    from snapstream.checkpoints.gguf_weights import BlockTensor
 
 LINEAR_SUFFIXES = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
@@ -53,9 +53,9 @@ class GGUFCheckpoint:
 
         return state_dict_from_gguf(self.file, self.config, dtype, skip_blocks)
 
-    def block_weights(self) -> Iterator[tuple[str, GroupedCodes]]:
-        """(Hugging Face name, exact codes) of each linear weight held in quantized blocks,
-        read one at a time."""
+    def block_weights(self) -> Iterator[tuple[str, BlockTensor]]:
+        """(Hugging Face name, its codes on demand) of each linear weight held in quantized
+        blocks, one at a time."""
         from snapstream.checkpoints.gguf_weights import block_weights
 
         return block_weights(self.file, self.config)

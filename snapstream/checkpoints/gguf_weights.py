@@ -11,7 +11,8 @@ dimensions as neighbours, while Hugging Face's checkpoints pair dimension i with
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -64,32 +65,45 @@ def block_names(file: GGUFFile, config: ModelConfig) -> dict[str, str]:
             if file.tensors[name].tensor_type in BLOCK_TYPES and is_block_linear(target, config)}
 
 
-def grouped_codes(file: GGUFFile, config: ModelConfig, name: str) -> GroupedCodes:
-    """Tensor ``name``'s blocks as codes (N, K), in chunks of rows."""
+@dataclass(frozen=True)
+class BlockTensor:
+    """A quantized tensor of the file, read on demand: ``chunks()`` its codes a few thousand
+    rows at a time (the tensor's pages of the map given back after the last), ``whole()`` all
+    of them at once."""
+
+    bits: int
+    rows: int
+    chunks: Callable[[], Iterator[GroupedCodes]]
+
+    def whole(self) -> GroupedCodes:
+        return GroupedCodes.stacked(list(self.chunks()))
+
+
+def _chunks(file: GGUFFile, name: str) -> Iterator[GroupedCodes]:
     info = file.tensors[name]
-    block_type = BLOCK_TYPES[info.tensor_type]
-    N, K = len(info.data), int(info.shape[0])
-    codes = torch.empty(N, K, dtype=torch.uint8 if block_type.bits == 4 else torch.int8)
-    scales = torch.empty(N, K // block_type.group)
-    offsets = None
-    for start in range(0, N, ROWS_PER_CHUNK):
+    bits = BLOCK_TYPES[info.tensor_type].bits
+    for start in range(0, len(info.data), ROWS_PER_CHUNK):
         got = decode_rows(info.tensor_type, info.data[start:start + ROWS_PER_CHUNK])
-        stop = start + len(got.codes)
-        codes[start:stop] = torch.from_numpy(got.codes)
-        scales[start:stop] = torch.from_numpy(got.scales)
-        if got.offsets is not None:
-            offsets = torch.empty_like(scales) if offsets is None else offsets
-            offsets[start:stop] = torch.from_numpy(got.offsets)
+        yield GroupedCodes(torch.from_numpy(got.codes), torch.from_numpy(got.scales),
+                           None if got.offsets is None else torch.from_numpy(got.offsets), bits)
     file.release(name)
-    out = GroupedCodes(codes, scales, offsets, block_type.bits)
-    order = _row_order(file, config, name, N)
-    return out if order is None else out.rows(order)
 
 
-def block_weights(file: GGUFFile, config: ModelConfig) -> Iterator[tuple[str, GroupedCodes]]:
-    """(Hugging Face name, codes) of every linear weight served from its blocks, one at a time."""
+def block_tensor(file: GGUFFile, config: ModelConfig, name: str) -> BlockTensor:
+    """Tensor ``name``'s blocks as codes (N, K), rows in the model's order."""
+    info = file.tensors[name]
+    bits, rows = BLOCK_TYPES[info.tensor_type].bits, len(info.data)
+    order = _row_order(file, config, name, rows)
+    if order is None:
+        return BlockTensor(bits, rows, lambda: _chunks(file, name))
+    return BlockTensor(bits, rows, lambda: iter(
+        [GroupedCodes.stacked(list(_chunks(file, name))).rows(order)]))
+
+
+def block_weights(file: GGUFFile, config: ModelConfig) -> Iterator[tuple[str, BlockTensor]]:
+    """(Hugging Face name, tensor) of every linear weight served from its blocks."""
     for name, target in block_names(file, config).items():
-        yield target, grouped_codes(file, config, name)
+        yield target, block_tensor(file, config, name)
 
 
 def state_dict_from_gguf(file: GGUFFile, config: ModelConfig, dtype: torch.dtype,

@@ -293,3 +293,15 @@ def test_a_rows_result_does_not_depend_on_its_batch(monkeypatch, generic, layer_
     for i in (0, 7, 8, 16):
         assert torch.equal(layer.kernel(x[i : i + 1])[0], together[i])
         assert torch.equal(layer.kernel(x[i : i + 3])[0], together[i])
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_layer_packed_from_chunks_of_rows_equals_one_packed_whole(bits):
+    codes = grouped_codes(70, 64, bits, 32, offsets=True, half=False)
+    chunks = [codes.rows(torch.arange(start, min(start + 32, 70))) for start in (0, 32, 64)]
+    layer = QUANTIZED_LINEARS[bits].from_chunks(iter(chunks), 70)
+    whole = QUANTIZED_LINEARS[bits](codes)
+    assert torch.equal(layer.weight, whole.weight) and torch.equal(layer.scales, whole.scales)
+    assert torch.equal(layer.dequantized(), whole.dequantized()) and layer.bias is None
+    with pytest.raises(ValueError, match="last chunk"):
+        QUANTIZED_LINEARS[bits].from_chunks(iter([chunks[2], chunks[0]]), 38)
