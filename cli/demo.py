@@ -93,7 +93,8 @@ def run_demo(router_address: str, model: str | None, timeout_s: float) -> DemoRe
     from snapstream.client import SnapstreamClient
 
     prompt = demo_prompt()
-    budget = len(open_checkpoint(model).tokenizer().encode(prompt)) // BUDGET_FRACTION
+    checkpoint = open_checkpoint(model)
+    budget = len(checkpoint.tokenizer().encode(prompt)) // BUDGET_FRACTION
     with SnapstreamClient(router_address, timeout_s=timeout_s) as client:
         default = client.info().default_policy
         n_recent = max(1, round(budget * default.n_recent / default.budget))
@@ -102,7 +103,10 @@ def run_demo(router_address: str, model: str | None, timeout_s: float) -> DemoRe
         completion = client.generate(prompt, max_new_tokens=DECODE_TOKENS, temperature=0.0,
                                      policy=default.kind, **sizes)
     answer = completion.text.strip().split("\n")[0]
-    per_token = completion.kv_cache_bytes / completion.kv_cache_slots
+    # the blob's slots over every layer: the global layers' count, a sliding layer's window
+    windows = checkpoint.config.attention_windows
+    layer_slots = sum(completion.kv_cache_slots if w is None else w for w in windows)
+    per_token = completion.kv_cache_bytes / layer_slots * len(windows)
     return DemoReport(
         answer=answer, is_correct=answer.startswith(ANSWER),
         prompt_tokens=completion.prompt_tokens,

@@ -37,7 +37,7 @@ class Completion:
     time_to_first_token_s: float
     decode_time_s: float
     kv_cache_bytes: int  # the sequence's KV cache as it traveled from prefill to decode
-    kv_cache_slots: int  # its slots per layer and KV head
+    kv_cache_slots: int  # its slots per global layer and KV head (sliding layers: their window)
 
 
 @dataclass(frozen=True)
