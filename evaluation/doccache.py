@@ -1,7 +1,7 @@
 """Compress once, ask many: accuracy and time to first token of questions asked about a cached
 document, against the full cache and per-question SnapKV at the same budget.
 
-    python -m bench.doccache_bench --tasks niah,realtext --context-len 2048 --docs 2 \\
+    python -m evaluation.doccache --tasks niah,realtext --context-len 2048 --docs 2 \\
         --needles 4 --budget 1/4
 
 Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth);
