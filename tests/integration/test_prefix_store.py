@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 import redis.asyncio
 import torch
+from prometheus_client import REGISTRY
 
 from kvstore import open_store
 from kvstore.codec import decode_blob, encode_blob
@@ -70,8 +71,15 @@ def test_keys_differ_by_model_policy_dtype_and_document(engine):
     assert len({key, *others}) == 1 + len(others)
 
 
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_concurrent_requests_compress_once(engine, store):
     prefixes = PrefixStore(store, blob_spec(engine), PrefixStoreConfig())
+    before = {outcome: metric("snapstream_prefix_cache_total", outcome=outcome)
+              for outcome in (STORED, HIT)}
+    saved = metric("snapstream_prefix_cache_saved_seconds_total")
     doc = document(60, 2)
     compressor = Compressor(engine, doc)
     compressor.gate.clear()
@@ -88,6 +96,10 @@ async def test_concurrent_requests_compress_once(engine, store):
     for cache, _ in results[1:]:
         assert torch.equal(cache.k, results[0][0].k)
         assert torch.equal(cache.positions, results[0][0].positions)
+    assert metric("snapstream_prefix_cache_total", outcome=STORED) - before[STORED] == 1
+    assert metric("snapstream_prefix_cache_total", outcome=HIT) - before[HIT] == 3
+    assert metric("snapstream_prefix_cache_bytes") == sum(prefixes.held.values()) > 0
+    assert metric("snapstream_prefix_cache_saved_seconds_total") > saved
 
 
 async def test_a_hit_reads_what_was_stored(engine, store):
