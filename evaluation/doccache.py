@@ -108,6 +108,7 @@ def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str)
         reused = engine.prefill_on_prefix(stored, ids, policy, 16)
         times["suffix"] += time.perf_counter() - start
         correct["doccache"] += exact_match((value,), answer(engine, reused, len(ids), " " + cue))
+        print(f"#   {placement} {value}: correct so far {correct}", flush=True)
     return {"correct": correct, "times": times, "asked": len(asks)}
 
 
