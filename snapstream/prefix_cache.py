@@ -217,6 +217,9 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     the next-token logits (V,) float32; only the suffix runs through the model."""
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
+    if prefix.layout != store_layout(layout):
+        raise ValueError(f"the stored document's layout {prefix.layout} is not the one of "
+                         f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
     recorder = _SuffixRecorder(prefix, layout, kv_dtype, policy.window if selects else 0,

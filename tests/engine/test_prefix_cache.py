@@ -3,6 +3,8 @@ prefilled on top of it, against full prefills and brute-force restricted attenti
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -97,3 +99,6 @@ def test_refuses_what_it_cannot_serve(engine):
     prefix = engine.compress_prefix(prompt(40, 1), POLICY, max_new_tokens=4)
     with pytest.raises(ValueError, match="no tokens after the cached prefix"):
         engine.prefill_on_prefix(prefix, prompt(40, 1), POLICY, max_new_tokens=4)
+    with pytest.raises(ValueError, match="compressed for another policy"):
+        engine.prefill_on_prefix(prefix, prompt(50, 1), replace(POLICY, n_topk=20),
+                                 max_new_tokens=4)
