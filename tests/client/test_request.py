@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapstream.client import InvalidArgument, build_request
-from snapstream.client.request import build_chat_request
+from snapstream.client import InvalidArgument, build_chat_request, build_request
 from snapstream.v1 import common_pb2
 
 
