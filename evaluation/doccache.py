@@ -27,6 +27,7 @@ from evaldata.layout import Draft, Insert, PromptSpec, build_sample
 from evaldata.phrasing import PHRASES
 from evaldata.sample import TaskConfig, exact_match
 from evaluation.budget import Budget, SplitRule
+from snapstream import prefix_cache
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
 from snapstream.policy import CachePolicy
@@ -81,7 +82,8 @@ def split(engine: Engine, messages: list[ChatMessage], count: int) -> tuple[list
     return engine.tokenizer.encode_prefixed(head, rest)
 
 
-def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str) -> dict:
+def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str,
+                 baselines: bool = True) -> dict:
     """Correct answers per method, and the seconds of each step."""
     rule = SplitRule.from_policy(engine.default_policy)
     correct = {"full": 0, "snapkv": 0, "doccache": 0}
@@ -94,12 +96,13 @@ def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str)
             messages = [ChatMessage("user", f"{question}\n\n{doc}")]
         ids, n_prefix = split(engine, messages, 1)
         policy = rule.policy("snapstream", budget.tokens_for(len(ids)))
-        start = time.perf_counter()
-        full = engine.prefill(ids, CachePolicy(kind="full"), 16)
-        times["full"] += time.perf_counter() - start
-        correct["full"] += exact_match((value,), answer(engine, full, len(ids), " " + cue))
-        snap = engine.prefill(ids, policy, 16)
-        correct["snapkv"] += exact_match((value,), answer(engine, snap, len(ids), " " + cue))
+        if baselines:
+            start = time.perf_counter()
+            full = engine.prefill(ids, CachePolicy(kind="full"), 16)
+            times["full"] += time.perf_counter() - start
+            correct["full"] += exact_match((value,), answer(engine, full, len(ids), " " + cue))
+            snap = engine.prefill(ids, policy, 16)
+            correct["snapkv"] += exact_match((value,), answer(engine, snap, len(ids), " " + cue))
         if stored is None or placement == "before":
             start = time.perf_counter()
             stored = engine.compress_prefix(ids[:n_prefix], policy, 16)
@@ -147,7 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placements", default="after,before")
     parser.add_argument("--ttft-doc-len", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--superset-factor", type=int, default=prefix_cache.SUPERSET_FACTOR,
+                        help="stored picks per request pick (an experiment's knob)")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the full cache and per-question SnapKV")
     args = parser.parse_args(argv)
+    prefix_cache.SUPERSET_FACTOR = args.superset_factor
     engine = Engine.from_pretrained()
     engine.prefill(list(range(1000, 1200)), engine.default_policy, 1)  # weights laid out once
     budget = Budget.parse(args.budget)
@@ -168,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             for d in range(args.docs):
                 rng = random.Random(args.seed * 1000 + d)
                 doc, asks = build_document(task, rng, engine, args.context_len, args.needles)
-                out = run_document(engine, doc, asks, budget, placement)
+                out = run_document(engine, doc, asks, budget, placement,
+                                   baselines=not args.no_baselines)
                 asked += out["asked"]
                 total = {k: total[k] + out["correct"][k] for k in total}
                 times = {k: times[k] + out["times"][k] for k in times}
