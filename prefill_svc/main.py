@@ -17,6 +17,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                 help="a blob not consumed by then is dropped by the store")
     add_setting(parser, "--max-queue", type=int, default=16,
                 help="requests waiting for the model before RESOURCE_EXHAUSTED")
+    add_setting(parser, "--prefix-cache-ttl-s", type=float, default=3600.0,
+                help="a stored document cache unused for this long is dropped by the store")
+    add_setting(parser, "--prefix-cache-max-bytes", type=int, default=1 << 30,
+                help="document caches this worker keeps in the store (least recently used "
+                     "deleted first; a larger document is served without caching)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
+    from prefill_svc.prefix_store import PrefixStore, PrefixStoreConfig
     from prefill_svc.service import PrefillServicer
     from serving.server import ServerSpec, serve, wait_until_idle
     from serving.worker import open_worker
@@ -36,7 +42,10 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
 
     worker = await open_worker(args)
     engine, store = worker.engine, worker.store
-    servicer = PrefillServicer(engine, store, worker.spec, args.blob_ttl_s, args.max_queue)
+    prefixes = PrefixStore(store, worker.spec, PrefixStoreConfig(
+        ttl_s=args.prefix_cache_ttl_s, max_bytes=args.prefix_cache_max_bytes))
+    servicer = PrefillServicer(engine, store, worker.spec, args.blob_ttl_s, args.max_queue,
+                               prefixes)
 
     async def warmup() -> None:
         await asyncio.to_thread(engine.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)

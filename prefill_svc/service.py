@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from kvstore import BlobStore, new_blob_key
 from kvstore.codec import BlobSpec, encode_blob
 from kvstore.stores.base import check_key
+from prefill_svc.prefix_store import PrefixStore, PrefixStoreConfig, prefix_key
 from serving import metrics
-from serving.convert import duration, policy_from_pb, sampling_from_pb
+from serving.convert import PREFIX_CACHE_TO_PB, duration, policy_from_pb, sampling_from_pb
 from serving.errors import QueueFull
 from snapstream.engine import Engine
+from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
@@ -31,8 +33,9 @@ class PrefillOutput:
 
 class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
     def __init__(self, engine: Engine, store: BlobStore, spec: BlobSpec, blob_ttl_s: float,
-                 max_queue: int) -> None:
+                 max_queue: int, prefixes: PrefixStore | None = None) -> None:
         self.engine, self.store, self.spec = engine, store, spec
+        self.prefixes = prefixes or PrefixStore(store, spec, PrefixStoreConfig())
         self.blob_ttl_s, self.max_queue = blob_ttl_s, max_queue
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill-model")
         self.outstanding = 0
@@ -46,9 +49,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         self.outstanding += 1
         metrics.WAITING.labels("prefill").set(self.outstanding)
         try:
-            out = await asyncio.get_running_loop().run_in_executor(
-                self.executor, self._run_model, ids, policy, sampling, request.max_new_tokens,
-                time.perf_counter())
+            out, outcome = await self._prefill(ids, policy, sampling, request)
             start = time.perf_counter()
             # a caller that leaves (cancel, deadline) during the put leaves nothing behind: the
             # store deletes what a cut-short put wrote
@@ -63,12 +64,34 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             blob_key=key, blob_size=len(out.blob), first_token_id=out.first_token,
             prompt_tokens=len(ids), prefill_time=duration(out.prefill_s),
             compress_time=duration(out.compress_s), store_time=duration(store_s),
-            cache_slots=out.cache_slots)
+            cache_slots=out.cache_slots, prefix_cache=PREFIX_CACHE_TO_PB[outcome])
+
+    async def _prefill(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
+                       request: prefill_pb2.PrefillRequest) -> tuple[PrefillOutput, str]:
+        """On the model thread, on top of the request's stored document when it marks one."""
+        submitted = time.perf_counter()
+        if not request.prefix_tokens:
+            return await self._on_model_thread(
+                self._run_model, ids, policy, sampling, request.max_new_tokens, submitted), ""
+        doc_ids = ids[: request.prefix_tokens]
+        prefix, outcome = await self.prefixes.get_or_compress(
+            prefix_key(self.spec, policy, doc_ids), len(doc_ids),
+            lambda: self._on_model_thread(self.engine.compress_prefix, doc_ids, policy,
+                                          request.max_new_tokens, self.engine.context_len))
+        out = await self._on_model_thread(self._run_model, ids, policy, sampling,
+                                          request.max_new_tokens, submitted, prefix)
+        return out, outcome
+
+    async def _on_model_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def _resolve(self, request: prefill_pb2.PrefillRequest
                  ) -> tuple[list[int], CachePolicy, SamplingParams]:
         """The request as domain types. Its fields were validated by the router; what the
         model needs to run safely, the engine checks when it prefills."""
+        if request.prefix_tokens >= len(request.prompt_token_ids):
+            raise ValueError(f"prefix_tokens ({request.prefix_tokens}) must be less than the "
+                             f"prompt's {len(request.prompt_token_ids)} tokens")
         return (list(request.prompt_token_ids),
                 policy_from_pb(request.policy, self.engine.default_policy),
                 sampling_from_pb(request.sampling, SamplingParams()))
@@ -79,11 +102,16 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         return prefill_pb2.ReleaseResponse()
 
     def _run_model(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
-                   max_new_tokens: int, submitted: float) -> PrefillOutput:
-        """On the model thread: prefill, SnapKV, blob encoding and the first token."""
+                   max_new_tokens: int, submitted: float, prefix: SequenceCache | None = None
+                   ) -> PrefillOutput:
+        """On the model thread: prefill (of what follows ``prefix``, a stored document, when
+        given), SnapKV, blob encoding and the first token."""
         with metrics.prefill_turn(submitted):
-            result = self.engine.prefill(ids, policy, max_new_tokens,
-                                         capacity=self.engine.context_len)
+            capacity = self.engine.context_len
+            result = (self.engine.prefill(ids, policy, max_new_tokens, capacity=capacity)
+                      if prefix is None else
+                      self.engine.prefill_on_prefix(prefix, ids, policy, max_new_tokens,
+                                                    capacity=capacity))
             start = time.perf_counter()
             blob = encode_blob(result.cache, self.spec)
             encode_s = time.perf_counter() - start

@@ -22,7 +22,7 @@ from router.request import ResolvedRequest, ServedModel, resolve
 from router.text import TextStream
 from router.workers import WorkerPool
 from serving import metrics
-from serving.convert import FINISH_FROM_PB, policy_to_pb, sampling_to_pb
+from serving.convert import FINISH_FROM_PB, PREFIX_CACHE_FROM_PB, policy_to_pb, sampling_to_pb
 from serving.errors import QueueFull, Unavailable, status_for
 from snapstream.v1 import decode_pb2, generation_pb2, prefill_pb2
 
@@ -57,6 +57,7 @@ class Finished:
     simulated_decode_time_s: float  # on the sn40l-sim back end's accelerator, else 0
     kv_cache_bytes: int
     kv_cache_slots: int
+    prefix_cache: str = ""  # stored, hit or bypass when the request marked a document
 
 
 Event = TextChunk | Finished
@@ -150,7 +151,8 @@ class RequestFlow:
                 finish_reason=finish, prompt_tokens=len(req.prompt_ids), completion_tokens=sent,
                 time_to_first_token_s=first_sent - received, decode_time_s=last_sent - first_sent,
                 simulated_decode_time_s=simulated, kv_cache_bytes=prefilled.blob_size,
-                kv_cache_slots=prefilled.cache_slots)
+                kv_cache_slots=prefilled.cache_slots,
+                prefix_cache=PREFIX_CACHE_FROM_PB[prefilled.prefix_cache])
         finally:
             if progress.complete is None:  # no decode stream consumed the blob to its end
                 self._release_soon(prefilled.blob_key)
@@ -178,7 +180,8 @@ class RequestFlow:
         message = prefill_pb2.PrefillRequest(
             request_id=req.request_id, prompt_token_ids=list(req.prompt_ids),
             policy=policy_to_pb(req.policy), sampling=sampling_to_pb(req.sampling),
-            max_new_tokens=req.max_new_tokens, blob_key=blob_key)
+            max_new_tokens=req.max_new_tokens, blob_key=blob_key,
+            prefix_tokens=req.prefix_tokens)
         tried: set[str] = set()
         full: set[str] = set()
         reasons: list[str] = []

@@ -44,16 +44,20 @@ class ResolvedRequest:
     sampling: SamplingParams  # stop_token_ids include the model's end-of-sequence tokens
     stop: tuple[str, ...]
     policy: CachePolicy
+    prefix_tokens: int = 0  # the first ones are a reusable document (cache_prefix*)
 
 
 def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> ResolvedRequest:
-    ids = _prompt_ids(request, model)
+    ids, prefix_tokens = _prompt_ids(request, model)
     max_new = request.max_new_tokens if request.HasField("max_new_tokens") else (
         model.default_max_new_tokens)
     if not 1 <= max_new <= model.context_len:
         raise ValueError(f"max_new_tokens must be in [1, {model.context_len}], got {max_new}")
     policy = policy_from_pb(request.policy, model.default_policy)
     policy.check_context(model.context_len)
+    if prefix_tokens and not policy.spec.is_sized:
+        raise ValueError(f"cache_prefix needs a policy that bounds the cache (snapstream, "
+                         f"snapkv, streaming), not {policy.kind!r}")
     if not policy.is_fixed_size and len(ids) + max_new > model.context_len:
         raise ValueError(
             f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the context of "
@@ -61,19 +65,24 @@ def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> Reso
             "or use a fixed-size policy (snapstream, streaming)")
     return ResolvedRequest(request_id=uuid.uuid4().hex, prompt_ids=tuple(ids),
                            max_new_tokens=max_new, sampling=_sampling(request, model),
-                           stop=_stop_strings(request), policy=policy)
+                           stop=_stop_strings(request), policy=policy,
+                           prefix_tokens=prefix_tokens)
 
 
-def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel) -> list[int]:
+def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel
+                ) -> tuple[list[int], int]:
+    """The prompt's ids and how many of the first are its reusable document (0: none)."""
     which = request.WhichOneof("input")
     if which is None:
         raise ValueError("input: set prompt, prompt_token_ids or messages")
+    _check_prefix_fields(request, which)
+    prefix_tokens = 0
     if which == "prompt":
         if not request.prompt:
             raise ValueError("prompt is empty: give some text")
-        ids = model.tokenizer.encode(request.prompt)
+        ids, prefix_tokens = _text_ids(request, model)
     elif which == "messages":
-        ids = model.tokenizer.encode(_render_chat(request.messages, model))
+        ids, prefix_tokens = _chat_ids(request, model)
     else:
         ids = list(request.prompt_token_ids.ids)
         if not ids:
@@ -82,13 +91,62 @@ def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel) -> 
         if bad:
             raise ValueError(f"prompt_token_ids {bad[:5]} are outside the vocabulary "
                              f"[0, {model.config.vocab_size})")
+    if prefix_tokens > model.context_len:
+        field = "cache_prefix" if which == "messages" else "cache_prefix_chars"
+        raise ValueError(f"{field} marks a document of {prefix_tokens} tokens; the model's "
+                         f"context is {model.context_len}: shorten it")
     if len(ids) > model.context_len:
         raise ValueError(f"{which} has {len(ids)} tokens; the model's context is "
                          f"{model.context_len}: shorten it")
-    return ids
+    return ids, prefix_tokens
 
 
-def _render_chat(messages: generation_pb2.ChatMessages, model: ServedModel) -> str:
+def _check_prefix_fields(request: generation_pb2.GenerateRequest, which: str) -> None:
+    if request.cache_prefix and which != "messages":
+        raise ValueError("cache_prefix applies to messages; for a text prompt give "
+                         "cache_prefix_chars")
+    if request.cache_prefix_chars and which != "prompt":
+        raise ValueError("cache_prefix_chars applies to a text prompt; for messages give "
+                         "cache_prefix")
+
+
+def _text_ids(request: generation_pb2.GenerateRequest, model: ServedModel
+              ) -> tuple[list[int], int]:
+    num_chars = request.cache_prefix_chars
+    if not num_chars:
+        return model.tokenizer.encode(request.prompt), 0
+    if num_chars >= len(request.prompt):
+        raise ValueError(f"cache_prefix_chars ({num_chars}) must be less than the prompt's "
+                         f"{len(request.prompt)} characters: the question follows the document")
+    return model.tokenizer.encode_prefixed(request.prompt[:num_chars],
+                                           request.prompt[num_chars:])
+
+
+# cache_prefix -> how many leading messages form the document
+PREFIX_MESSAGES = {
+    "system": lambda chat: 1 if chat[0].role == "system" else None,
+    "first_user": lambda chat: next((i + 1 for i, m in enumerate(chat) if m.role == "user"),
+                                    None),
+}
+
+
+def _chat_ids(request: generation_pb2.GenerateRequest, model: ServedModel
+              ) -> tuple[list[int], int]:
+    chat = _chat_messages(request.messages)
+    if not request.cache_prefix:
+        return model.tokenizer.encode(model.tokenizer.render_chat(chat)), 0
+    if request.cache_prefix not in PREFIX_MESSAGES:
+        raise ValueError(f"cache_prefix must be one of {', '.join(PREFIX_MESSAGES)}, got "
+                         f"{request.cache_prefix!r}")
+    count = PREFIX_MESSAGES[request.cache_prefix](chat)
+    if count is None:
+        raise ValueError(f"cache_prefix {request.cache_prefix!r}: the messages have no "
+                         f"{request.cache_prefix.replace('_', ' ')} message to cache")
+    head, rest = model.tokenizer.render_chat_split(chat, count)
+    return model.tokenizer.encode_prefixed(head, rest)
+
+
+def _chat_messages(messages: generation_pb2.ChatMessages) -> list[ChatMessage]:
     if not messages.messages:
         raise ValueError("messages is empty: give at least one message")
     chat = []
@@ -97,7 +155,7 @@ def _render_chat(messages: generation_pb2.ChatMessages, model: ServedModel) -> s
             chat.append(ChatMessage(message.role, message.content))
         except ValueError as exc:
             raise ValueError(f"messages[{i}].{exc}") from None
-    return model.tokenizer.render_chat(chat)
+    return chat
 
 
 def _sampling(request: generation_pb2.GenerateRequest, model: ServedModel) -> SamplingParams:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from router.flow import Event, Finished, RequestFlow
-from serving.convert import FINISH_TO_PB, duration, policy_to_pb
+from serving.convert import FINISH_TO_PB, PREFIX_CACHE_TO_PB, duration, policy_to_pb
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
 
 
@@ -44,4 +44,5 @@ def event_to_pb(event: Event) -> generation_pb2.GenerateResponse:
         time_to_first_token=duration(event.time_to_first_token_s),
         decode_time=duration(event.decode_time_s),
         simulated_decode_time=duration(event.simulated_decode_time_s),
-        kv_cache_bytes=event.kv_cache_bytes, kv_cache_slots=event.kv_cache_slots))
+        kv_cache_bytes=event.kv_cache_bytes, kv_cache_slots=event.kv_cache_slots,
+        prefix_cache=PREFIX_CACHE_TO_PB[event.prefix_cache]))

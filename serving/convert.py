@@ -20,6 +20,11 @@ FINISH_TO_PB = {"length": common_pb2.FINISH_REASON_LENGTH,
                 "stop_string": common_pb2.FINISH_REASON_STOP_STRING,
                 "context_length": common_pb2.FINISH_REASON_CONTEXT_LENGTH}
 FINISH_FROM_PB = {v: k for k, v in FINISH_TO_PB.items()}
+# what happened to a request's reusable document; "" when it marked none
+PREFIX_CACHE_TO_PB = {"": common_pb2.PREFIX_CACHE_UNSPECIFIED,
+                      "stored": common_pb2.PREFIX_CACHE_STORED,
+                      "hit": common_pb2.PREFIX_CACHE_HIT, "bypass": common_pb2.PREFIX_CACHE_BYPASS}
+PREFIX_CACHE_FROM_PB = {v: k for k, v in PREFIX_CACHE_TO_PB.items()}
 
 
 def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePolicy:

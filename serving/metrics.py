@@ -37,6 +37,15 @@ STEP_TIME = Histogram("snapstream_decode_step_seconds", "One static decode step 
                       buckets=LATENCY_BUCKETS)
 SIM_STEP_TIME = Histogram("snapstream_sim_decode_step_seconds",
                           "One decode step on the simulated target", buckets=LATENCY_BUCKETS)
+PREFIX_CACHE = Counter("snapstream_prefix_cache_total",
+                       "Document cache requests by outcome: hit, stored, bypass (served without "
+                       "caching); dropped: a corrupt or mismatched cached blob deleted",
+                       ["outcome"])
+PREFIX_CACHE_BYTES = Gauge("snapstream_prefix_cache_bytes",
+                           "Bytes of document caches this prefill worker stored and holds")
+PREFIX_CACHE_SAVED = Counter("snapstream_prefix_cache_saved_seconds_total",
+                             "Document compression time saved by hits (estimated: the document's "
+                             "tokens x this worker's last compression time per token)")
 FAILOVERS = Counter("snapstream_decode_failovers_total", "Decode streams resumed elsewhere")
 
 

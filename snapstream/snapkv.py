@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 
-def _pool(votes: torch.Tensor, kernel: int, pooling: str) -> torch.Tensor:
+def pool_votes(votes: torch.Tensor, kernel: int, pooling: str) -> torch.Tensor:
     """votes (H, P) -> pooled (H, P), stride 1, zero padding of kernel // 2 on both sides.
 
     A kernel of 2P - 1 already spans the whole prompt from every position, so a wider one is
@@ -22,7 +22,8 @@ POOLS = {"avg": F.avg_pool1d, "max": F.max_pool1d}
 
 
 def snapkv_scores(
-    q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str
+    q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str,
+    known: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-KV-head importance of every prompt key, as SnapKV (Alg. 1) and NVIDIA kvpress's
     SnapKVPress compute it.
@@ -33,6 +34,8 @@ def snapkv_scores(
     window) over the keys before the window, averaged over the window, pooled along positions
     per query head, averaged over each GQA group; the window's own keys get +inf (SnapKV always
     keeps them, so they never borrow votes from the window's attention to itself).
+    known (Hkv, P) bool, optional: False where a key is absent (a stored prefix cache keeps a
+    subset of its document): absent keys get no attention and score -inf.
     """
     num_q_heads, window, head_dim = q_window.shape
     num_kv_heads, prompt_len, _ = k.shape
@@ -43,10 +46,13 @@ def snapkv_scores(
     query_pos = torch.arange(before, prompt_len, device=k.device)  # (W,)
     key_pos = torch.arange(prompt_len, device=k.device)  # (P,)
     future = key_pos[None, :] > query_pos[:, None]  # (W, P)
-    probs = logits.masked_fill(future, float("-inf")).softmax(dim=-1)  # (Hkv, G, W, P)
+    hidden = future if known is None else future | ~known[:, None, None, :]  # (Hkv?, 1?, W, P)
+    probs = logits.masked_fill(hidden, float("-inf")).softmax(dim=-1)  # (Hkv, G, W, P)
     votes = probs[..., :before].mean(dim=2)  # (Hkv, G, P - W)
-    pooled = _pool(votes.reshape(num_q_heads, before), kernel, pooling)  # (Hq, P - W)
+    pooled = pool_votes(votes.reshape(num_q_heads, before), kernel, pooling)  # (Hq, P - W)
     scores = pooled.view(num_kv_heads, group, before).mean(dim=1)  # (Hkv, P - W)
+    if known is not None:
+        scores = scores.masked_fill(~known[:, :before], float("-inf"))
     return F.pad(scores, (0, window), value=math.inf)
 
 

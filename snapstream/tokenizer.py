@@ -35,6 +35,12 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.inner.encode(text, add_special_tokens=True).ids
 
+    def encode_prefixed(self, prefix: str, rest: str) -> tuple[list[int], int]:
+        """``prefix + rest`` as ids whose first ``n`` (returned) are ``prefix``'s alone: the two
+        are tokenized apart, so a reusable prefix has the same ids whatever follows it."""
+        head = self.encode(prefix)
+        return head + self.inner.encode(rest, add_special_tokens=False).ids, len(head)
+
     def decode(self, ids: Sequence[int]) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=True)
 
@@ -43,6 +49,15 @@ class Tokenizer:
         if self.chat_template is None:
             raise ValueError("messages: this model has no chat template; send a prompt instead")
         return self.chat_template.render(messages, add_generation_prompt=True)
+
+    def render_chat_split(self, messages: Sequence[ChatMessage], count: int) -> tuple[str, str]:
+        """:meth:`render_chat` split after its first ``count`` messages (their turns closed)."""
+        whole = self.render_chat(messages)
+        head = self.chat_template.render(messages[:count], add_generation_prompt=False)
+        if not whole.startswith(head):
+            raise ValueError(f"cache_prefix: the model's chat template does not render the first "
+                             f"{count} message(s) as the start of the conversation")
+        return head, whole[len(head):]
 
 
 def end_of_turn_ids(inner: tokenizers.Tokenizer, declared: Sequence[int]) -> tuple[int, ...]:

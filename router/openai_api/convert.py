@@ -42,6 +42,10 @@ ROLE_ALIASES = {"developer": "system"}  # OpenAI's newer name for the system mes
 def chat_request(body: ChatCompletionBody) -> generation_pb2.GenerateRequest:
     request = _common(body)
     request.messages.messages.extend(_message(m) for m in body.messages)
+    request.cache_prefix = body.options.cache_prefix or ""
+    if body.options.cache_prefix_chars is not None:
+        raise InvalidField("snapstream", "snapstream.cache_prefix_chars applies to completions; "
+                           "a chat request marks its document with cache_prefix")
     return request
 
 
@@ -57,6 +61,10 @@ def completion_request(body: CompletionBody) -> generation_pb2.GenerateRequest:
     else:
         raise InvalidField("prompt", "prompt: give one prompt (a string or a list of token "
                            f"ids); got a list of {len(prompt)}")
+    request.cache_prefix_chars = body.options.cache_prefix_chars or 0
+    if body.options.cache_prefix is not None:
+        raise InvalidField("snapstream", "snapstream.cache_prefix applies to chat completions; "
+                           "a completion marks its document with cache_prefix_chars")
     return request
 
 

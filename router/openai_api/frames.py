@@ -43,8 +43,13 @@ TEXT = Flavor("text_completion", "text_completion", "cmpl-",
 
 
 def usage(done: Finished) -> dict:
-    return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
-            "total_tokens": done.prompt_tokens + done.completion_tokens}
+    """OpenAI's usage; for a request that marked a document, what happened to it
+    (``"snapstream": {"prefix_cache": "stored" | "hit" | "bypass"}``)."""
+    counts = {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
+              "total_tokens": done.prompt_tokens + done.completion_tokens}
+    if done.prefix_cache:
+        counts["snapstream"] = {"prefix_cache": done.prefix_cache}
+    return counts
 
 
 def details(done: Finished) -> dict:

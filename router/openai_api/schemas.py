@@ -26,7 +26,7 @@ class Body(BaseModel):
 class SnapstreamOptions(Body):
     """The ``snapstream`` extension object: the request's cache policy (unset fields take the
     served model's default, as in the native ``CachePolicy``), and whether each choice carries
-    its token ids."""
+    its token ids, and the reusable document at the start of the prompt."""
 
     policy: Literal[tuple(KIND_TO_PB)] | None = None
     n_sink: UInt32 | None = None
@@ -36,6 +36,10 @@ class SnapstreamOptions(Body):
     kernel: UInt32 | None = None
     pooling: Literal[tuple(POOLING_TO_PB)] | None = None
     return_token_ids: bool = False
+    # a reusable document (compress once, ask many): chat's "system" message or messages up
+    # to the "first_user" one; a completion's first N characters
+    cache_prefix: str | None = None
+    cache_prefix_chars: UInt32 | None = None
 
 
 class StreamOptions(Body):

@@ -23,6 +23,9 @@ class GenerateOptions(TypedDict, total=False):
     ``stop`` is a stop string or a sequence of them, matched on the generated text;
     ``policy`` is a cache policy kind (full, streaming, snapkv, snapstream) and ``pooling`` a
     SnapKV pooling (avg, max); the sizes are tokens per layer and KV head.
+    ``cache_prefix`` ("system" or "first_user", for chat) and ``cache_prefix_chars`` (for a text
+    prompt) mark a reusable document at the start of the prompt: compressed once, stored, and
+    reused by the next requests that start with it (``Completion.prefix_cache`` says which).
     """
 
     max_new_tokens: int | None
@@ -39,6 +42,8 @@ class GenerateOptions(TypedDict, total=False):
     window: int | None
     kernel: int | None
     pooling: str | None
+    cache_prefix: str | None
+    cache_prefix_chars: int | None
 
 
 _SAMPLING_SCALARS = ("temperature", "top_k", "top_p", "seed")
@@ -87,6 +92,8 @@ def _set_options(request: generation_pb2.GenerateRequest, options: GenerateOptio
                                       options.get("policy"))
     request.policy.pooling = _enum_value(common_pb2.Pooling, "POOLING_", "pooling",
                                          options.get("pooling"))
+    _set(request, "cache_prefix", options.get("cache_prefix"))
+    _set(request, "cache_prefix_chars", options.get("cache_prefix_chars"))
 
 
 def enum_names(enum: EnumTypeWrapper, prefix: str) -> dict[str, int]:

@@ -13,6 +13,8 @@ _FINISH_REASONS = {value: name for name, value in
                    enum_names(common_pb2.FinishReason, "FINISH_REASON_").items()}
 _POLICY_KINDS = {value: name for name, value in
                  enum_names(common_pb2.PolicyKind, "POLICY_KIND_").items()}
+_PREFIX_CACHE = {value: name for name, value in
+                 enum_names(common_pb2.PrefixCache, "PREFIX_CACHE_").items()}
 _POOLINGS = {value: name for name, value in enum_names(common_pb2.Pooling, "POOLING_").items()}
 
 
@@ -38,6 +40,7 @@ class Completion:
     decode_time_s: float
     kv_cache_bytes: int  # the sequence's KV cache as it traveled from prefill to decode
     kv_cache_slots: int  # its slots per global layer and KV head (sliding layers: their window)
+    prefix_cache: str = ""  # stored, hit or bypass when the request marked a document
 
 
 @dataclass(frozen=True)
@@ -103,4 +106,5 @@ class CompletionBuilder:
             prompt_tokens=msg.prompt_tokens, completion_tokens=msg.completion_tokens,
             time_to_first_token_s=msg.time_to_first_token.ToNanoseconds() / 1e9,
             decode_time_s=msg.decode_time.ToNanoseconds() / 1e9,
-            kv_cache_bytes=msg.kv_cache_bytes, kv_cache_slots=msg.kv_cache_slots)
+            kv_cache_bytes=msg.kv_cache_bytes, kv_cache_slots=msg.kv_cache_slots,
+            prefix_cache=_PREFIX_CACHE.get(msg.prefix_cache, ""))

@@ -28,6 +28,13 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_STOP_TOKEN: _ClassVar[FinishReason]
     FINISH_REASON_STOP_STRING: _ClassVar[FinishReason]
     FINISH_REASON_CONTEXT_LENGTH: _ClassVar[FinishReason]
+
+class PrefixCache(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PREFIX_CACHE_UNSPECIFIED: _ClassVar[PrefixCache]
+    PREFIX_CACHE_STORED: _ClassVar[PrefixCache]
+    PREFIX_CACHE_HIT: _ClassVar[PrefixCache]
+    PREFIX_CACHE_BYPASS: _ClassVar[PrefixCache]
 POLICY_KIND_UNSPECIFIED: PolicyKind
 POLICY_KIND_FULL: PolicyKind
 POLICY_KIND_STREAMING: PolicyKind
@@ -41,6 +48,10 @@ FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_STOP_TOKEN: FinishReason
 FINISH_REASON_STOP_STRING: FinishReason
 FINISH_REASON_CONTEXT_LENGTH: FinishReason
+PREFIX_CACHE_UNSPECIFIED: PrefixCache
+PREFIX_CACHE_STORED: PrefixCache
+PREFIX_CACHE_HIT: PrefixCache
+PREFIX_CACHE_BYPASS: PrefixCache
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)

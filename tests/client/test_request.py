@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapstream.client import InvalidArgument, build_request
+from snapstream.client import InvalidArgument, build_chat_request, build_request
 from snapstream.v1 import common_pb2
 
 
@@ -85,3 +85,13 @@ def test_negative_token_ids_raise_invalid_argument_naming_the_prompt() -> None:
 def test_an_unknown_option_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"unknown generate option\(s\): max_tokens"):
         build_request("x", max_tokens=3)
+
+
+def test_a_reusable_document_is_marked_as_asked() -> None:
+    chat = build_chat_request([{"role": "system", "content": "doc"},
+                               {"role": "user", "content": "q?"}], cache_prefix="system")
+    assert chat.cache_prefix == "system"
+    text = build_request("doc q?", cache_prefix_chars=3)
+    assert text.cache_prefix_chars == 3 and not text.cache_prefix
+    with pytest.raises(InvalidArgument):
+        build_request("doc q?", cache_prefix_chars=-1)

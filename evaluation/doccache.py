@@ -1,0 +1,193 @@
+"""Compress once, ask many: accuracy and time to first token of questions asked about a cached
+document, against the full cache and per-question SnapKV at the same budget.
+
+    python -m evaluation.doccache --tasks niah,realtext --context-len 2048 --docs 2 \\
+        --needles 4 --budget 1/4
+
+Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth);
+each needle is asked in turn. ``after``: the document is the system message (cached once, its
+repeat pass timed), the question the user's; ``before``: one user message with the question
+before the document, compressed question-agnostically (the whole message stored, the
+template's opening of the answer as the suffix). The answer cue is decoded after compression,
+as the evaluation does. Prints a table; ``--ttft-doc-len`` adds the time to first token of a
+question on the cached document against a full re-prefill of document + question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+
+import torch
+
+from evaldata import values
+from evaldata.layout import Draft, Insert, PromptSpec, build_sample
+from evaldata.phrasing import PHRASES
+from evaldata.sample import TaskConfig, exact_match
+from evaluation.budget import Budget, SplitRule
+from snapstream import prefix_cache
+from snapstream.chat import ChatMessage
+from snapstream.engine import Engine, PrefillResult
+from snapstream.policy import CachePolicy
+
+NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
+    "niah": values.label, "realtext": values.function_name}
+NAME_FIELD = {"niah": "key", "realtext": "name"}
+
+
+def build_document(task: str, rng: random.Random, engine: Engine, context_len: int,
+                   num_needles: int) -> tuple[str, list[tuple[str, str, str]]]:
+    """A document of ~``context_len`` tokens with ``num_needles`` needles of ``task`` at
+    spread depths -> its text and each needle's (question, cue, answer)."""
+    phrases, field = PHRASES[task], NAME_FIELD[task]
+    keys = values.distinct(rng, NEEDLE_KEYS[task], num_needles)
+    numbers = values.distinct(rng, values.number, num_needles)
+    inserts = tuple(Insert(phrases.fact.format(**{field: key}, value=number),
+                           (i + 1) / (num_needles + 1), True)
+                    for i, (key, number) in enumerate(zip(keys, numbers, strict=True)))
+    question = phrases.question.format(**{field: keys[0]})
+    draft = Draft(intro=phrases.intro, inserts=inserts, question=question, cue="",
+                  answers=(numbers[0],))
+    sample = build_sample(task, draft, rng, TaskConfig(context_len=context_len),
+                          PromptSpec(engine.tokenizer, "raw"))
+    start = sample.prompt.index(phrases.intro)
+    doc = sample.prompt[start : sample.prompt.index(f"\n\n{question}", start)]
+    asks = [(phrases.question.format(**{field: k}), phrases.cue.format(**{field: k}), n)
+            for k, n in zip(keys, numbers, strict=True)]
+    return doc, asks
+
+
+def answer(engine: Engine, result: PrefillResult, prompt_len: int, cue: str,
+           max_new: int = 12) -> str:
+    """Greedy answer after the forced cue, decoded through ``result``'s cache."""
+    decoder = engine.new_decoder(result.cache.layout, batch_size=1)
+    decoder.cache.insert(0, result.cache)
+    forced = engine.tokenizer.inner.encode(cue, add_special_tokens=False).ids
+    logits, position, out = result.logits[None], prompt_len, []
+    for token in forced + [None] * max_new:
+        if token is None:
+            token = int(logits.argmax())
+            out.append(token)
+            if token in engine.tokenizer.eos_token_ids:
+                break
+        logits = decoder.step(torch.tensor([token]), torch.tensor([position]))
+        position += 1
+    return engine.tokenizer.decode(out)
+
+
+def split(engine: Engine, messages: list[ChatMessage], count: int) -> tuple[list[int], int]:
+    head, rest = engine.tokenizer.render_chat_split(messages, count)
+    return engine.tokenizer.encode_prefixed(head, rest)
+
+
+def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str,
+                 baselines: bool = True) -> dict:
+    """Correct answers per method, and the seconds of each step."""
+    rule = SplitRule.from_policy(engine.default_policy)
+    correct = {"full": 0, "snapkv": 0, "doccache": 0}
+    times = {"compress": 0.0, "suffix": 0.0, "full": 0.0}
+    stored = None
+    for question, cue, value in asks:
+        if placement == "after":
+            messages = [ChatMessage("system", doc), ChatMessage("user", question)]
+        else:
+            messages = [ChatMessage("user", f"{question}\n\n{doc}")]
+        ids, n_prefix = split(engine, messages, 1)
+        policy = rule.policy("snapstream", budget.tokens_for(len(ids)))
+        if baselines:
+            start = time.perf_counter()
+            full = engine.prefill(ids, CachePolicy(kind="full"), 16)
+            times["full"] += time.perf_counter() - start
+            correct["full"] += exact_match((value,), answer(engine, full, len(ids), " " + cue))
+            snap = engine.prefill(ids, policy, 16)
+            correct["snapkv"] += exact_match((value,), answer(engine, snap, len(ids), " " + cue))
+        if stored is None or placement == "before":
+            start = time.perf_counter()
+            stored = engine.compress_prefix(ids[:n_prefix], policy, 16)
+            times["compress"] += time.perf_counter() - start
+        start = time.perf_counter()
+        reused = engine.prefill_on_prefix(stored, ids, policy, 16)
+        times["suffix"] += time.perf_counter() - start
+        correct["doccache"] += exact_match((value,), answer(engine, reused, len(ids), " " + cue))
+        print(f"#   {placement} {value}: correct so far {correct}", flush=True)
+    return {"correct": correct, "times": times, "asked": len(asks)}
+
+
+def measure_ttft(engine: Engine, doc_len: int, repeats: int) -> dict:
+    """Seconds to the first token's logits of a question on a cached ``doc_len``-token document
+    against a full re-prefill (the document compressed per question by SnapKV)."""
+    rng = random.Random(0)
+    doc, asks = build_document("niah", rng, engine, doc_len, 2)
+    rule = SplitRule.from_policy(engine.default_policy)
+    ids, n_prefix = split(engine, [ChatMessage("system", doc), ChatMessage("user", asks[0][0])],
+                          1)
+    policy = rule.policy("snapstream", Budget.parse("1/4").tokens_for(len(ids)))
+    start = time.perf_counter()
+    stored = engine.compress_prefix(ids[:n_prefix], policy, 16)
+    compress_s = time.perf_counter() - start
+    full_s, suffix_s = [], []
+    for question, _, _ in asks[:repeats]:
+        ids, _ = split(engine, [ChatMessage("system", doc), ChatMessage("user", question)], 1)
+        start = time.perf_counter()
+        engine.prefill(ids, policy, 16)
+        full_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        engine.prefill_on_prefix(stored, ids, policy, 16)
+        suffix_s.append(time.perf_counter() - start)
+    return {"doc_tokens": n_prefix, "compress_s": compress_s, "full_s": min(full_s),
+            "suffix_s": min(suffix_s), "policy": policy}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="niah,realtext")
+    parser.add_argument("--context-len", type=int, default=2048)
+    parser.add_argument("--docs", type=int, default=2)
+    parser.add_argument("--needles", type=int, default=4)
+    parser.add_argument("--budget", default="1/4")
+    parser.add_argument("--placements", default="after,before")
+    parser.add_argument("--ttft-doc-len", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--superset-factor", type=int, default=prefix_cache.SUPERSET_FACTOR,
+                        help="stored picks per request pick (an experiment's knob)")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the full cache and per-question SnapKV")
+    args = parser.parse_args(argv)
+    prefix_cache.SUPERSET_FACTOR = args.superset_factor
+    engine = Engine.from_pretrained()
+    engine.prefill(list(range(1000, 1200)), engine.default_policy, 1)  # weights laid out once
+    budget = Budget.parse(args.budget)
+    if args.ttft_doc_len:
+        t = measure_ttft(engine, args.ttft_doc_len, repeats=2)
+        print(f"TTFT at {t['doc_tokens']} document tokens ({t['policy']}): full re-prefill "
+              f"{t['full_s']:.2f} s, cached document {t['suffix_s']:.3f} s "
+              f"({t['full_s'] / t['suffix_s']:.1f}x); compressing the document once "
+              f"{t['compress_s']:.2f} s")
+    print(f"| task | placement | asked | full | snapkv {args.budget} | doccache {args.budget} "
+          "| compress s | suffix s / question | full prefill s / question |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for task in args.tasks.split(","):
+        for placement in args.placements.split(","):
+            total = {"full": 0, "snapkv": 0, "doccache": 0}
+            times = {"compress": 0.0, "suffix": 0.0, "full": 0.0}
+            asked = 0
+            for d in range(args.docs):
+                rng = random.Random(args.seed * 1000 + d)
+                doc, asks = build_document(task, rng, engine, args.context_len, args.needles)
+                out = run_document(engine, doc, asks, budget, placement,
+                                   baselines=not args.no_baselines)
+                asked += out["asked"]
+                total = {k: total[k] + out["correct"][k] for k in total}
+                times = {k: times[k] + out["times"][k] for k in times}
+            if not asked:
+                continue
+            print(f"| {task} | {placement} | {asked} | {total['full']} | {total['snapkv']} | "
+                  f"{total['doccache']} | {times['compress']:.1f} | "
+                  f"{times['suffix'] / asked:.2f} | {times['full'] / asked:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""Compress once, ask many: a document's question-agnostic cache, and prompts prefilled on it.
+
+Store time (:func:`compress_document`): the document is prefilled, then scored without any
+question by a repeat pass (KVzip, Kim et al. 2025): the model is asked to repeat the document,
+chunk by chunk, over the document's whole K/V, and each document key scores the highest
+attention any repeating query (of its GQA group) gives it, avg-pooled along positions. The
+cache keeps a *superset* of what a request's layout holds (:func:`store_layout`): its sinks,
+``SUPERSET_FACTOR`` x its ``n_topk`` by that score, and the document's last ``n_recent`` tokens.
+
+Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suffix) runs; its
+queries attend to the stored keys (at their original positions, already rotated) and causally
+to each other. Each layer then compresses into the request's layout exactly as a whole prompt
+would be (``compress_kv``), with the stored keys and the suffix's as the only candidates and
+SnapKV's window (the suffix's last queries, so the question's) picking the final ``n_topk``
+among them. A document short enough to be stored whole gives the same cache as a full prefill.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from snapstream.compress import compress_kv
+from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
+from snapstream.model import Transformer, causal_attention
+from snapstream.policy import CacheLayout, CachePolicy
+from snapstream.snapkv import pool_votes, snapkv_scores
+
+SUPERSET_FACTOR = 2  # stored picks per request pick
+REPEAT_CHUNK = 512  # document tokens repeated per forward of the repeat pass
+REPEAT_KERNEL = 7  # avg pooling of the repeat scores (kernel 31 lost needles: docs/accuracy.md)
+REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly.\n\n"
+
+
+def store_layout(layout: CacheLayout) -> CacheLayout:
+    """What a document's stored cache holds for requests of ``layout``: its sinks, a superset
+    of its SnapKV picks, and the last ``n_recent`` document tokens (the ring's reach when the
+    question is short)."""
+    return CacheLayout(layout.n_sink, SUPERSET_FACTOR * layout.n_topk, layout.n_recent,
+                       layout.n_recent)
+
+
+def check_model(model: Transformer) -> None:
+    if any(model.config.attention_windows):
+        raise ValueError("cache_prefix is not supported for models with sliding-window layers; "
+                         "send the request without it")
+
+
+def check_policy(policy: CachePolicy) -> None:
+    if not policy.spec.is_sized:
+        raise ValueError(f"cache_prefix needs a policy that bounds the cache (snapstream, "
+                         f"snapkv, streaming), not {policy.kind!r}")
+
+
+def attend_with_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix_k: torch.Tensor,
+                       prefix_v: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """q (1, Hq, T, D), k/v (1, Hkv, T, D) of this forward; prefix_k/v (Hkv, M, D) of earlier
+    positions, present (M,) bool -> (1, Hq, T, D): every query over the present prefix keys and
+    causally over this forward's."""
+    num_tokens = q.shape[2]
+    keys = torch.cat((prefix_k[None].to(k.dtype), k), dim=2)  # (1, Hkv, M + T, D)
+    values = torch.cat((prefix_v[None].to(v.dtype), v), dim=2)
+    causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=q.device).tril()
+    mask = torch.cat((present.expand(num_tokens, -1), causal), dim=1)  # (T, M + T)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
+
+@dataclass
+class _FullRecorder:
+    """Causal attention that keeps every layer's whole K/V (the document's, for the repeat
+    pass)."""
+
+    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
+    values: list[torch.Tensor] = field(default_factory=list)
+
+    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
+        self.keys.append(k[0])
+        self.values.append(v[0])
+        return causal_attention(q, k, v)
+
+
+@dataclass
+class _RepeatScorer:
+    """Attention of one repeat chunk over the document (+ itself); records, per layer and KV
+    head, the highest attention any of the chunk's last ``num_scoring`` queries (the repeated
+    text, not the instruction) gives each document key."""
+
+    doc: _FullRecorder
+    num_scoring: int
+    scores: list[torch.Tensor]  # L x (Hkv, P), running max over chunks
+
+    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
+        doc_k, doc_v = self.doc.keys[layer_idx], self.doc.values[layer_idx]  # (Hkv, P, D)
+        present = torch.ones(doc_k.shape[1], dtype=torch.bool, device=q.device)
+        out = attend_with_prefix(q, k, v, doc_k, doc_v, present)
+        num_kv_heads, doc_len, head_dim = doc_k.shape
+        num_tokens = q.shape[2]
+        group = q.shape[1] // num_kv_heads
+        q_rep = q[0, :, -self.num_scoring:].float().reshape(
+            num_kv_heads, group * self.num_scoring, head_dim)  # (Hkv, G*T', D)
+        keys = torch.cat((doc_k, k[0]), dim=1).float()  # (Hkv, P + T, D)
+        logits = q_rep @ keys.transpose(1, 2) / math.sqrt(head_dim)  # (Hkv, G*T', P + T)
+        logits = logits.view(num_kv_heads, group, self.num_scoring, doc_len + num_tokens)
+        query_pos = torch.arange(num_tokens - self.num_scoring, num_tokens, device=q.device)
+        future = torch.arange(num_tokens, device=q.device)[None] > query_pos[:, None]  # (T', T)
+        logits[..., doc_len:] = logits[..., doc_len:].masked_fill(future, float("-inf"))
+        probs = logits.softmax(dim=-1)[..., :doc_len]  # (Hkv, G, T', P)
+        best = probs.amax(dim=(1, 2))  # (Hkv, P)
+        self.scores[layer_idx] = torch.maximum(self.scores[layer_idx], best)
+        return out
+
+
+@torch.no_grad()
+def repeat_scores(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
+                  doc: _FullRecorder) -> torch.Tensor:
+    """Question-agnostic importance (L, Hkv, P) float32 of every document key, from the
+    document's recorded K/V: one forward per ``REPEAT_CHUNK`` of the document, at the
+    positions after it, of the instruction + the chunk."""
+    device = doc.keys[0].device
+    doc_len = len(doc_ids)
+    shape = (doc.keys[0].shape[0], doc_len)
+    scorer = _RepeatScorer(doc, 0, [torch.zeros(shape, device=device) for _ in doc.keys])
+    for start in range(0, doc_len, REPEAT_CHUNK):
+        chunk = doc_ids[start : start + REPEAT_CHUNK]
+        ids = torch.tensor([instruction_ids + chunk], device=device)  # (1, T)
+        positions = torch.arange(doc_len, doc_len + ids.shape[1], device=device)[None]
+        scorer.num_scoring = len(chunk)
+        model(ids, positions, scorer)
+    votes = torch.stack(scorer.scores)  # (L, Hkv, P)
+    return pool_votes(votes.flatten(0, 1), REPEAT_KERNEL, "avg").view_as(votes)
+
+
+@torch.no_grad()
+def compress_document(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
+                      layout: CacheLayout, kv_dtype: torch.dtype) -> SequenceCache:
+    """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits,
+    else scored by the repeat pass. Slots past a short document's tokens stay EMPTY."""
+    check_model(model)
+    stored = store_layout(layout)
+    device = model.lm_head.weight.device
+    doc = _FullRecorder()
+    model(torch.tensor([doc_ids], device=device),
+          torch.arange(len(doc_ids), device=device)[None], doc)
+    k, v = torch.stack(doc.keys), torch.stack(doc.values)  # (L, Hkv, P, D)
+    scores = None
+    if stored.compresses(len(doc_ids)) and stored.n_topk > 0:
+        scores = repeat_scores(model, doc_ids, instruction_ids, doc)
+    out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
+    return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))
+
+
+def _one_group(layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+               prompt_len: int) -> SequenceCache:
+    """k, v (L, Hkv, S, D), positions (L, Hkv, S) of a model without sliding layers (one layer
+    group, :func:`check_model`) -> its cache of ``prompt_len`` tokens."""
+    group = LayerGroup(tuple(range(k.shape[0])), layout)
+    return SequenceCache((GroupKV(group, k, v, positions),), prompt_len, prompt_len)
+
+
+@dataclass
+class _SuffixRecorder:
+    """Attention of the suffix over the stored document + itself, compressing each layer into
+    ``layout`` from the stored keys and the suffix's (a dense prompt with the absent keys
+    zeroed and never picked)."""
+
+    prefix: SequenceCache
+    layout: CacheLayout
+    dtype: torch.dtype
+    window: int  # 0: no SnapKV scores
+    kernel: int
+    pooling: str
+    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S, D)
+    values: list[torch.Tensor] = field(default_factory=list)
+    positions: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S) int32
+
+    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
+        (stored,) = self.prefix.groups
+        stored_pos = stored.positions[layer_idx].long()  # (Hkv, M)
+        present = stored_pos[0] != EMPTY  # (M,): the same for every head
+        stored_k, stored_v = stored.k[layer_idx], stored.v[layer_idx]  # (Hkv, M, D)
+        out = attend_with_prefix(q, k, v, stored_k, stored_v, present)
+        dense_k, dense_v, known = self._dense(stored_k[:, present], stored_v[:, present],
+                                              stored_pos[:, present], k, v)
+        scores = None
+        if self.window:
+            q_window = q[0, :, -min(self.window, q.shape[2]):]  # (Hq, W, D)
+            scores = snapkv_scores(q_window, dense_k[0], self.kernel, self.pooling, known)[None]
+        kept_k, kept_v, kept_pos = compress_kv(self.layout, dense_k, dense_v, scores, self.dtype)
+        self.keys.append(kept_k[0])
+        self.values.append(kept_v[0])
+        self.positions.append(kept_pos[0])
+        return out
+
+    def _dense(self, stored_k, stored_v, stored_pos, k, v):
+        """The whole prompt's K/V (1, Hkv, P, D), zero where the store has no key, and which
+        keys are known (Hkv, P) bool."""
+        num_kv_heads, head_dim = k.shape[1], k.shape[3]
+        doc_len, prompt_len = self.prefix.prompt_len, self.prefix.prompt_len + k.shape[2]
+        dense_k = k.new_zeros(1, num_kv_heads, prompt_len, head_dim)
+        dense_v = v.new_zeros(1, num_kv_heads, prompt_len, head_dim)
+        index = stored_pos[None, :, :, None].expand(1, -1, -1, head_dim)  # (1, Hkv, M', D)
+        dense_k.scatter_(2, index, stored_k[None].to(k.dtype))
+        dense_v.scatter_(2, index, stored_v[None].to(v.dtype))
+        dense_k[:, :, doc_len:] = k
+        dense_v[:, :, doc_len:] = v
+        known = torch.zeros(num_kv_heads, prompt_len, dtype=torch.bool, device=k.device)
+        known.scatter_(1, stored_pos, True)
+        known[:, doc_len:] = True
+        return dense_k, dense_v, known
+
+    def cache(self, prompt_len: int) -> SequenceCache:
+        return _one_group(self.layout, torch.stack(self.keys), torch.stack(self.values),
+                          torch.stack(self.positions), prompt_len)
+
+
+@torch.no_grad()
+def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: list[int],
+                      policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
+                      ) -> tuple[SequenceCache, torch.Tensor]:
+    """The prompt ``prefix`` (a stored document) + ``suffix_ids`` in ``layout`` -> its cache and
+    the next-token logits (V,) float32; only the suffix runs through the model."""
+    if not suffix_ids:
+        raise ValueError("the prompt has no tokens after the cached prefix")
+    stored = prefix.groups[0].group.layout
+    if stored != store_layout(layout):
+        raise ValueError(f"the stored document's layout {stored} is not the one of "
+                         f"{layout}: it was compressed for another policy")
+    prompt_len = prefix.prompt_len + len(suffix_ids)
+    selects = layout.compresses(prompt_len) and layout.n_topk > 0
+    recorder = _SuffixRecorder(prefix, layout, kv_dtype, policy.window if selects else 0,
+                               policy.kernel, policy.pooling)
+    device = model.lm_head.weight.device
+    ids = torch.tensor([suffix_ids], device=device)  # (1, T)
+    positions = torch.arange(prefix.prompt_len, prompt_len, device=device)[None]
+    hidden = model(ids, positions, recorder)
+    return recorder.cache(prompt_len), model.logits(hidden[0, -1])

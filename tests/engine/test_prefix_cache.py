@@ -1,0 +1,106 @@
+"""Compress once, ask many (snapstream/prefix_cache.py): the stored document cache and prompts
+prefilled on top of it, against full prefills and brute-force restricted attention."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from snapstream.kvcache import EMPTY
+from snapstream.policy import CachePolicy
+from snapstream.prefix_cache import store_layout
+from tests.engine.helpers import engine_for
+from tests.engine.reference import masked_logits
+from tests.tiny_models import random_model, tiny_config
+
+POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
+
+
+def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (length,), generator=generator).tolist()
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
+
+
+def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
+    doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 24 + 8 stored slots
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    assert prefix.groups[0].group.layout == store_layout(POLICY.layout(30, 4))
+    assert prefix.num_tokens_held == 30
+    full = engine.prefill(doc + question, POLICY, max_new_tokens=4)
+    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
+    # SnapKV picks among the whole prompt in both
+    assert full.cache.groups[0].group.layout.compresses(39)
+    assert torch.equal(reused.cache.groups[0].positions, full.cache.groups[0].positions)
+    torch.testing.assert_close(reused.cache.groups[0].k, full.cache.groups[0].k, atol=1e-5,
+                               rtol=0)
+    torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
+
+
+def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine):
+    doc = prompt(120, seed=4)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    layout = prefix.groups[0].group.layout
+    assert (layout.n_sink, layout.n_topk, layout.n_recent) == (2, 24, 8)
+    positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
+    assert (positions != EMPTY).all()
+    assert (positions[..., :2] == torch.arange(2)).all()
+    assert (positions[..., -8:].sort(dim=-1).values == torch.arange(112, 120)).all()
+    picks = positions[..., 2:26]
+    assert ((picks >= 2) & (picks < 112)).all()
+    assert picks.unique(dim=-1).shape[-1] == 24  # distinct picks per head
+    assert not torch.equal(picks[0], picks[1])  # scored per layer, not a fixed pattern
+
+
+def test_the_suffix_attends_to_exactly_the_stored_keys(engine):
+    """The question's logits equal a full forward in which the question may see only the
+    document's stored positions (per layer and KV head) and itself, causally."""
+    doc, question = prompt(120, seed=5), prompt(10, seed=6)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    ids = doc + question
+    reused = engine.prefill_on_prefix(prefix, ids, POLICY, max_new_tokens=4)
+    config = engine.config
+    total = len(ids)
+    allowed = torch.ones(total, total, dtype=torch.bool).tril().repeat(
+        config.num_layers, config.num_kv_heads, 1, 1)  # (L, Hkv, T, T)
+    for layer in range(config.num_layers):
+        for head in range(config.num_kv_heads):
+            seen = torch.zeros(total, dtype=torch.bool)
+            seen[prefix.groups[0].positions[layer, head].long()] = True
+            seen[len(doc):] = True
+            allowed[layer, head, len(doc):] &= seen
+    reference = masked_logits(engine.model, ids, allowed)[-1]
+    torch.testing.assert_close(reused.logits, reference, atol=1e-4, rtol=0)
+
+
+def test_the_final_cache_picks_among_stored_and_question_tokens(engine):
+    doc, question = prompt(120, seed=7), prompt(10, seed=8)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
+    cache = reused.cache
+    assert cache.layout == POLICY.layout(130, 4)
+    positions = cache.positions.long()
+    ring = positions[..., POLICY.n_sink + POLICY.n_topk:]
+    assert (ring.sort(dim=-1).values == torch.arange(122, 130)).all()
+    picks = positions[..., POLICY.n_sink : POLICY.n_sink + POLICY.n_topk]
+    for layer in range(engine.config.num_layers):
+        for head in range(engine.config.num_kv_heads):
+            stored = set(prefix.groups[0].positions[layer, head].tolist())
+            assert set(picks[layer, head].tolist()) <= stored | set(range(120, 122))
+
+
+def test_refuses_what_it_cannot_serve(engine):
+    with pytest.raises(ValueError, match="cache_prefix needs a policy"):
+        engine.compress_prefix(prompt(40, 1), CachePolicy(kind="full"), max_new_tokens=4)
+    prefix = engine.compress_prefix(prompt(40, 1), POLICY, max_new_tokens=4)
+    with pytest.raises(ValueError, match="no tokens after the cached prefix"):
+        engine.prefill_on_prefix(prefix, prompt(40, 1), POLICY, max_new_tokens=4)
+    with pytest.raises(ValueError, match="compressed for another policy"):
+        engine.prefill_on_prefix(prefix, prompt(50, 1), replace(POLICY, n_topk=20),
+                                 max_new_tokens=4)
