@@ -84,8 +84,8 @@ def test_the_final_cache_picks_among_stored_and_question_tokens(engine):
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
     reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
     cache = reused.cache
-    assert cache.layout == POLICY.layout(130, 4)
-    positions = cache.positions.long()
+    assert cache.layout == engine.model_layout(POLICY.layout(130, 4))
+    positions = cache.groups[0].positions.long()
     ring = positions[..., POLICY.n_sink + POLICY.n_topk:]
     assert (ring.sort(dim=-1).values == torch.arange(122, 130)).all()
     picks = positions[..., POLICY.n_sink : POLICY.n_sink + POLICY.n_topk]
