@@ -17,6 +17,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                 help="a blob not consumed by then is dropped by the store")
     add_setting(parser, "--max-queue", type=int, default=16,
                 help="requests waiting for the model before RESOURCE_EXHAUSTED")
+    add_setting(parser, "--draft-model", default=None,
+                help="a draft model for speculative prefill (a model name or path, any family "
+                     "the engine loads); unset: requests asking for it are refused")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,15 +34,22 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     from prefill_svc.service import PrefillServicer
     from serving.server import ServerSpec, serve, wait_until_idle
     from serving.worker import open_worker
+    from snapstream.engine import Engine
     from snapstream.policy import CachePolicy
+    from snapstream.specprefill.selector import DraftSelector
     from snapstream.v1 import prefill_pb2_grpc
 
     worker = await open_worker(args)
     engine, store = worker.engine, worker.store
-    servicer = PrefillServicer(engine, store, worker.spec, args.blob_ttl_s, args.max_queue)
+    draft = args.draft_model and Engine.from_pretrained(args.draft_model, dtype=args.dtype,
+                                                        device=args.device)
+    servicer = PrefillServicer(engine, store, worker.spec, args.blob_ttl_s, args.max_queue,
+                               DraftSelector(draft) if draft else None)
 
     async def warmup() -> None:
         await asyncio.to_thread(engine.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)
+        if draft:
+            await asyncio.to_thread(draft.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)
 
     async def drain(timeout_s: float) -> None:
         await wait_until_idle(lambda: servicer.outstanding > 0, timeout_s)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from kvstore import BlobStore, new_blob_key
 from kvstore.codec import BlobSpec, encode_blob
 from kvstore.stores.base import check_key
+from prefill_svc import speculative
 from serving import metrics
 from serving.convert import duration, policy_from_pb, sampling_from_pb
 from serving.errors import QueueFull
@@ -17,7 +18,8 @@ from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
-from snapstream.v1 import prefill_pb2, prefill_pb2_grpc
+from snapstream.specprefill.selector import DraftSelector
+from snapstream.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,14 @@ class PrefillOutput:
     prefill_s: float
     compress_s: float
     cache_slots: int  # per layer and KV head
+    speculative: common_pb2.SpeculativeReport | None = None
 
 
 class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
     def __init__(self, engine: Engine, store: BlobStore, spec: BlobSpec, blob_ttl_s: float,
-                 max_queue: int) -> None:
+                 max_queue: int, selector: DraftSelector | None = None) -> None:
         self.engine, self.store, self.spec = engine, store, spec
+        self.selector = selector  # the draft model, for speculative prefill
         self.blob_ttl_s, self.max_queue = blob_ttl_s, max_queue
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill-model")
         self.outstanding = 0
@@ -42,13 +46,14 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         if self.outstanding >= self.max_queue + 1:
             raise QueueFull(f"prefill queue is full ({self.max_queue} waiting); retry later")
         ids, policy, sampling = self._resolve(request)
+        job = speculative.job_from_request(request, self.selector)
         key = check_key(request.blob_key) if request.blob_key else new_blob_key()
         self.outstanding += 1
         metrics.WAITING.labels("prefill").set(self.outstanding)
         try:
             out = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self._run_model, ids, policy, sampling, request.max_new_tokens,
-                time.perf_counter())
+                time.perf_counter(), job)
             start = time.perf_counter()
             # a caller that leaves (cancel, deadline) during the put leaves nothing behind: the
             # store deletes what a cut-short put wrote
@@ -63,7 +68,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             blob_key=key, blob_size=len(out.blob), first_token_id=out.first_token,
             prompt_tokens=len(ids), prefill_time=duration(out.prefill_s),
             compress_time=duration(out.compress_s), store_time=duration(store_s),
-            cache_slots=out.cache_slots)
+            cache_slots=out.cache_slots, speculative=out.speculative)
 
     def _resolve(self, request: prefill_pb2.PrefillRequest
                  ) -> tuple[list[int], CachePolicy, SamplingParams]:
@@ -79,17 +84,24 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         return prefill_pb2.ReleaseResponse()
 
     def _run_model(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
-                   max_new_tokens: int, submitted: float) -> PrefillOutput:
-        """On the model thread: prefill, SnapKV, blob encoding and the first token."""
+                   max_new_tokens: int, submitted: float,
+                   job: speculative.SpeculativeJob | None) -> PrefillOutput:
+        """On the model thread: the draft's selection (speculative requests), prefill, SnapKV,
+        blob encoding and the first token."""
         with metrics.prefill_turn(submitted):
-            result = self.engine.prefill(ids, policy, max_new_tokens,
-                                         capacity=self.engine.context_len)
+            selection = job and speculative.select(self.selector, job, self.engine.tokenizer, ids)
+            kept, positions = (selection.ids, selection.positions) if selection else (ids, None)
+            result = self.engine.prefill(kept, policy, max_new_tokens,
+                                         capacity=self.engine.context_len, positions=positions)
             start = time.perf_counter()
             blob = encode_blob(result.cache, self.spec)
             encode_s = time.perf_counter() - start
-            first = sample_batch(result.logits[None], [sampling], [len(ids)])[0]
-        return PrefillOutput(blob, first, result.prefill_s - result.select_s,
-                             result.select_s + encode_s, result.cache.layout.budget)
+            first = sample_batch(result.logits[None], [sampling],
+                                 [result.cache.next_position])[0]
+        forward_s = result.prefill_s - result.select_s
+        return PrefillOutput(blob, first, forward_s, result.select_s + encode_s,
+                             result.cache.layout.budget,
+                             selection and speculative.report(selection, forward_s))
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)

@@ -44,4 +44,5 @@ def event_to_pb(event: Event) -> generation_pb2.GenerateResponse:
         time_to_first_token=duration(event.time_to_first_token_s),
         decode_time=duration(event.decode_time_s),
         simulated_decode_time=duration(event.simulated_decode_time_s),
-        kv_cache_bytes=event.kv_cache_bytes, kv_cache_slots=event.kv_cache_slots))
+        kv_cache_bytes=event.kv_cache_bytes, kv_cache_slots=event.kv_cache_slots,
+        speculative=event.speculative))

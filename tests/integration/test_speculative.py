@@ -1,0 +1,115 @@
+"""Speculative prefill through real gRPC servers and a real Redis: the router validates the
+settings once, the prefill worker's draft picks the chunks, the target prefills them, the rest
+of the path (SnapKV, blob, decode) is unchanged, and the completion reports what happened."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from prefill_svc.service import PrefillServicer
+from snapstream.engine import Engine
+from snapstream.specprefill.selector import DraftSelector
+from snapstream.specprefill.settings import SpeculativeSettings
+from snapstream.v1 import common_pb2, generation_pb2
+from tests.integration.test_services import ENGINE_POLICY, POLICY, collect, serving_stack, wait_idle
+from tests.tiny_models import write_tiny_model
+
+DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir) -> Path:
+    return tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def draft(tmp_path_factory) -> Engine:
+    return Engine.from_pretrained(write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9))
+
+
+def _with_draft(draft: Engine):
+    return functools.partial(PrefillServicer, selector=DraftSelector(draft))
+
+
+def _request(prompt: str, **speculative) -> generation_pb2.GenerateRequest:
+    return generation_pb2.GenerateRequest(
+        prompt=prompt, max_new_tokens=6, policy=POLICY,
+        speculative=common_pb2.SpeculativeSettings(**speculative))
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+@pytest.mark.parametrize("positions", ["original", "compact"])
+async def test_the_target_decodes_what_it_prefilled_of_the_drafts_pick(
+        model_dir, redis_url, draft, positions):
+    mode = {"original": common_pb2.POSITION_MODE_ORIGINAL,
+            "compact": common_pb2.POSITION_MODE_COMPACT}[positions]
+    drafted = _sample("snapstream_speculative_draft_seconds_count")
+    async with serving_stack(model_dir, redis_url, prefill_cls=_with_draft(draft)) as stack:
+        ids, _, complete = await collect(stack.generation, _request(
+            DOCUMENT, keep=0.25, chunk_size=16, positions=mode))
+        report = complete.speculative
+        prompt_len = len(stack.engine.encode(DOCUMENT))
+        assert report.prompt_tokens == complete.prompt_tokens == prompt_len
+        assert abs(report.kept_tokens - 0.25 * prompt_len) <= 32 and not report.skipped
+        assert report.draft_time.ToNanoseconds() > 0
+        assert report.target_prefill_time.ToNanoseconds() > 0
+        # the same selection in process, then the same greedy tokens
+        selection = DraftSelector(draft).select(
+            DOCUMENT, stack.engine.tokenizer,
+            SpeculativeSettings(keep=0.25, chunk_size=16, positions=positions))
+        assert len(selection.ids) == report.kept_tokens
+        expected = stack.engine.generate(selection.ids, max_new_tokens=6, policy=ENGINE_POLICY,
+                                         positions=selection.positions)
+        assert ids == expected.token_ids
+        await wait_idle(stack)
+    assert _sample("snapstream_speculative_draft_seconds_count") == drafted + 1
+
+
+async def test_unset_settings_take_the_workers_defaults_and_short_prompts_are_whole(
+        model_dir, redis_url, draft):
+    async with serving_stack(model_dir, redis_url, prefill_cls=_with_draft(draft)) as stack:
+        _, _, defaulted = await collect(stack.generation, _request(DOCUMENT))
+        kept = round(SpeculativeSettings().keep * defaulted.prompt_tokens)
+        assert abs(defaulted.speculative.kept_tokens - kept) <= 2 * 32
+        short = "A short prompt."
+        ids, _, complete = await collect(stack.generation, _request(short, keep=0.1))
+        assert "shorter than one chunk" in complete.speculative.skipped
+        assert complete.speculative.kept_tokens == complete.prompt_tokens
+        plain = await collect(stack.generation, generation_pb2.GenerateRequest(
+            prompt=short, max_new_tokens=6, policy=POLICY))
+        assert ids == plain[0] and not plain[2].HasField("speculative")
+        await wait_idle(stack)
+
+
+async def test_a_worker_without_a_draft_refuses_naming_the_flag(model_dir, redis_url):
+    async with serving_stack(model_dir, redis_url) as stack:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, _request(DOCUMENT, keep=0.5))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "--draft-model" in err.value.details()
+        await wait_idle(stack)
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (_request(DOCUMENT, keep=1.5), "speculative.keep must be in (0, 1]"),
+    (_request(DOCUMENT, keep=0.0), "speculative.keep must be in (0, 1]"),
+    (_request(DOCUMENT, chunk_size=0), "speculative.chunk_size"),
+    (generation_pb2.GenerateRequest(
+        prompt_token_ids=common_pb2.TokenIds(ids=[1, 2, 3]),
+        speculative=common_pb2.SpeculativeSettings()), "not prompt_token_ids"),
+])
+async def test_bad_settings_are_invalid_argument(model_dir, redis_url, draft, request_, message):
+    async with serving_stack(model_dir, redis_url, prefill_cls=_with_draft(draft)) as stack:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, request_)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in err.value.details()
+        await wait_idle(stack)
