@@ -22,7 +22,9 @@ class GenerateOptions(TypedDict, total=False):
 
     ``stop`` is a stop string or a sequence of them, matched on the generated text;
     ``policy`` is a cache policy kind (full, streaming, snapkv, snapstream) and ``pooling`` a
-    SnapKV pooling (avg, max); the sizes are tokens per layer and KV head.
+    SnapKV pooling (avg, max); the sizes are tokens per layer and KV head. ``speculative``
+    asks for speculative prefill (a prefill worker with --draft-model): a mapping of
+    :data:`SPECULATIVE_KEYS` (``{}``: the worker's defaults), e.g. ``{"keep": 0.25}``.
     """
 
     max_new_tokens: int | None
@@ -39,6 +41,12 @@ class GenerateOptions(TypedDict, total=False):
     window: int | None
     kernel: int | None
     pooling: str | None
+    speculative: Mapping[str, float | int | str] | None
+
+
+# keep (a share in (0, 1]) or keep_tokens; chunk_size, look_ahead (tokens); positions
+# (original, compact)
+SPECULATIVE_KEYS = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")
 
 
 _SAMPLING_SCALARS = ("temperature", "top_k", "top_p", "seed")
@@ -87,6 +95,22 @@ def _set_options(request: generation_pb2.GenerateRequest, options: GenerateOptio
                                       options.get("policy"))
     request.policy.pooling = _enum_value(common_pb2.Pooling, "POOLING_", "pooling",
                                          options.get("pooling"))
+    speculative = options.get("speculative")
+    if speculative is not None:
+        _set_speculative(request.speculative, speculative)
+
+
+def _set_speculative(message: common_pb2.SpeculativeSettings,
+                     given: Mapping[str, float | int | str]) -> None:
+    message.SetInParent()  # asked for, even with every setting left to the worker
+    unknown = set(given) - set(SPECULATIVE_KEYS)
+    if unknown:
+        raise InvalidArgument(f"speculative: unknown key(s) {', '.join(sorted(unknown))} "
+                              f"(use {', '.join(SPECULATIVE_KEYS)})")
+    for name in ("keep", "keep_tokens", "chunk_size", "look_ahead"):
+        _set(message, name, given.get(name))
+    message.positions = _enum_value(common_pb2.PositionMode, "POSITION_MODE_",
+                                    "speculative.positions", given.get("positions"))
 
 
 def enum_names(enum: EnumTypeWrapper, prefix: str) -> dict[str, int]:

@@ -113,3 +113,29 @@ async def test_bad_settings_are_invalid_argument(model_dir, redis_url, draft, re
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert message in err.value.details()
         await wait_idle(stack)
+
+
+async def test_the_openai_api_asks_through_its_extension_object(model_dir, redis_url, draft):
+    import openai
+
+    from tests.integration.test_openai_api import EXTENSION, http_api
+
+    async with serving_stack(model_dir, redis_url, prefill_cls=_with_draft(draft)) as stack, \
+            http_api(stack.router) as base_url:
+        async with openai.AsyncOpenAI(base_url=base_url, api_key="unused",
+                                      max_retries=0) as client:
+            extension = {**EXTENSION, "speculative": {"keep": 0.25, "chunk_size": 16}}
+            text = await client.completions.create(
+                model=stack.router.model.name, prompt=DOCUMENT, max_tokens=6, temperature=0,
+                extra_body={"snapstream": extension})
+            with pytest.raises(openai.BadRequestError, match="keep must be in"):
+                await client.completions.create(
+                    model=stack.router.model.name, prompt=DOCUMENT, max_tokens=6,
+                    extra_body={"snapstream": {"speculative": {"keep": 2.0}}})
+        _, native_text, done = await collect(stack.generation, _request(
+            DOCUMENT, keep=0.25, chunk_size=16))
+        assert text.choices[0].text == native_text
+        report = text.model_extra["snapstream"]["speculative"]
+        assert report["kept_tokens"] == done.speculative.kept_tokens
+        assert report["prompt_tokens"] == done.prompt_tokens and report["skipped"] == ""
+        await wait_idle(stack)
