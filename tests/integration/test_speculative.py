@@ -139,3 +139,26 @@ async def test_the_openai_api_asks_through_its_extension_object(model_dir, redis
         assert report["kept_tokens"] == done.speculative.kept_tokens
         assert report["prompt_tokens"] == done.prompt_tokens and report["skipped"] == ""
         await wait_idle(stack)
+
+
+async def test_compact_positions_read_a_prompt_longer_than_the_targets_context(
+        model_dir, redis_url, draft):
+    long_prompt = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(120))
+    async with serving_stack(model_dir, redis_url, prefill_cls=_with_draft(draft)) as stack:
+        assert stack.engine.context_len < len(stack.engine.tokenizer.encode(long_prompt))
+        assert len(draft.tokenizer.encode(long_prompt)) <= draft.context_len
+        _, _, complete = await collect(stack.generation, _request(
+            long_prompt, keep_tokens=1000, positions=common_pb2.POSITION_MODE_COMPACT))
+        assert complete.speculative.kept_tokens <= 1000 + 2 * 32
+        assert complete.prompt_tokens > stack.engine.context_len
+        # kept more than the target reads: refused, nothing left behind
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, _request(
+                long_prompt, keep=1.0, positions=common_pb2.POSITION_MODE_COMPACT))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "context" in err.value.details()
+        # original positions cannot go past the context: the router refuses the prompt
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, _request(long_prompt, keep=0.25))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        await wait_idle(stack)
