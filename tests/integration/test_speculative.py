@@ -162,3 +162,22 @@ async def test_compact_positions_read_a_prompt_longer_than_the_targets_context(
             await collect(stack.generation, _request(long_prompt, keep=0.25))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         await wait_idle(stack)
+
+
+def test_the_router_marks_a_chat_prompts_final_user_turn(model_dir):
+    from router.main import load_served_model
+    from router.request import resolve
+
+    model = load_served_model(model_dir, "snapstream", 16)
+    chat = generation_pb2.ChatMessages(messages=[
+        generation_pb2.ChatMessage(role="user", content=DOCUMENT),
+        generation_pb2.ChatMessage(role="assistant", content="Noted."),
+        generation_pb2.ChatMessage(role="user", content="What does item 7 cost?")])
+    resolved = resolve(generation_pb2.GenerateRequest(
+        messages=chat, speculative=common_pb2.SpeculativeSettings(keep=0.3)), model)
+    text = resolved.speculative_prompt.text
+    assert text[resolved.speculative_prompt.keep_from_char:].startswith("What does item 7 cost?")
+    assert model.tokenizer.encode(text) == list(resolved.prompt_ids)
+    assert resolved.speculative.keep == pytest.approx(0.3)
+    plain = resolve(generation_pb2.GenerateRequest(messages=chat), model)
+    assert plain.speculative is None and plain.speculative_prompt is None
