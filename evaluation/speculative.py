@@ -17,7 +17,7 @@ from evaldata import PromptSpec, Sample, TaskConfig, corpus, generate, verdict
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
-from snapstream.specprefill.selector import DraftSelector
+from snapstream.specprefill.selector import DraftSelector, pick
 from snapstream.specprefill.settings import SpeculativeSettings
 
 FULL = CachePolicy(kind="full")
@@ -61,16 +61,14 @@ def long_sample(task: str, rng: random.Random, length: int, depth: float,
 
 
 def run_compact(args: argparse.Namespace) -> None:
+    """One row per (sample, budget): the draft ranks a sample's chunks once for every budget."""
     target, draft = Engine.from_pretrained(args.target), Engine.from_pretrained(args.draft)
     selector = DraftSelector(draft)
-    # selected as "original" for the kept indices (to see whether the needle is kept), then
-    # prefilled renumbered, as "compact" does
-    settings = SpeculativeSettings(keep=None, keep_tokens=args.budget, positions="original")
     names = [*TRUNCATIONS, "speculative"]
-    wins = dict.fromkeys(names, 0)
-    print(f"| task | depth | prompt tokens | {' | '.join(names)} | kept | needle kept | "
+    wins = {(budget, name): 0 for budget in args.budgets for name in names}
+    print(f"| task | depth | prompt tokens | budget | {' | '.join(names)} | needle kept | "
           "draft s |")
-    print(f"|---|---|---|{'---|' * len(names)}---|---|---|")
+    print(f"|---|---|---|---|{'---|' * len(names)}---|---|", flush=True)
     for i in range(args.samples):
         for task in args.tasks:
             depth = DEPTHS[i % len(DEPTHS)]
@@ -78,20 +76,26 @@ def run_compact(args: argparse.Namespace) -> None:
                 task, random.Random(f"speculative/{args.seed}/{task}/{i}"), args.length, depth,
                 PromptSpec(target.tokenizer, "raw"))
             ids, offsets = target.tokenizer.encode_with_offsets(prompt)
-            kept = {name: cut(ids, args.budget) for name, cut in TRUNCATIONS.items()}
-            selection = selector.select(prompt, target.tokenizer, settings,
-                                        keep_from_char=prompt.rindex(sample.question))
-            kept["speculative"] = selection.ids
-            right = {name: _answers(target, kept[name], sample, args.max_new_tokens)
-                     for name in names}
-            for name in names:
-                wins[name] += right[name]
-            marks = " | ".join("yes" if right[name] else "no" for name in names)
-            needle = _needle_kept(prompt, sample, offsets, selection.positions)
-            print(f"| {task} | {depth} | {len(ids)} | {marks} | {len(selection.ids)} | "
-                  f"{needle:.0%} | {selection.draft_s:.1f} |", flush=True)
+            ranking = selector.rank(prompt, SpeculativeSettings())
+            for budget in args.budgets:
+                # picked with "original" positions for the kept indices (is the needle kept?),
+                # prefilled renumbered, as "compact" does
+                selection = pick(ranking, target.tokenizer, SpeculativeSettings(
+                    keep=None, keep_tokens=budget), prompt.rindex(sample.question))
+                kept = {name: cut(ids, budget) for name, cut in TRUNCATIONS.items()}
+                kept["speculative"] = selection.ids
+                right = {name: _answers(target, kept[name], sample, args.max_new_tokens)
+                         for name in names}
+                for name in names:
+                    wins[budget, name] += right[name]
+                marks = " | ".join("yes" if right[name] else "no" for name in names)
+                needle = _needle_kept(prompt, sample, offsets, selection.positions)
+                print(f"| {task} | {depth} | {len(ids)} | {budget} | {marks} | {needle:.0%} | "
+                      f"{ranking.draft_s:.0f} |", flush=True)
     total = args.samples * len(args.tasks)
-    print(f"| **right** | | | {' | '.join(f'{wins[n]}/{total}' for n in names)} | | | |")
+    for budget in args.budgets:
+        counts = " | ".join(f"{wins[budget, n]}/{total}" for n in names)
+        print(f"| **right** | | | {budget} | {counts} | | |")
 
 
 def _needle_kept(prompt: str, sample: Sample, offsets: list[tuple[int, int]],
@@ -140,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     compact = commands.add_parser("compact", help="a document longer than the target's window")
     compact.add_argument("--length", type=int, default=24000, help="prompt tokens (target's)")
-    compact.add_argument("--budget", type=int, default=8000, help="target tokens kept")
+    compact.add_argument("--budgets", type=lambda s: [int(x) for x in s.split(",")],
+                         default=[8000], help="target tokens kept")
     compact.add_argument("--tasks", type=lambda s: s.split(","), default=["niah"])
     compact.add_argument("--samples", type=int, default=3, help="per task")
     compact.add_argument("--max-new-tokens", type=int, default=12)

@@ -41,8 +41,20 @@ class Selection:
         return len(self.ids) / self.num_prompt_tokens
 
 
+@dataclass(frozen=True)
+class DraftRanking:
+    """The draft's verdict on one text: its chunks as character spans, best first (the first
+    and the last chunk lead); ``skipped`` says why there is none (then no chunk)."""
+
+    text: str
+    ranked_spans: torch.Tensor  # (C, 2) [start, end) characters
+    draft_s: float
+    skipped: str = ""
+
+
 class DraftSelector:
-    """Holds the draft engine; :meth:`select` picks what the target prefills."""
+    """Holds the draft engine: :meth:`rank` runs it over a text, :func:`pick` maps a ranking
+    to the target's tokens for a budget; :meth:`select` does both."""
 
     def __init__(self, draft: Engine) -> None:
         self.draft = draft
@@ -52,17 +64,19 @@ class DraftSelector:
         """``text``: the whole prompt (a chat prompt as rendered); ``keep_from_char``: where
         its final user turn starts (kept with all that follows). ValueError when a tokenizer
         gives no character offsets or the prompt is longer than the draft's context."""
+        return pick(self.rank(text, settings), target, settings, keep_from_char)
+
+    def rank(self, text: str, settings: SpeculativeSettings) -> DraftRanking:
+        """The draft's chunks of ``text`` (``settings``' chunk size, look-ahead, kernel)."""
         start = time.perf_counter()
-        target_ids, target_spans = target.encode_with_offsets(text)
-        target_offsets = torch.tensor(target_spans, dtype=torch.int64).view(-1, 2)  # (M, 2)
         draft_ids, draft_spans = self.draft.tokenizer.encode_with_offsets(text)
         draft_offsets = torch.tensor(draft_spans, dtype=torch.int64).view(-1, 2)  # (N, 2)
         check_offsets(draft_offsets, len(text), "draft model")
-        check_offsets(target_offsets, len(text), "target model")
         if len(draft_ids) < settings.chunk_size:
-            return Selection(target_ids, None, len(target_ids), time.perf_counter() - start,
-                             skipped=f"prompt shorter than one chunk ({len(draft_ids)} < "
-                                     f"{settings.chunk_size} draft tokens): prefilled whole")
+            return DraftRanking(text, torch.zeros(0, 2, dtype=torch.int64),
+                                time.perf_counter() - start,
+                                skipped=f"prompt shorter than one chunk ({len(draft_ids)} < "
+                                        f"{settings.chunk_size} draft tokens): prefilled whole")
         if len(draft_ids) > self.draft.context_len:
             raise ValueError(f"prompt has {len(draft_ids)} draft tokens; the draft's context "
                              f"is {self.draft.context_len}: shorten it")
@@ -70,15 +84,29 @@ class DraftSelector:
                               set(self.draft.tokenizer.eos_token_ids)).scores  # (N,)
         order = rank_chunks(scores, settings.chunk_size)  # (C,)
         hulls = chunk_spans(draft_offsets, chunk_bounds(len(draft_ids), settings.chunk_size))
-        forced = _forced_tokens(target, target_ids, target_offsets)
-        if keep_from_char is not None:
-            forced |= tokens_touching(target_offsets, char_mask(
-                torch.tensor([[keep_from_char, len(text)]]), len(text)))
-        kept = _fill(hulls[order], target_offsets, forced, len(text),
-                     settings.budget(len(target_ids)))
-        kept_idx = kept.nonzero()[:, 0].tolist()
-        return Selection([target_ids[i] for i in kept_idx], POSITIONS[settings.positions](
-            kept_idx), len(target_ids), time.perf_counter() - start)
+        return DraftRanking(text, hulls[order], time.perf_counter() - start)
+
+
+def pick(ranking: DraftRanking, target: Tokenizer, settings: SpeculativeSettings,
+         keep_from_char: int | None = None) -> Selection:
+    """The target tokens of the best chunks that fit ``settings``' budget, with the always-kept
+    ones (see :meth:`DraftSelector.select`)."""
+    start, text = time.perf_counter(), ranking.text
+    target_ids, target_spans = target.encode_with_offsets(text)
+    target_offsets = torch.tensor(target_spans, dtype=torch.int64).view(-1, 2)  # (M, 2)
+    check_offsets(target_offsets, len(text), "target model")
+    if ranking.skipped:
+        return Selection(target_ids, None, len(target_ids), ranking.draft_s,
+                         skipped=ranking.skipped)
+    forced = _forced_tokens(target, target_ids, target_offsets)
+    if keep_from_char is not None:
+        forced |= tokens_touching(target_offsets, char_mask(
+            torch.tensor([[keep_from_char, len(text)]]), len(text)))
+    kept = _fill(ranking.ranked_spans, target_offsets, forced, len(text),
+                 settings.budget(len(target_ids)))
+    kept_idx = kept.nonzero()[:, 0].tolist()
+    return Selection([target_ids[i] for i in kept_idx], POSITIONS[settings.positions](kept_idx),
+                     len(target_ids), ranking.draft_s + time.perf_counter() - start)
 
 
 def _forced_tokens(target: Tokenizer, ids: list[int], offsets: torch.Tensor) -> torch.Tensor:
