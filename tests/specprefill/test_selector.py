@@ -76,3 +76,13 @@ def test_a_prompt_shorter_than_a_chunk_is_prefilled_whole(selector, target):
 def test_bad_settings_name_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         SpeculativeSettings(**fields)
+
+
+def test_one_ranking_serves_every_budget(selector, target):
+    from snapstream.specprefill.selector import pick
+
+    ranking = selector.rank(DOCUMENT, SpeculativeSettings(chunk_size=16))
+    for keep in (0.1, 0.5):
+        settings = SpeculativeSettings(keep=keep, chunk_size=16)
+        assert pick(ranking, target, settings).ids == selector.select(
+            DOCUMENT, target, settings).ids
