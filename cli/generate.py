@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.policy import POLICY_KINDS, POOLINGS, SIZE_FIELDS, CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
+from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
 
 
@@ -49,6 +51,40 @@ def sampling_from_args(args: argparse.Namespace, stop_token_ids=()) -> SamplingP
                           seed=args.seed, stop_token_ids=tuple(stop_token_ids))
 
 
+SPECULATIVE_FLAGS = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")
+
+
+def add_speculative_flags(parser: argparse.ArgumentParser) -> None:
+    """Speculative prefill: ``--draft-model`` and one flag per SpeculativeSettings field (unset:
+    its defaults)."""
+    parser.add_argument("--draft-model", default=None,
+                        help=f"draft model for speculative prefill: {MODEL_HELP}")
+    parser.add_argument("--keep", type=float, default=None,
+                        help="share of the prompt's target tokens to prefill, in (0, 1]")
+    parser.add_argument("--keep-tokens", type=int, default=None,
+                        help="target tokens to prefill (instead of --keep)")
+    parser.add_argument("--chunk-size", type=int, default=None, help="draft tokens per chunk")
+    parser.add_argument("--look-ahead", type=int, default=None,
+                        help="draft tokens decoded after the prompt to score with")
+    parser.add_argument("--positions", choices=POSITION_MODES, default=None,
+                        help="original: kept tokens at their prompt positions; compact: "
+                             "renumbered (a prompt longer than the target's context)")
+
+
+def speculative_from_args(args: argparse.Namespace) -> SpeculativeSettings | None:
+    """None without --draft-model (ValueError when a speculative flag is given anyway)."""
+    given = {name: getattr(args, name) for name in SPECULATIVE_FLAGS
+             if getattr(args, name) is not None}
+    if args.draft_model is None:
+        if given:
+            flags = ", ".join(f"--{name.replace('_', '-')}" for name in given)
+            raise ValueError(f"{flags} need(s) --draft-model")
+        return None
+    if "keep_tokens" in given:
+        given.setdefault("keep", None)
+    return SpeculativeSettings(**given)
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=AUTO, help=DTYPE_HELP)
@@ -56,31 +92,61 @@ def register(parser: argparse.ArgumentParser) -> None:
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text")
     prompt.add_argument("--prompt-ids", type=parse_ids, help="comma-separated token ids")
+    prompt.add_argument("--prompt-file", type=Path, help="a UTF-8 file holding the prompt text")
     parser.add_argument("--chat", action="store_true",
                         help="send --prompt as a user message through the chat template")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     add_policy_flags(parser)
+    add_speculative_flags(parser)
     add_sampling_flags(parser)
     parser.add_argument("--stop-token-ids", type=parse_ids, default=())
-    parser.add_argument("--json", action="store_true", help='print {"token_ids", "text"}')
+    parser.add_argument("--json", action="store_true",
+                        help='print {"token_ids", "text", "finish_reason"} (and "speculative")')
+
+
+def _prompt_text(args: argparse.Namespace) -> str | None:
+    if args.prompt_file is None:
+        return args.prompt
+    try:
+        return args.prompt_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--prompt-file: cannot read {args.prompt_file}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     from snapstream.chat import ChatMessage
     from snapstream.engine import Engine
 
-    if args.chat and args.prompt is None:
-        raise ValueError("--chat needs --prompt (a user message), not --prompt-ids")
+    text = _prompt_text(args)
+    if args.chat and text is None:
+        raise ValueError("--chat needs --prompt or --prompt-file (a user message), not "
+                         "--prompt-ids")
+    settings = speculative_from_args(args)
+    if settings is not None and text is None:
+        raise ValueError("--draft-model needs --prompt or --prompt-file: the draft reads text")
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
     policy = policy_from_args(args, engine.default_policy)
-    prompt = args.prompt if args.prompt is not None else args.prompt_ids
+    prompt, keep_from = (text, None) if text is not None else (args.prompt_ids, None)
     if args.chat:
-        prompt = engine.tokenizer.render_chat([ChatMessage("user", args.prompt)])
+        prompt = engine.tokenizer.render_chat([ChatMessage("user", text)])
+        keep_from = prompt.rindex(text) if text else None
+    positions, report = None, None
+    if settings is not None:
+        from snapstream.specprefill.selector import DraftSelector
+
+        draft = Engine.from_pretrained(args.draft_model, dtype=args.dtype, device=args.device)
+        selection = DraftSelector(draft).select(prompt, engine.tokenizer, settings, keep_from)
+        prompt, positions = selection.ids, selection.positions
+        report = {"kept_tokens": len(selection.ids), "prompt_tokens":
+                  selection.num_prompt_tokens, "kept_share": round(selection.kept_share, 4),
+                  "draft_time_s": round(selection.draft_s, 4), "skipped": selection.skipped}
     result = engine.generate(prompt, max_new_tokens=args.max_new_tokens, policy=policy,
-                             sampling=sampling_from_args(args, args.stop_token_ids))
+                             sampling=sampling_from_args(args, args.stop_token_ids),
+                             positions=positions)
     if args.json:
-        print(json.dumps({"token_ids": result.token_ids, "text": result.text,
-                          "finish_reason": result.finish_reason}))
+        out = {"token_ids": result.token_ids, "text": result.text,
+               "finish_reason": result.finish_reason}
+        print(json.dumps(out | ({"speculative": report} if report else {})))
     else:
         print(result.text)
     return 0

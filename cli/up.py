@@ -28,6 +28,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", choices=tuple(STORE_SERVERS), default="redis",
                         help="KV store server to start")
     parser.add_argument("--model", default=None, help=MODEL_HELP)
+    parser.add_argument("--draft-model", default=None,
+                        help=f"the prefill worker's draft model for speculative prefill: "
+                             f"{MODEL_HELP}")
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     parser.add_argument("--port", type=int, default=50051, help="router port (0: a free port)")
     parser.add_argument("--http-port", type=int, default=8000,
@@ -62,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     from snapstream.checkpoints.registry import model_path
 
     model = model_path(args.model)  # fails fast, in one line, when not installed
-    spec = ClusterSpec(store=args.store, model=model, host=args.host, router_port=args.port,
+    draft = model_path(args.draft_model) if args.draft_model else None
+    spec = ClusterSpec(store=args.store, model=model, draft_model=draft, host=args.host,
+                       router_port=args.port,
                        http_port=args.http_port, decode_workers=args.decode_workers,
                        slots=args.slots,
                        backend=args.backend, torch_threads=args.torch_threads,

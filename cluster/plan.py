@@ -56,8 +56,9 @@ def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int
     model = ("--model", str(spec.model)) if spec.model is not None else ()
     tls = access.certs.flags() if access.certs is not None else ()
     store_env = (("SNAPSTREAM_STORE", store_url),)
+    draft = ("--draft-model", str(spec.draft_model)) if spec.draft_model is not None else ()
     prefill = _service(spec, "prefill", "prefill", port(spec.prefill_port), free_port(),
-                       (*model, *tls), store_env)
+                       (*model, *draft, *tls), store_env)
     decode_ports = spec.decode_ports or (0,) * spec.decode_workers
     decodes = tuple(
         _service(spec, f"decode-{i}", "decode", port(requested), free_port(),

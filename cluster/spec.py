@@ -20,6 +20,7 @@ class ClusterSpec:
 
     store: str = "redis"
     model: Path | None = None
+    draft_model: Path | None = None  # the prefill worker's, for speculative prefill
     host: str = "127.0.0.1"
     router_port: int = 50051
     http_port: int = 0  # the router's OpenAI HTTP API (`snapstream up` asks for 8000)
@@ -42,7 +43,7 @@ class ClusterSpec:
         if self.store not in STORE_SERVERS:
             raise ValueError(f"store must be one of {', '.join(STORE_SERVERS)}, "
                              f"got {self.store!r}")
-        for name in ("model", "log_dir"):
+        for name in ("model", "draft_model", "log_dir"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         object.__setattr__(self, "decode_ports", tuple(self.decode_ports))

@@ -22,6 +22,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, "--prefix-cache-max-bytes", type=int, default=1 << 30,
                 help="document caches this worker keeps in the store (least recently used "
                      "deleted first; a larger document is served without caching)")
+    add_setting(parser, "--draft-model", default=None,
+                help="a draft model for speculative prefill (a model name or path, any family "
+                     "the engine loads); unset: requests asking for it are refused")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,18 +40,24 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     from prefill_svc.service import PrefillServicer
     from serving.server import ServerSpec, serve, wait_until_idle
     from serving.worker import open_worker
+    from snapstream.engine import Engine
     from snapstream.policy import CachePolicy
+    from snapstream.specprefill.selector import DraftSelector
     from snapstream.v1 import prefill_pb2_grpc
 
     worker = await open_worker(args)
     engine, store = worker.engine, worker.store
     prefixes = PrefixStore(store, worker.spec, PrefixStoreConfig(
         ttl_s=args.prefix_cache_ttl_s, max_bytes=args.prefix_cache_max_bytes))
+    draft = args.draft_model and Engine.from_pretrained(args.draft_model, dtype=args.dtype,
+                                                        device=args.device)
     servicer = PrefillServicer(engine, store, worker.spec, args.blob_ttl_s, args.max_queue,
-                               prefixes)
+                               prefixes, DraftSelector(draft) if draft else None)
 
     async def warmup() -> None:
         await asyncio.to_thread(engine.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)
+        if draft:
+            await asyncio.to_thread(draft.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)
 
     async def drain(timeout_s: float) -> None:
         await wait_until_idle(lambda: servicer.outstanding > 0, timeout_s)

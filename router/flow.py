@@ -24,7 +24,7 @@ from router.workers import WorkerPool
 from serving import metrics
 from serving.convert import FINISH_FROM_PB, PREFIX_CACHE_FROM_PB, policy_to_pb, sampling_to_pb
 from serving.errors import QueueFull, Unavailable, status_for
-from snapstream.v1 import decode_pb2, generation_pb2, prefill_pb2
+from snapstream.v1 import common_pb2, decode_pb2, generation_pb2, prefill_pb2
 
 log = logging.getLogger(__name__)
 # a decode stream that ends with one of these is resumed on another decode worker
@@ -58,6 +58,7 @@ class Finished:
     kv_cache_bytes: int
     kv_cache_slots: int
     prefix_cache: str = ""  # stored, hit or bypass when the request marked a document
+    speculative: common_pb2.SpeculativeReport | None = None  # when the request asked for it
 
 
 Event = TextChunk | Finished
@@ -152,7 +153,8 @@ class RequestFlow:
                 time_to_first_token_s=first_sent - received, decode_time_s=last_sent - first_sent,
                 simulated_decode_time_s=simulated, kv_cache_bytes=prefilled.blob_size,
                 kv_cache_slots=prefilled.cache_slots,
-                prefix_cache=PREFIX_CACHE_FROM_PB[prefilled.prefix_cache])
+                prefix_cache=PREFIX_CACHE_FROM_PB[prefilled.prefix_cache],
+                speculative=prefilled.speculative if prefilled.HasField("speculative") else None)
         finally:
             if progress.complete is None:  # no decode stream consumed the blob to its end
                 self._release_soon(prefilled.blob_key)
@@ -181,7 +183,8 @@ class RequestFlow:
             request_id=req.request_id, prompt_token_ids=list(req.prompt_ids),
             policy=policy_to_pb(req.policy), sampling=sampling_to_pb(req.sampling),
             max_new_tokens=req.max_new_tokens, blob_key=blob_key,
-            prefix_tokens=req.prefix_tokens)
+            prefix_tokens=req.prefix_tokens,
+            speculative=req.speculative, speculative_prompt=req.speculative_prompt)
         tried: set[str] = set()
         full: set[str] = set()
         reasons: list[str] = []

@@ -11,12 +11,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from serving.convert import policy_from_pb, sampling_from_pb
+from serving.speculative import speculative_from_pb
 from snapstream.chat import ChatMessage
 from snapstream.config import ModelConfig
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
+from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.tokenizer import Tokenizer
-from snapstream.v1 import generation_pb2
+from snapstream.v1 import common_pb2, generation_pb2, prefill_pb2
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
@@ -45,10 +47,18 @@ class ResolvedRequest:
     stop: tuple[str, ...]
     policy: CachePolicy
     prefix_tokens: int = 0  # the first ones are a reusable document (cache_prefix*)
+    # speculative prefill: the settings as the client sent them (validated; the prefill
+    # worker fills in its defaults) and the prompt's text for the draft; None: not asked
+    speculative: common_pb2.SpeculativeSettings | None = None
+    speculative_prompt: prefill_pb2.SpeculativePrompt | None = None
 
 
 def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> ResolvedRequest:
-    ids, prefix_tokens = _prompt_ids(request, model)
+    speculative_prompt, is_compact = _speculative(request, model)
+    ids, prefix_tokens = _prompt_ids(request, model, check_context=not is_compact)
+    if prefix_tokens and speculative_prompt:
+        raise ValueError("cache_prefix and speculative cannot be combined: a reusable document "
+                         "is prefilled whole; send one of them")
     max_new = request.max_new_tokens if request.HasField("max_new_tokens") else (
         model.default_max_new_tokens)
     if not 1 <= max_new <= model.context_len:
@@ -58,7 +68,7 @@ def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> Reso
     if prefix_tokens and not policy.spec.is_sized:
         raise ValueError(f"cache_prefix needs a policy that bounds the cache (snapstream, "
                          f"snapkv, streaming), not {policy.kind!r}")
-    if not policy.is_fixed_size and len(ids) + max_new > model.context_len:
+    if not (policy.is_fixed_size or is_compact) and len(ids) + max_new > model.context_len:
         raise ValueError(
             f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the context of "
             f"{model.context_len} for the growing policy {policy.kind!r}: lower max_new_tokens "
@@ -66,11 +76,34 @@ def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> Reso
     return ResolvedRequest(request_id=uuid.uuid4().hex, prompt_ids=tuple(ids),
                            max_new_tokens=max_new, sampling=_sampling(request, model),
                            stop=_stop_strings(request), policy=policy,
-                           prefix_tokens=prefix_tokens)
+                           prefix_tokens=prefix_tokens,
+                           speculative=request.speculative if speculative_prompt else None,
+                           speculative_prompt=speculative_prompt)
 
 
-def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel
-                ) -> tuple[list[int], int]:
+def _speculative(request: generation_pb2.GenerateRequest, model: ServedModel
+                 ) -> tuple[prefill_pb2.SpeculativePrompt | None, bool]:
+    """The text the draft reads (None: not asked) and whether positions are compact (then the
+    prompt may be longer than the target's context: the prefill worker checks what it keeps)."""
+    if not request.HasField("speculative"):
+        return None, False
+    settings = speculative_from_pb(request.speculative, SpeculativeSettings())
+    which = request.WhichOneof("input")
+    if which == "prompt":
+        return prefill_pb2.SpeculativePrompt(text=request.prompt), settings.positions == "compact"
+    if which != "messages":
+        raise ValueError("speculative: send prompt or messages, not prompt_token_ids (the draft "
+                         "model reads the text)")
+    text = model.tokenizer.render_chat(_chat_messages(request.messages))
+    prompt = prefill_pb2.SpeculativePrompt(text=text)
+    turns = [m.content for m in request.messages.messages if m.role == "user" and m.content]
+    if turns and turns[-1] in text:
+        prompt.keep_from_char = text.rindex(turns[-1])
+    return prompt, settings.positions == "compact"
+
+
+def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel,
+                check_context: bool = True) -> tuple[list[int], int]:
     """The prompt's ids and how many of the first are its reusable document (0: none)."""
     which = request.WhichOneof("input")
     if which is None:
@@ -95,7 +128,7 @@ def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel
         field = "cache_prefix" if which == "messages" else "cache_prefix_chars"
         raise ValueError(f"{field} marks a document of {prefix_tokens} tokens; the model's "
                          f"context is {model.context_len}: shorten it")
-    if len(ids) > model.context_len:
+    if check_context and len(ids) > model.context_len:
         raise ValueError(f"{which} has {len(ids)} tokens; the model's context is "
                          f"{model.context_len}: shorten it")
     return ids, prefix_tokens

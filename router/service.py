@@ -45,4 +45,5 @@ def event_to_pb(event: Event) -> generation_pb2.GenerateResponse:
         decode_time=duration(event.decode_time_s),
         simulated_decode_time=duration(event.simulated_decode_time_s),
         kv_cache_bytes=event.kv_cache_bytes, kv_cache_slots=event.kv_cache_slots,
-        prefix_cache=PREFIX_CACHE_TO_PB[event.prefix_cache]))
+        prefix_cache=PREFIX_CACHE_TO_PB[event.prefix_cache],
+        speculative=event.speculative))

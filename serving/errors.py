@@ -25,6 +25,11 @@ class Unavailable(Exception):
     """A dependency (worker, store) cannot be reached."""
 
 
+class DraftMissing(Exception):
+    """A request asks for what this worker was not started with (speculative prefill without
+    --draft-model): FAILED_PRECONDITION."""
+
+
 STATUS_BY_EXCEPTION: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = ()
 
 
@@ -41,6 +46,7 @@ register_status(QueueFull, grpc.StatusCode.RESOURCE_EXHAUSTED)
 register_status(Unavailable, grpc.StatusCode.UNAVAILABLE)
 register_status(StoreUnavailable, grpc.StatusCode.UNAVAILABLE)
 register_status(BlobNotFound, grpc.StatusCode.NOT_FOUND)
+register_status(DraftMissing, grpc.StatusCode.FAILED_PRECONDITION)
 # generated servicer bases raise it for an RPC the service does not implement (Health/List)
 register_status(NotImplementedError, grpc.StatusCode.UNIMPLEMENTED)
 

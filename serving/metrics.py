@@ -47,6 +47,16 @@ PREFIX_CACHE_SAVED = Counter("snapstream_prefix_cache_saved_seconds_total",
                              "Document compression time saved by hits (estimated: the document's "
                              "tokens x this worker's last compression time per token)")
 FAILOVERS = Counter("snapstream_decode_failovers_total", "Decode streams resumed elsewhere")
+SHARE_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
+DRAFT_TIME = Histogram("snapstream_speculative_draft_seconds",
+                       "Speculative prefill: the draft's prefill, look-ahead and selection",
+                       buckets=LATENCY_BUCKETS)
+KEPT_SHARE = Histogram("snapstream_speculative_kept_share",
+                       "Speculative prefill: target tokens prefilled / prompt tokens",
+                       buckets=SHARE_BUCKETS)
+TARGET_PREFILL_TIME = Histogram("snapstream_speculative_target_prefill_seconds",
+                                "Speculative prefill: the target's forward over the kept tokens",
+                                buckets=LATENCY_BUCKETS)
 
 
 @contextmanager

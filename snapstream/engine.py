@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -32,6 +33,7 @@ from snapstream.prefix_cache import (
 from snapstream.quant import QUANT_SCHEMES, quantize_model
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
+from snapstream.specprefill.placement import at_original_positions
 from snapstream.tokenizer import Tokenizer
 from snapstream.weight_formats import AUTO, WeightFormat, weight_format
 
@@ -112,17 +114,30 @@ class Engine:
                              f"{self.config.vocab_size})")
 
     def prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int,
-                capacity: int | None = None) -> PrefillResult:
+                capacity: int | None = None, positions: Sequence[int] | None = None
+                ) -> PrefillResult:
         """Full attention over the prompt, then the policy's compression into its layout
         (growing policies sized to ``capacity`` when given, see CachePolicy.layout). Checks
-        ``ids`` and ``policy`` against the model (ValueError naming what to change)."""
+        ``ids`` and ``policy`` against the model (ValueError naming what to change).
+        ``positions``: the ids' own positions when they are the kept part of a longer prompt
+        (ascending; speculative prefill's original positions), None for 0..len-1."""
         self.check_prompt(ids)
-        return self._prefill(ids, policy, max_new_tokens, capacity)
+        return self._prefill(ids, policy, max_new_tokens, capacity, positions)
+
+    def check_positions(self, ids: list[int], positions: Sequence[int]) -> None:
+        if len(positions) != len(ids) or any(b <= a for a, b in pairwise(positions)):
+            raise ValueError("positions: give one ascending position per prompt token")
+        if positions[0] < 0 or positions[-1] >= self.context_len:
+            raise ValueError(f"positions must lie in [0, {self.context_len}) (the model's "
+                             f"context), got {positions[0]}..{positions[-1]}")
 
     @torch.no_grad()
     def _prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int,
-                 capacity: int | None = None) -> PrefillResult:
+                 capacity: int | None = None, positions: Sequence[int] | None = None
+                 ) -> PrefillResult:
         """:meth:`prefill` of ids already checked by :meth:`check_prompt`."""
+        if positions is not None:
+            self.check_positions(ids, positions)
         policy.check_context(self.context_len)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
@@ -131,9 +146,13 @@ class Engine:
                                    kernel=policy.kernel, pooling=policy.pooling)
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=self.device)  # (1, P)
-        hidden = self.model(input_ids, torch.arange(len(ids), device=self.device)[None], recorder)
+        at = (torch.arange(len(ids)) if positions is None else torch.tensor(positions)
+              ).to(self.device)  # (P,)
+        hidden = self.model(input_ids, at[None], recorder)
         logits = self.model.logits(hidden[0, -1])  # (V,)
         cache = recorder.cache(len(ids))
+        if positions is not None:
+            cache = at_original_positions(cache, at)
         return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
                              select_s=recorder.select_s)
 
@@ -177,14 +196,15 @@ class Engine:
     def generate(
         self, prompt: str | list[int], max_new_tokens: int = 64,
         policy: CachePolicy | None = None, sampling: SamplingParams | None = None,
-        forced_ids: Sequence[int] = (),
+        forced_ids: Sequence[int] = (), positions: Sequence[int] | None = None,
     ) -> GenerationResult:
         """Prefill ``prompt`` and sample up to ``max_new_tokens``. ``forced_ids`` are decoded
         after the prompt, through the cache, before sampling starts, as if the model had
         generated them (they count as neither prompt nor output: the policy compresses the
-        prompt alone, and they flow through the ring like generated tokens)."""
+        prompt alone, and they flow through the ring like generated tokens). ``positions``:
+        see :meth:`prefill`."""
         ids = self.encode(prompt)
-        out = list(self._stream(ids, max_new_tokens, policy, sampling, forced_ids))
+        out = list(self._stream(ids, max_new_tokens, policy, sampling, forced_ids, positions))
         stop = self.stop_ids(sampling or SamplingParams())
         reason = "stop_token" if out[-1] in stop else "length"
         text_ids = out[:-1] if reason == "stop_token" else out
@@ -203,7 +223,8 @@ class Engine:
 
     @torch.no_grad()
     def _stream(self, ids: list[int], max_new_tokens: int, policy: CachePolicy | None,
-                sampling: SamplingParams | None, forced_ids: Sequence[int]) -> Iterator[int]:
+                sampling: SamplingParams | None, forced_ids: Sequence[int],
+                positions: Sequence[int] | None = None) -> Iterator[int]:
         """:meth:`stream` of ids already checked by :meth:`encode`."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -214,11 +235,12 @@ class Engine:
         if bad:
             raise ValueError(f"forced_ids {bad[:5]} are outside the vocabulary [0, "
                              f"{self.config.vocab_size})")
-        result = self._prefill(ids, policy, max_new_tokens + len(forced_ids))
+        result = self._prefill(ids, policy, max_new_tokens + len(forced_ids),
+                               positions=positions)
         decoder = self.new_decoder(result.cache.layout, batch_size=1)
         decoder.cache.insert(0, result.cache)
         stop = self.stop_ids(sampling)
-        position, logits = len(ids), result.logits[None]  # (1, V)
+        position, logits = result.cache.next_position, result.logits[None]  # (1, V)
         for forced in forced_ids:  # decoded as if generated, never yielded
             logits = self._step(decoder, forced, position)
             position += 1

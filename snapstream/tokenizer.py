@@ -41,6 +41,13 @@ class Tokenizer:
         head = self.encode(prefix)
         return head + self.inner.encode(rest, add_special_tokens=False).ids, len(head)
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """:meth:`encode` with each token's [start, end) character span in ``text`` (tokens the
+        text does not spell, like BOS, get an empty span; bytes of one character share its
+        span)."""
+        encoding = self.inner.encode(text, add_special_tokens=True)
+        return encoding.ids, encoding.offsets
+
     def decode(self, ids: Sequence[int]) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=True)
 

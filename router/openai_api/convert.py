@@ -14,8 +14,10 @@ from router.openai_api.schemas import (
     CompletionBody,
     GenerationBody,
     SnapstreamOptions,
+    SpeculativeOptions,
 )
 from serving.convert import KIND_TO_PB, POOLING_TO_PB
+from serving.speculative import POSITIONS_TO_PB
 from snapstream.policy import SIZE_FIELDS
 from snapstream.v1 import common_pb2, generation_pb2
 
@@ -75,6 +77,8 @@ def _common(body: GenerationBody) -> generation_pb2.GenerateRequest:
                                + (" (n must be 1)" if name == "n" else ""))
     request = generation_pb2.GenerateRequest(sampling=_sampling(body),
                                              policy=_policy(body.options))
+    if body.options.speculative is not None:
+        request.speculative.CopyFrom(_speculative(body.options.speculative))
     max_new = _max_new_tokens(body)
     if max_new is not None:
         request.max_new_tokens = max_new
@@ -104,6 +108,18 @@ def _policy(options: SnapstreamOptions) -> common_pb2.CachePolicy:
         if getattr(options, name) is not None:
             setattr(policy, name, getattr(options, name))
     return policy
+
+
+def _speculative(options: SpeculativeOptions) -> common_pb2.SpeculativeSettings:
+    if options.keep is not None and options.keep_tokens is not None:
+        raise InvalidField("snapstream", "snapstream.speculative: give keep or keep_tokens, "
+                                         "not both")
+    msg = common_pb2.SpeculativeSettings(
+        positions=POSITIONS_TO_PB[options.positions] if options.positions else 0)
+    for name in ("keep", "keep_tokens", "chunk_size", "look_ahead"):
+        if getattr(options, name) is not None:
+            setattr(msg, name, getattr(options, name))
+    return msg
 
 
 def _message(message: ChatMessageBody) -> generation_pb2.ChatMessage:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from router.flow import Finished, TextChunk
+from snapstream.v1 import common_pb2
 
 FINISH_REASONS = {"length": "length", "context_length": "length", "stop_token": "stop",
                   "stop_string": "stop"}
@@ -53,10 +54,21 @@ def usage(done: Finished) -> dict:
 
 
 def details(done: Finished) -> dict:
-    return {"finish_reason": done.finish_reason, "kv_cache_bytes": done.kv_cache_bytes,
-            "kv_cache_slots": done.kv_cache_slots,
-            "time_to_first_token_s": round(done.time_to_first_token_s, 6),
-            "decode_time_s": round(done.decode_time_s, 6)}
+    out = {"finish_reason": done.finish_reason, "kv_cache_bytes": done.kv_cache_bytes,
+           "kv_cache_slots": done.kv_cache_slots,
+           "time_to_first_token_s": round(done.time_to_first_token_s, 6),
+           "decode_time_s": round(done.decode_time_s, 6)}
+    if done.speculative is not None:
+        out["speculative"] = speculative_details(done.speculative)
+    return out
+
+
+def speculative_details(report: common_pb2.SpeculativeReport) -> dict:
+    return {"draft_time_s": round(report.draft_time.ToNanoseconds() / 1e9, 6),
+            "target_prefill_time_s": round(report.target_prefill_time.ToNanoseconds() / 1e9, 6),
+            "kept_tokens": report.kept_tokens, "prompt_tokens": report.prompt_tokens,
+            "kept_share": round(report.kept_tokens / max(report.prompt_tokens, 1), 4),
+            "skipped": report.skipped}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.convert import KIND_TO_PB, POOLING_TO_PB
+from serving.speculative import POSITIONS_TO_PB
 
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 UInt64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
@@ -23,10 +24,22 @@ class Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
 
 
+class SpeculativeOptions(Body):
+    """``snapstream.speculative``: speculative prefill (as the native ``SpeculativeSettings``;
+    ``{}`` takes the prefill worker's defaults). ``keep`` is a share in (0, 1], checked by the
+    native request."""
+
+    keep: float | None = None
+    keep_tokens: UInt32 | None = None
+    chunk_size: UInt32 | None = None
+    look_ahead: UInt32 | None = None
+    positions: Literal[tuple(POSITIONS_TO_PB)] | None = None
+
+
 class SnapstreamOptions(Body):
     """The ``snapstream`` extension object: the request's cache policy (unset fields take the
-    served model's default, as in the native ``CachePolicy``), and whether each choice carries
-    its token ids, and the reusable document at the start of the prompt."""
+    served model's default, as in the native ``CachePolicy``), whether each choice carries
+    its token ids, the reusable document at the start of the prompt, and speculative prefill."""
 
     policy: Literal[tuple(KIND_TO_PB)] | None = None
     n_sink: UInt32 | None = None
@@ -40,6 +53,7 @@ class SnapstreamOptions(Body):
     # to the "first_user" one; a completion's first N characters
     cache_prefix: str | None = None
     cache_prefix_chars: UInt32 | None = None
+    speculative: SpeculativeOptions | None = None
 
 
 class StreamOptions(Body):

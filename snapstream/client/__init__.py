@@ -37,7 +37,7 @@ from snapstream.client.request import (
     build_chat_request,
     build_request,
 )
-from snapstream.client.results import Chunk, Completion, ModelInfo
+from snapstream.client.results import Chunk, Completion, ModelInfo, SpeculativeUsage
 from snapstream.client.sync import GenerationStream, SnapstreamClient
 from snapstream.client.tls import TlsConfig
 
@@ -62,6 +62,7 @@ __all__ = [
     "ResourceExhausted",
     "SnapstreamClient",
     "SnapstreamError",
+    "SpeculativeUsage",
     "TlsConfig",
     "Unauthenticated",
     "Unavailable",

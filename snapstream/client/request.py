@@ -26,6 +26,8 @@ class GenerateOptions(TypedDict, total=False):
     ``cache_prefix`` ("system" or "first_user", for chat) and ``cache_prefix_chars`` (for a text
     prompt) mark a reusable document at the start of the prompt: compressed once, stored, and
     reused by the next requests that start with it (``Completion.prefix_cache`` says which).
+    ``speculative`` asks for speculative prefill (a prefill worker with --draft-model): a mapping
+    of :data:`SPECULATIVE_KEYS` (``{}``: the worker's defaults), e.g. ``{"keep": 0.25}``.
     """
 
     max_new_tokens: int | None
@@ -44,6 +46,12 @@ class GenerateOptions(TypedDict, total=False):
     pooling: str | None
     cache_prefix: str | None
     cache_prefix_chars: int | None
+    speculative: Mapping[str, float | int | str] | None
+
+
+# keep (a share in (0, 1]) or keep_tokens; chunk_size, look_ahead (tokens); positions
+# (original, compact)
+SPECULATIVE_KEYS = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")
 
 
 _SAMPLING_SCALARS = ("temperature", "top_k", "top_p", "seed")
@@ -94,6 +102,22 @@ def _set_options(request: generation_pb2.GenerateRequest, options: GenerateOptio
                                          options.get("pooling"))
     _set(request, "cache_prefix", options.get("cache_prefix"))
     _set(request, "cache_prefix_chars", options.get("cache_prefix_chars"))
+    speculative = options.get("speculative")
+    if speculative is not None:
+        _set_speculative(request.speculative, speculative)
+
+
+def _set_speculative(message: common_pb2.SpeculativeSettings,
+                     given: Mapping[str, float | int | str]) -> None:
+    message.SetInParent()  # asked for, even with every setting left to the worker
+    unknown = set(given) - set(SPECULATIVE_KEYS)
+    if unknown:
+        raise InvalidArgument(f"speculative: unknown key(s) {', '.join(sorted(unknown))} "
+                              f"(use {', '.join(SPECULATIVE_KEYS)})")
+    for name in ("keep", "keep_tokens", "chunk_size", "look_ahead"):
+        _set(message, name, given.get(name))
+    message.positions = _enum_value(common_pb2.PositionMode, "POSITION_MODE_",
+                                    "speculative.positions", given.get("positions"))
 
 
 def enum_names(enum: EnumTypeWrapper, prefix: str) -> dict[str, int]:

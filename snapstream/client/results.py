@@ -27,6 +27,24 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class SpeculativeUsage:
+    """What a speculative prefill did (``skipped`` says why a prompt was prefilled whole)."""
+
+    draft_time_s: float
+    target_prefill_time_s: float
+    kept_tokens: int
+    prompt_tokens: int
+    skipped: str
+
+    @classmethod
+    def from_pb(cls, msg: common_pb2.SpeculativeReport) -> SpeculativeUsage:
+        return cls(draft_time_s=msg.draft_time.ToNanoseconds() / 1e9,
+                   target_prefill_time_s=msg.target_prefill_time.ToNanoseconds() / 1e9,
+                   kept_tokens=msg.kept_tokens, prompt_tokens=msg.prompt_tokens,
+                   skipped=msg.skipped)
+
+
+@dataclass(frozen=True)
 class Completion:
     """A finished generation. ``finish_reason``: length, stop_token, stop_string or
     context_length; times are measured by the router."""
@@ -41,6 +59,7 @@ class Completion:
     kv_cache_bytes: int  # the sequence's KV cache as it traveled from prefill to decode
     kv_cache_slots: int  # its slots per global layer and KV head (sliding layers: their window)
     prefix_cache: str = ""  # stored, hit or bypass when the request marked a document
+    speculative: SpeculativeUsage | None = None  # when the request asked for it
 
 
 @dataclass(frozen=True)
@@ -107,4 +126,6 @@ class CompletionBuilder:
             time_to_first_token_s=msg.time_to_first_token.ToNanoseconds() / 1e9,
             decode_time_s=msg.decode_time.ToNanoseconds() / 1e9,
             kv_cache_bytes=msg.kv_cache_bytes, kv_cache_slots=msg.kv_cache_slots,
-            prefix_cache=_PREFIX_CACHE.get(msg.prefix_cache, ""))
+            prefix_cache=_PREFIX_CACHE.get(msg.prefix_cache, "",
+            speculative=(SpeculativeUsage.from_pb(msg.speculative)
+                         if msg.HasField("speculative") else None))

@@ -1,8 +1,11 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -35,6 +38,12 @@ class PrefixCache(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PREFIX_CACHE_STORED: _ClassVar[PrefixCache]
     PREFIX_CACHE_HIT: _ClassVar[PrefixCache]
     PREFIX_CACHE_BYPASS: _ClassVar[PrefixCache]
+
+class PositionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POSITION_MODE_UNSPECIFIED: _ClassVar[PositionMode]
+    POSITION_MODE_ORIGINAL: _ClassVar[PositionMode]
+    POSITION_MODE_COMPACT: _ClassVar[PositionMode]
 POLICY_KIND_UNSPECIFIED: PolicyKind
 POLICY_KIND_FULL: PolicyKind
 POLICY_KIND_STREAMING: PolicyKind
@@ -52,6 +61,9 @@ PREFIX_CACHE_UNSPECIFIED: PrefixCache
 PREFIX_CACHE_STORED: PrefixCache
 PREFIX_CACHE_HIT: PrefixCache
 PREFIX_CACHE_BYPASS: PrefixCache
+POSITION_MODE_UNSPECIFIED: PositionMode
+POSITION_MODE_ORIGINAL: PositionMode
+POSITION_MODE_COMPACT: PositionMode
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -92,3 +104,31 @@ class CachePolicy(_message.Message):
     kernel: int
     pooling: Pooling
     def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., window: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ...) -> None: ...
+
+class SpeculativeSettings(_message.Message):
+    __slots__ = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    KEEP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LOOK_AHEAD_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    keep: float
+    keep_tokens: int
+    chunk_size: int
+    look_ahead: int
+    positions: PositionMode
+    def __init__(self, keep: _Optional[float] = ..., keep_tokens: _Optional[int] = ..., chunk_size: _Optional[int] = ..., look_ahead: _Optional[int] = ..., positions: _Optional[_Union[PositionMode, str]] = ...) -> None: ...
+
+class SpeculativeReport(_message.Message):
+    __slots__ = ("draft_time", "target_prefill_time", "kept_tokens", "prompt_tokens", "skipped")
+    DRAFT_TIME_FIELD_NUMBER: _ClassVar[int]
+    TARGET_PREFILL_TIME_FIELD_NUMBER: _ClassVar[int]
+    KEPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    draft_time: _duration_pb2.Duration
+    target_prefill_time: _duration_pb2.Duration
+    kept_tokens: int
+    prompt_tokens: int
+    skipped: str
+    def __init__(self, draft_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kept_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., skipped: _Optional[str] = ...) -> None: ...

@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "policy", "sampling", "max_new_tokens", "blob_key", "prefix_tokens")
+    __slots__ = ("request_id", "prompt_token_ids", "policy", "sampling", "max_new_tokens", "blob_key", "prefix_tokens", "speculative", "speculative_prompt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,8 @@ class PrefillRequest(_message.Message):
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
     PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     policy: _common_pb2.CachePolicy
@@ -26,10 +28,20 @@ class PrefillRequest(_message.Message):
     max_new_tokens: int
     blob_key: str
     prefix_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., blob_key: _Optional[str] = ..., prefix_tokens: _Optional[int] = ...) -> None: ...
+    speculative: _common_pb2.SpeculativeSettings
+    speculative_prompt: SpeculativePrompt
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., blob_key: _Optional[str] = ..., prefix_tokens: _Optional[int] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeSettings, _Mapping]] = ..., speculative_prompt: _Optional[_Union[SpeculativePrompt, _Mapping]] = ...) -> None: ...
+
+class SpeculativePrompt(_message.Message):
+    __slots__ = ("text", "keep_from_char")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FROM_CHAR_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    keep_from_char: int
+    def __init__(self, text: _Optional[str] = ..., keep_from_char: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time", "cache_slots", "prefix_cache")
+    __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time", "cache_slots", "prefix_cache", "speculative")
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
     BLOB_SIZE_FIELD_NUMBER: _ClassVar[int]
     FIRST_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +51,7 @@ class PrefillResponse(_message.Message):
     STORE_TIME_FIELD_NUMBER: _ClassVar[int]
     CACHE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     blob_key: str
     blob_size: int
     first_token_id: int
@@ -48,7 +61,8 @@ class PrefillResponse(_message.Message):
     store_time: _duration_pb2.Duration
     cache_slots: int
     prefix_cache: _common_pb2.PrefixCache
-    def __init__(self, blob_key: _Optional[str] = ..., blob_size: _Optional[int] = ..., first_token_id: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., compress_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., store_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_slots: _Optional[int] = ..., prefix_cache: _Optional[_Union[_common_pb2.PrefixCache, str]] = ...) -> None: ...
+    speculative: _common_pb2.SpeculativeReport
+    def __init__(self, blob_key: _Optional[str] = ..., blob_size: _Optional[int] = ..., first_token_id: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., compress_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., store_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_slots: _Optional[int] = ..., prefix_cache: _Optional[_Union[_common_pb2.PrefixCache, str]] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeReport, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("blob_key",)

@@ -63,6 +63,14 @@ def test_without_a_model_the_services_serve_the_embedded_one() -> None:
     assert all("--model" not in m.argv for stage in _plan(ClusterSpec()) for m in stage)
 
 
+def test_only_the_prefill_worker_gets_the_draft_model() -> None:
+    _, (prefill, *decodes), (router,) = _plan(ClusterSpec(model=Path("/m"),
+                                                          draft_model=Path("/d")))
+    assert _flags(prefill.argv)["--draft-model"] == "/d"
+    assert all("--draft-model" not in m.argv for m in (*decodes, router))
+    assert all("--draft-model" not in m.argv for stage in _plan(ClusterSpec()) for m in stage)
+
+
 def test_model_workers_get_the_torch_thread_share_and_the_router_none() -> None:
     (store,), workers, (router,) = _plan(ClusterSpec(torch_threads=1))
     assert all(dict(m.env)["OMP_NUM_THREADS"] == "1" for m in workers)

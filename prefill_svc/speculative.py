@@ -1,0 +1,61 @@
+"""The prefill worker's speculative path: which requests ask for it, the draft's selection on
+the model thread, and what the response reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from serving import metrics
+from serving.convert import duration
+from serving.errors import DraftMissing
+from serving.speculative import speculative_from_pb
+from snapstream.specprefill.selector import DraftSelector, Selection
+from snapstream.specprefill.settings import SpeculativeSettings
+from snapstream.tokenizer import Tokenizer
+from snapstream.v1 import common_pb2, prefill_pb2
+
+
+@dataclass(frozen=True)
+class SpeculativeJob:
+    settings: SpeculativeSettings
+    text: str
+    keep_from_char: int | None
+
+
+def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelector | None
+                     ) -> SpeculativeJob | None:
+    """None when the request does not ask for speculative prefill; DraftMissing when it does
+    and this worker has no draft model. Unset settings: the worker's defaults (those of
+    :class:`SpeculativeSettings`)."""
+    if not request.HasField("speculative"):
+        return None
+    if selector is None:
+        raise DraftMissing("speculative prefill: this prefill worker has no draft model; "
+                           "start it with --draft-model NAME (or send no speculative settings)")
+    prompt = request.speculative_prompt
+    if not prompt.text:
+        raise ValueError("speculative_prompt.text is empty: speculative prefill reads the text")
+    keep_from = prompt.keep_from_char if prompt.HasField("keep_from_char") else None
+    settings = speculative_from_pb(request.speculative, SpeculativeSettings())
+    return SpeculativeJob(settings, prompt.text, keep_from)
+
+
+def select(selector: DraftSelector, job: SpeculativeJob, tokenizer: Tokenizer,
+           prompt_ids: list[int]) -> Selection:
+    """On the model thread: the draft's pick among ``prompt_ids`` (the router's tokens of the
+    same text)."""
+    selection = selector.select(job.text, tokenizer, job.settings, job.keep_from_char)
+    if selection.num_prompt_tokens != len(prompt_ids):
+        raise ValueError(f"speculative_prompt.text has {selection.num_prompt_tokens} tokens, "
+                         f"prompt_token_ids {len(prompt_ids)}: send the text they came from")
+    metrics.DRAFT_TIME.observe(selection.draft_s)
+    metrics.KEPT_SHARE.observe(selection.kept_share)
+    return selection
+
+
+def report(selection: Selection, target_prefill_s: float) -> common_pb2.SpeculativeReport:
+    metrics.TARGET_PREFILL_TIME.observe(target_prefill_s)
+    return common_pb2.SpeculativeReport(
+        draft_time=duration(selection.draft_s), target_prefill_time=duration(target_prefill_s),
+        kept_tokens=len(selection.ids), prompt_tokens=selection.num_prompt_tokens,
+        skipped=selection.skipped)

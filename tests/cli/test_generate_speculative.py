@@ -1,0 +1,68 @@
+"""`snapstream generate --draft-model`: the draft's selection, the target's answer, the report;
+flags that need a draft without one; a prompt from a file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli.main import main
+from snapstream.engine import Engine
+from snapstream.policy import CachePolicy
+from snapstream.sampling_params import SamplingParams
+from snapstream.specprefill.selector import DraftSelector
+from snapstream.specprefill.settings import SpeculativeSettings
+from tests.tiny_models import write_tiny_model
+
+DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def draft_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9)
+
+
+@pytest.mark.parametrize("positions", ["original", "compact"])
+def test_generate_prefills_the_drafts_pick(tiny_model_dir, draft_dir, tmp_path, capsys,
+                                           positions):
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text(DOCUMENT, encoding="utf-8")
+    args = ["generate", "--model", str(tiny_model_dir), "--draft-model", str(draft_dir),
+            "--keep", "0.25", "--chunk-size", "16", "--positions", positions,
+            "--prompt-file", str(prompt_file), "--max-new-tokens", "8", "--temperature", "0",
+            "--policy", "full", "--json"]
+    assert main(args) == 0
+    got = json.loads(capsys.readouterr().out)
+    target = Engine.from_pretrained(tiny_model_dir)
+    selection = DraftSelector(Engine.from_pretrained(draft_dir)).select(
+        DOCUMENT, target.tokenizer,
+        SpeculativeSettings(keep=0.25, chunk_size=16, positions=positions))
+    expected = target.generate(selection.ids, 8, policy=CachePolicy(kind="full"),
+                               sampling=SamplingParams(temperature=0.0),
+                               positions=selection.positions)
+    assert got["token_ids"] == expected.token_ids
+    report = got["speculative"]
+    assert report["kept_tokens"] == len(selection.ids) < report["prompt_tokens"]
+    assert report["skipped"] == "" and report["draft_time_s"] > 0
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--keep", "0.5"], "--keep need(s) --draft-model"),
+    (["--draft-model", "X", "--prompt-ids", "1,2"], "the draft reads text"),
+    (["--prompt-file", "/nonexistent/prompt.txt"], "--prompt-file: cannot read"),
+])
+def test_bad_generate_flags_give_one_line(tiny_model_dir, capsys, extra, message):
+    args = ["generate", "--model", str(tiny_model_dir), *extra]
+    if "--prompt-ids" not in extra and "--prompt-file" not in extra:
+        args += ["--prompt", "hi"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_keep_share_out_of_range_is_refused(tiny_model_dir, draft_dir, capsys):
+    args = ["generate", "--model", str(tiny_model_dir), "--draft-model", str(draft_dir),
+            "--keep", "1.5", "--prompt", DOCUMENT]
+    assert main(args) == 2
+    assert "speculative.keep must be in (0, 1]" in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""The draft's token scores against a brute-force reference that runs the whole prompt plus the
+look-ahead tokens in one forward and forms every query row."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from snapstream.config import FULL, SLIDING
+from snapstream.model import causal_attention
+from snapstream.policy import CachePolicy
+from snapstream.specprefill.chunks import chunk_bounds, rank_chunks
+from snapstream.specprefill.scoring import score_prompt, voting_layers
+from tests.engine.helpers import engine_for
+from tests.tiny_models import random_model, tiny_config
+
+PROMPT_LEN = 70
+
+
+def _reference(model, ids: list[int], look_ahead_ids: list[int], kernel: int) -> torch.Tensor:
+    """(P,): the definition, with the (T, T) attention of one forward over prompt + look-ahead
+    (only the global layers vote)."""
+    probs = {}
+    windows = model.config.attention_windows
+
+    def attend(layer_idx, q, k, v):
+        if windows[layer_idx] is None:
+            logits = q @ k.repeat_interleave(q.shape[1] // k.shape[1], dim=1).transpose(2, 3)
+            logits = logits[0] / math.sqrt(q.shape[-1])  # (Hq, T, T)
+            causal = torch.ones(logits.shape[1:], dtype=torch.bool).triu(1)
+            probs[layer_idx] = logits.masked_fill(causal, -math.inf).softmax(-1)
+        return causal_attention(q, k, v, windows[layer_idx])
+
+    all_ids = ids + look_ahead_ids
+    model(torch.tensor([all_ids]), torch.arange(len(all_ids))[None], attend)
+    prompt_len = len(ids)
+    rows = []
+    for p in probs.values():  # (Hq, T, T)
+        votes = p[:, prompt_len - 1 :, :prompt_len]  # (Hq, Q, P)
+        pooled = F.avg_pool1d(votes.reshape(-1, 1, prompt_len), kernel, stride=1,
+                              padding=kernel // 2).view(votes.shape)
+        rows.append(pooled.amax(dim=0))  # (Q, P)
+    return torch.stack(rows).amax(dim=0).mean(dim=0)
+
+
+@pytest.mark.parametrize("layer_types", [(), (SLIDING, FULL, SLIDING)])
+def test_scores_equal_the_full_attention_reference(layer_types):
+    config = tiny_config(num_layers=len(layer_types) or 2, layer_types=layer_types,
+                         sliding_window=16 if layer_types else None)
+    model = random_model(config, seed=3)
+    ids = torch.randint(0, 200, (PROMPT_LEN,), generator=torch.Generator().manual_seed(1)).tolist()
+    out = score_prompt(model, ids, look_ahead=5, kernel=13, stop_ids=set())
+    assert len(out.look_ahead_ids) == 5
+    expected = _reference(model, ids, out.look_ahead_ids, kernel=13)
+    torch.testing.assert_close(out.scores, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_look_ahead_tokens_are_the_drafts_greedy_tokens_and_stop_at_an_end_token():
+    model = random_model(tiny_config(), seed=5)
+    ids = list(range(10, 10 + PROMPT_LEN))
+    greedy = engine_for(model).generate(ids, max_new_tokens=6,
+                                        policy=CachePolicy(kind="full")).token_ids
+    assert score_prompt(model, ids, 6, 13, set()).look_ahead_ids == greedy
+    stopped = score_prompt(model, ids, 6, 13, stop_ids={greedy[2]})
+    assert stopped.look_ahead_ids == greedy[:2]
+    assert score_prompt(model, ids, 0, 13, set()).look_ahead_ids == []
+
+
+def test_sliding_layers_do_not_vote_and_a_draft_needs_a_global_layer():
+    assert voting_layers((512, None, 512, None)) == {1, 3}
+    with pytest.raises(ValueError, match="global attention"):
+        voting_layers((512, 512))
+
+
+def test_chunks_rank_first_and_last_ahead_then_by_mean_score():
+    scores = torch.tensor([0.0] * 4 + [5.0] * 4 + [1.0] * 4 + [9.0] * 4 + [0.0] * 3)
+    assert chunk_bounds(19, 4).tolist() == [[0, 4], [4, 8], [8, 12], [12, 16], [16, 19]]
+    assert rank_chunks(scores, 4).tolist() == [0, 4, 3, 1, 2]
+    # the short last chunk is averaged over its own tokens
+    tail = torch.tensor([1.0] * 4 + [3.0] * 4 + [2.0] * 4 + [0.0] * 4 + [4.0])
+    assert rank_chunks(tail, 4).tolist()[:2] == [0, 4]
+    assert rank_chunks(tail, 4).tolist()[2:] == [1, 2, 3]
