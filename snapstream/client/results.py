@@ -126,6 +126,6 @@ class CompletionBuilder:
             time_to_first_token_s=msg.time_to_first_token.ToNanoseconds() / 1e9,
             decode_time_s=msg.decode_time.ToNanoseconds() / 1e9,
             kv_cache_bytes=msg.kv_cache_bytes, kv_cache_slots=msg.kv_cache_slots,
-            prefix_cache=_PREFIX_CACHE.get(msg.prefix_cache, "",
+            prefix_cache=_PREFIX_CACHE.get(msg.prefix_cache, ""),
             speculative=(SpeculativeUsage.from_pb(msg.speculative)
                          if msg.HasField("speculative") else None))

@@ -13,20 +13,26 @@ from dataclasses import replace
 
 import torch
 
-from snapstream.kvcache import EMPTY, SequenceCache
+from snapstream.kvcache import EMPTY, GroupKV, SequenceCache
 
 
 def at_original_positions(cache: SequenceCache, positions: torch.Tensor) -> SequenceCache:
     """cache of K kept tokens laid out by index; positions (K,) int64, ascending, the last the
-    prompt's last token -> the same tokens at ``positions`` (next position: the last + 1)."""
-    kept, layout = cache.prompt_len, cache.layout
+    prompt's last token -> the same tokens at ``positions`` (next position: the last + 1).
+    Every layer group is moved alike (a sliding layer's ring holds the last kept tokens)."""
     prompt_len = int(positions[-1]) + 1
-    held = cache.positions.long()  # (L, Hkv, S)
+    groups = tuple(_moved(part, positions, prompt_len - cache.prompt_len)
+                   for part in cache.groups)
+    return replace(cache, groups=groups, prompt_len=prompt_len, next_position=prompt_len)
+
+
+def _moved(part: GroupKV, positions: torch.Tensor, turn: int) -> GroupKV:
+    """One group's slots at the kept tokens' original positions, its ring turned by ``turn``."""
+    layout = part.group.layout
+    held = part.positions.long()  # (Lg, Hkv, S)
     moved = torch.where(held == EMPTY, EMPTY, positions[held.clamp(min=0)]).to(torch.int32)
-    shift = (prompt_len - kept) % layout.n_ring
     ring = slice(layout.ring_start, layout.budget)
-    k, v = cache.k.clone(), cache.v.clone()  # (L, Hkv, S, D)
+    k, v = part.k.clone(), part.v.clone()  # (Lg, Hkv, S, D)
     for tensor in (k, v, moved):
-        tensor[:, :, ring] = tensor[:, :, ring].roll(shift, dims=2)
-    return replace(cache, k=k, v=v, positions=moved, prompt_len=prompt_len,
-                   next_position=prompt_len)
+        tensor[:, :, ring] = tensor[:, :, ring].roll(turn % layout.n_ring, dims=2)
+    return replace(part, k=k, v=v, positions=moved)

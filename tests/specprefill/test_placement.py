@@ -46,7 +46,8 @@ def test_the_next_token_overwrites_the_oldest_ring_entry():
     kept_ids = list(range(10, 10 + len(KEPT)))
     policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=6, n_recent=10, window=4)
     cache = engine_for(model).prefill(kept_ids, policy, 4, positions=KEPT).cache
-    layout, held = cache.layout, cache.positions  # (L, Hkv, S)
+    (part,) = cache.groups  # a model without sliding layers: one group
+    layout, held = part.group.layout, part.positions  # (L, Hkv, S)
     assert cache.next_position == PROMPT_LEN and cache.prompt_len == PROMPT_LEN
     ring = held[..., layout.ring_start :]
     assert sorted(ring[0, 0].tolist()) == KEPT[-10:]  # the last 10 kept, at their positions
