@@ -89,10 +89,10 @@ def test_a_kernel_wider_than_the_prompt_pools_like_one_spanning_it(pooling):
     """No int overflow and no cost beyond prompt x (2 prompt - 1), whatever the kernel."""
     import torch
 
-    from snapstream.snapkv import _pool
+    from snapstream.snapkv import pool_votes
 
     votes = torch.rand(3, 40, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(_pool(votes, 2**32 - 1, pooling), _pool(votes, 79, pooling))
+    assert torch.equal(pool_votes(votes, 2**32 - 1, pooling), pool_votes(votes, 79, pooling))
 
 
 SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, window=16,
