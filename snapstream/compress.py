@@ -42,12 +42,20 @@ def build_sequence_cache(
     (only read for a group whose layout selects) -> the compressed (or merely placed) cache."""
     parts = []
     for group in layout.groups:
-        index = torch.tensor(group.layers, device=k.device)  # (Lg,)
-        group_scores = None if scores is None else scores[index]
-        parts.append(GroupKV(group, *compress_kv(group.layout, k[index], v[index], group_scores,
-                                                 dtype)))
+        group_scores = None if scores is None else _rows(scores, group.layers)
+        parts.append(GroupKV(group, *compress_kv(group.layout, _rows(k, group.layers),
+                                                 _rows(v, group.layers), group_scores, dtype)))
     prompt_len = k.shape[2]
     return SequenceCache(tuple(parts), prompt_len=prompt_len, next_position=prompt_len)
+
+
+def _rows(tensor: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
+    """tensor (L, ...) -> (len(layers), ...): a view when the layers are consecutive (every
+    layer of a Llama model), else a copy of those rows."""
+    start = layers[0]
+    if layers == tuple(range(start, start + len(layers))):
+        return tensor[start : start + len(layers)]
+    return tensor[torch.tensor(layers, device=tensor.device)]
 
 
 def compress_kv(
