@@ -89,7 +89,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
                  ) -> tuple[list[int], CachePolicy, SamplingParams]:
         """The request as domain types. Its fields were validated by the router; what the
         model needs to run safely, the engine checks when it prefills."""
-        if request.prefix_tokens >= len(request.prompt_token_ids):
+        if request.prefix_tokens and request.prefix_tokens >= len(request.prompt_token_ids):
             raise ValueError(f"prefix_tokens ({request.prefix_tokens}) must be less than the "
                              f"prompt's {len(request.prompt_token_ids)} tokens")
         return (list(request.prompt_token_ids),
