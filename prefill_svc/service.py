@@ -101,7 +101,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         if request.prefix_tokens and request.HasField("speculative"):
             raise ValueError("prefix_tokens and speculative cannot be combined: a reusable "
                              "document is prefilled whole; send one of them")
-        if request.prefix_tokens >= len(request.prompt_token_ids):
+        if request.prefix_tokens and request.prefix_tokens >= len(request.prompt_token_ids):
             raise ValueError(f"prefix_tokens ({request.prefix_tokens}) must be less than the "
                              f"prompt's {len(request.prompt_token_ids)} tokens")
         return (list(request.prompt_token_ids),
