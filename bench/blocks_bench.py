@@ -129,10 +129,11 @@ def run_load(models: list[str], synthetic: bool) -> list[dict]:
 
 
 DECODE_STEPS = """
-import json, statistics, time, torch
+import json, statistics, sys, time, torch
 from bench.engine_bench import ours_stepper
 from snapstream.engine import Engine
 torch.set_grad_enabled(False)
+torch.set_num_threads(int(sys.argv[1]))
 engine = Engine.from_pretrained(None)
 out = {}
 for batch in (1, 16):
@@ -150,13 +151,14 @@ print(json.dumps(out))
 """
 
 
-def run_decode(trees: list[str], rounds: int) -> dict[str, dict[str, list[float]]]:
-    """Each tree's default-model decode steps, ``rounds`` fresh processes each, in turns."""
+def run_decode(trees: list[str], rounds: int, threads: int) -> dict[str, dict[str, list[float]]]:
+    """Each tree's default-model decode steps, ``rounds`` fresh processes each, in turns,
+    ``threads`` torch threads each."""
     times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
     for _ in range(rounds):
         for tree in trees:
-            run = subprocess.run([sys.executable, "-c", DECODE_STEPS], cwd=tree, check=True,
-                                 capture_output=True, text=True)
+            run = subprocess.run([sys.executable, "-c", DECODE_STEPS, str(threads)], cwd=tree,
+                                 check=True, capture_output=True, text=True)
             got = json.loads(run.stdout.splitlines()[-1])
             print(f"{tree}: {got}", flush=True)  # each round as it comes
             for batch, seconds in got.items():
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     decode = sub.add_parser("decode")
     decode.add_argument("trees", nargs="+")
     decode.add_argument("--rounds", type=int, default=3)
+    decode.add_argument("--threads", type=int, default=2)
     agree = sub.add_parser("agreement")
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "load":
         run_load(args.models, args.synthetic_1b)
     elif args.what == "decode":
-        run_decode(args.trees, args.rounds)
+        run_decode(args.trees, args.rounds, args.threads)
     else:
         run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions)
 
