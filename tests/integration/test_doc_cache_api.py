@@ -28,6 +28,8 @@ async def served(tiny_model_dir, redis_url) -> AsyncIterator[Served]:
     async with serving_stack(tiny_model_dir, redis_url) as stack, \
             http_api(stack.router) as base_url:
         yield Served(stack, base_url, stack.router.model.name)
+        for key in await stack.store.keys():  # the stored documents: the next modules share
+            await stack.store.delete(key)     # this Redis and expect it empty when idle
 
 
 def text_request(document: str, question: str, policy=POLICY, **fields
