@@ -40,7 +40,7 @@ def test_logits_track_the_float32_reference(engines):
     """Teacher-forced over 512 tokens of Python source: the only difference is the kernels'
     bfloat16 activations (prefill: the bfloat16 GEMM)."""
     blocks, floats = engines
-    ids = floats.encode(inspect.getsource(statistics))[:512]
+    ids = floats.tokenizer.encode(inspect.getsource(statistics))[:512]
 
     def logits(engine: Engine) -> torch.Tensor:
         model = engine.model
