@@ -32,10 +32,15 @@ def write_hf_checkpoint(directory: Path, kind: str, **config_overrides) -> Path:
     return directory
 
 
+# the served name of tiny_model_dir (a directory's name): one name whatever other fixtures made
+TINY_MODEL_NAME = "tiny-model"
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Llama with the tiny tokenizer and chat template, for the services."""
-    return write_tiny_model(tmp_path_factory.mktemp("tiny-model"), context=2048)
+    directory = tmp_path_factory.mktemp(TINY_MODEL_NAME, numbered=False)
+    return write_tiny_model(directory, context=2048)
 
 
 @pytest.fixture(scope="session")

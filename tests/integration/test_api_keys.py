@@ -20,11 +20,12 @@ from serving.auth import ApiKeyInterceptor, ApiKeys
 from serving.errors import StatusInterceptor
 from snapstream.client import AsyncSnapstreamClient, Unauthenticated
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
+from tests.conftest import TINY_MODEL_NAME
 from tests.integration.test_services import serving_stack
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 KEY, OTHER_KEY = "k" * 20 + "-first", "k" * 20 + "-second"
-MODEL = "tiny-model0"
+MODEL = TINY_MODEL_NAME  # tests/conftest.py's tiny_model_dir, as the router names it
 
 
 @dataclass

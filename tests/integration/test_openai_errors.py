@@ -16,6 +16,7 @@ from router.flow import RequestFlow
 from router.openai_api.app import MAX_BODY_BYTES
 from router.workers import WorkerPool
 from snapstream.v1 import prefill_pb2_grpc
+from tests.conftest import TINY_MODEL_NAME
 from tests.integration.test_openai_api import (
     CONVERSATION,
     EXTENSION,
@@ -27,7 +28,7 @@ from tests.integration.test_services import serving_stack, wait_idle
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 CHAT, TEXT = "/chat/completions", "/completions"
-MODEL = "tiny-model0"  # tests/conftest.py's tiny_model_dir, as the router names it
+MODEL = TINY_MODEL_NAME  # tests/conftest.py's tiny_model_dir, as the router names it
 
 
 def chat(**fields) -> dict:

@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import TINY_MODEL_NAME
 from tests.integration.test_openai_api import EXTENSION, http_api
 from tests.integration.test_services import serving_stack, wait_idle
 
 pytestmark = pytest.mark.slow
-MODEL = "tiny-model0"
+MODEL = TINY_MODEL_NAME  # tests/conftest.py's tiny_model_dir, as the router names it
 ALLOWED = {200, 400, 404, 413, 429}
 # text with what JSON can carry and UTF-8 cannot: lone surrogates
 TEXT = st.one_of(st.text(max_size=60),
