@@ -106,6 +106,9 @@ BAD_REQUESTS = {
         messages=generation_pb2.ChatMessages(messages=[
             generation_pb2.ChatMessage(role="system", content=DOCUMENT)]),
         policy=POLICY, cache_prefix="last"),
+    "cache_prefix and speculative cannot be combined": generation_pb2.GenerateRequest(
+        prompt=DOCUMENT + " Q?", policy=POLICY, cache_prefix_chars=len(DOCUMENT),
+        speculative=common_pb2.SpeculativeSettings(keep=0.5)),
 }
 
 

@@ -26,6 +26,8 @@ from tests.integration.test_services import POLICY, serving_stack
     ({"prompt_token_ids": [1, 2, 3], "prefix_tokens": 3}, "prefix_tokens (3) must be less"),
     ({"prefix_tokens": 2, "policy": common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_FULL)},
      "cache_prefix needs a policy that bounds the cache"),
+    ({"prefix_tokens": 2, "speculative": common_pb2.SpeculativeSettings(keep=0.5)},
+     "prefix_tokens and speculative cannot be combined"),
 ])
 async def test_bad_prefill_requests_are_invalid_argument(tiny_model_dir, redis_url, fields,
                                                          message):
