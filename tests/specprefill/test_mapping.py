@@ -48,7 +48,9 @@ def test_kept_characters_are_exactly_what_the_kept_target_tokens_touch(
     check_offsets(draft_offsets, len(text), "draft")
     check_offsets(target_offsets, len(text), "target")
     hulls = chunk_spans(draft_offsets, chunk_bounds(len(draft_offsets), chunk_size))
-    chosen = hulls[torch.tensor(picks[: len(hulls)], dtype=torch.bool)]
+    # the picks repeat over the chunks: a text of digits has a chunk per character
+    chosen = hulls[torch.tensor([picks[i % len(picks)] for i in range(len(hulls))],
+                                dtype=torch.bool)]
     chars = char_mask(chosen, len(text))
     kept = tokens_touching(target_offsets, chars)
     covered = torch.zeros(len(text), dtype=torch.bool)
