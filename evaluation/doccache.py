@@ -27,6 +27,7 @@ from evaldata.layout import Draft, Insert, PromptSpec, build_sample
 from evaldata.phrasing import PHRASES
 from evaldata.sample import TaskConfig, exact_match
 from evaluation.budget import Budget, SplitRule
+from evaluation.results import markdown_header, markdown_row
 from snapstream import prefix_cache
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
@@ -165,9 +166,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{t['full_s']:.2f} s, cached document {t['suffix_s']:.3f} s "
               f"({t['full_s'] / t['suffix_s']:.1f}x); compressing the document once "
               f"{t['compress_s']:.2f} s")
-    print(f"| task | placement | asked | full | snapkv {args.budget} | doccache {args.budget} "
-          "| compress s | suffix s / question | full prefill s / question |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(markdown_header(["task", "placement", "asked", "full", f"snapkv {args.budget}",
+                           f"doccache {args.budget}", "compress s", "suffix s / question",
+                           "full prefill s / question"]))
     for task in args.tasks.split(","):
         for placement in args.placements.split(","):
             total = {"full": 0, "snapkv": 0, "doccache": 0}
@@ -183,9 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                 times = {k: times[k] + out["times"][k] for k in times}
             if not asked:
                 continue
-            print(f"| {task} | {placement} | {asked} | {total['full']} | {total['snapkv']} | "
-                  f"{total['doccache']} | {times['compress']:.1f} | "
-                  f"{times['suffix'] / asked:.2f} | {times['full'] / asked:.2f} |", flush=True)
+            print(markdown_row([task, placement, asked, total["full"], total["snapkv"],
+                                total["doccache"], f"{times['compress']:.1f}",
+                                f"{times['suffix'] / asked:.2f}",
+                                f"{times['full'] / asked:.2f}"]), flush=True)
     return 0
 
 

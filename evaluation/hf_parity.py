@@ -18,6 +18,7 @@ import random
 import torch
 
 from evaldata import PromptSpec, TaskConfig, generate, model_format
+from evaluation.results import markdown_header, markdown_row
 from snapstream.checkpoints.registry import MODEL_HELP, model_path
 
 NEW_TOKENS = 10
@@ -78,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         str(path.parent), gguf_file=path.name, dtype=torch.float32,
         attn_implementation="sdpa").eval()
     fmt = args.prompt_format or model_format(engine.tokenizer)
-    print("| tokens | answer | NLL transformers | NLL snapstream | max logit diff | "
-          "transformers writes | snapstream writes |\n|---|---|---|---|---|---|---|")
+    print(markdown_header(["tokens", "answer", "NLL transformers", "NLL snapstream",
+                           "max logit diff", "transformers writes", "snapstream writes"]))
     for context_len in map(int, args.context_lens.split(",")):
         r = compare(engine, reference, args.task, context_len, fmt)
-        print(f"| {r['tokens']} | {r['answer']} | {r['nll_transformers']:.3f} | "
-              f"{r['nll_snapstream']:.3f} | {r['max_logit_diff']:.1e} | "
-              f"{r['transformers']!r} | {r['snapstream']!r} |", flush=True)
+        print(markdown_row([r["tokens"], r["answer"], f"{r['nll_transformers']:.3f}",
+                            f"{r['nll_snapstream']:.3f}", f"{r['max_logit_diff']:.1e}",
+                            repr(r["transformers"]), repr(r["snapstream"])]), flush=True)
     return 0
 
 

@@ -16,6 +16,15 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
 }
 
 
+def markdown_row(cells: Sequence[object]) -> str:
+    """One row of a markdown table, printed as a long run goes (each cell already formatted)."""
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def markdown_header(headers: Sequence[str]) -> str:
+    return markdown_row(headers) + "\n" + markdown_row(["---"] * len(headers))
+
+
 @dataclass(frozen=True)
 class Row:
     """One sample decoded at one gap under one run. ``budget_label``, ``budget`` and

@@ -2,7 +2,15 @@
 
 import csv
 
-from evaluation.results import COLUMNS, Row, accuracy_table, summary_table, write_csv
+from evaluation.results import (
+    COLUMNS,
+    Row,
+    accuracy_table,
+    markdown_header,
+    markdown_row,
+    summary_table,
+    write_csv,
+)
 
 
 def row(policy: str, label: str | None, placement: str, correct: bool, task: str = "kv",
@@ -72,3 +80,11 @@ def test_groups_average_the_forced_nll_of_the_rows_that_have_one():
     table = {e["policy"]: e for e in accuracy_table(rows, ("placement",))}
     assert table["snapstream"]["forced_nll"] == 1.5
     assert table["full"]["forced_nll"] is None
+
+
+def test_markdown_rows_line_up_with_their_header():
+    header = markdown_header(["task", "asked", "full"]).splitlines()
+    row = markdown_row(["niah", 3, "2/3"])
+    assert header == ["| task | asked | full |", "| --- | --- | --- |"]
+    assert row == "| niah | 3 | 2/3 |"
+    assert row.count("|") == header[0].count("|") == header[1].count("|")
