@@ -175,8 +175,22 @@ def run_decode(trees: list[str], rounds: int, threads: int) -> dict[str, dict[st
     return times
 
 
+def held_out_text(revision: str | None) -> str:
+    """Three of the project's docs (text the models never saw) as in the working tree, or as
+    at git ``revision`` so that a figure can be measured again on the same text."""
+    names = ("architecture.md", "benchmarks.md", "accuracy.md")
+    if revision is None:
+        return "\n\n".join((ROOT / "docs" / name).read_text() for name in names)
+    shown = [subprocess.run(["git", "show", f"{revision}:docs/{name}"], cwd=ROOT,
+                            capture_output=True, text=True) for name in names]
+    if failed := next((run for run in shown if run.returncode != 0), None):
+        raise ValueError(f"--text-at {revision}: {failed.stderr.strip()}; give a revision of "
+                         "this repository that has these docs")
+    return "\n\n".join(run.stdout for run in shown)
+
+
 def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions: int,
-                  llamacpp: bool) -> dict:
+                  llamacpp: bool, text_at: str | None) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -188,9 +202,7 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
 
     torch.set_grad_enabled(False)
     tokenizer = open_checkpoint(model).tokenizer()
-    text = "\n\n".join((ROOT / "docs" / name).read_text()
-                       for name in ("architecture.md", "benchmarks.md", "accuracy.md"))
-    ids = tokenizer.encode(text)[:text_tokens]
+    ids = tokenizer.encode(held_out_text(text_at))[:text_tokens]
     # before the engines load, so that its memory is given back first
     cpp = (llamacpp_scores(model_path(model), ids, torch.get_num_threads()) if llamacpp
            else {"missing": "not run (--no-llamacpp)"})
@@ -266,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
     agree.add_argument("--no-chat", action="store_true")
+    agree.add_argument("--text-at", metavar="REV", default=None,
+                       help="the held-out docs as at this git revision (default: as checked out)")
     agree.add_argument("--no-llamacpp", action="store_true",
                        help="leave out llama.cpp's perplexity on the same GGUF (otherwise its "
                             "peer venv is built on first use, as `snapstream bench peers` does)")
@@ -279,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         run_decode(args.trees, args.rounds, args.threads)
     else:
         run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions,
-                      not args.no_llamacpp)
+                      not args.no_llamacpp, args.text_at)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.blocks_bench import agreement_table
+from bench.blocks_bench import agreement_table, held_out_text
 from bench.llamacpp_ppl import llamacpp_agreement, llamacpp_scores
 from bench.peers.runners.ppl_llamacpp import ROWS_AT_ONCE, next_token_nll, score_ids
 
@@ -102,3 +102,9 @@ def test_the_table_has_a_llamacpp_row_or_says_why_not():
     missing = agreement_table(_out({"missing": "not run (--no-llamacpp)"}))
     assert missing.splitlines()[-1].endswith("not measured: not run (--no-llamacpp)")
     assert len(missing.splitlines()) == 4
+
+
+def test_the_held_out_text_at_a_revision_and_a_bad_revision():
+    assert held_out_text("HEAD").startswith("# Architecture")
+    with pytest.raises(ValueError, match=r"--text-at no-such-rev: .*give a revision"):
+        held_out_text("no-such-rev")
