@@ -89,8 +89,17 @@ def run(model: Path, ids: list[int], n_batch: int, n_threads: int) -> dict:
     return {**scores, "settings": {
         "n_ctx": llm.n_ctx(), "n_batch": n_batch, "n_threads": n_threads,
         "flash_attn": False, "swa_full": bool(params.swa_full),
-        "type_k": int(params.type_k), "type_v": int(params.type_v)},
+        "type_k": _ggml_type(params.type_k), "type_v": _ggml_type(params.type_v)},
         "versions": {"llama-cpp-python": version("llama-cpp-python")}}
+
+
+def _ggml_type(value: int) -> str:
+    """``GGML_TYPE_F16`` (1) as ``f16``: the name the bindings give the ggml type number."""
+    import llama_cpp
+
+    names = [n for n in dir(llama_cpp) if n.startswith("GGML_TYPE_") and
+             getattr(llama_cpp, n) == value]
+    return names[0].removeprefix("GGML_TYPE_").lower() if names else str(value)
 
 
 def main() -> None:
