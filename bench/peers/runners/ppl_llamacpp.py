@@ -60,35 +60,49 @@ def score_ids(decode_batch: DecodeBatch, ids: Sequence[int], n_batch: int) -> di
 
 
 def run(model: Path, ids: list[int], n_batch: int, n_threads: int) -> dict:
+    """Through llama.cpp's C API (the bindings' ``Llama`` cannot set ``use_extra_bufts``)."""
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=str(model), n_ctx=len(ids), n_batch=n_batch,
-                          n_ubatch=n_batch, n_threads=n_threads, n_threads_batch=n_threads,
-                          flash_attn=False, verbose=False)
-    vocab = llm.n_vocab()
-    if not all(0 <= i < vocab for i in ids):
-        raise ValueError(f"token ids outside {model.name}'s vocabulary of {vocab}: give ids "
-                         "from the same model's tokenizer")
+    llama_cpp.llama_backend_init()
+    model_params = llama_cpp.llama_model_default_params()
+    # no extra buffer types (weight repacking, AMX): this machine's CPU reports AMX, but in its
+    # VM the first AMX instruction (tilezero in ggml's AMX GEMM) dies with SIGILL; the plain CPU
+    # buffers compute the same quantized dot products
+    model_params.use_extra_bufts = False
+    llama_model = llama_cpp.llama_model_load_from_file(str(model).encode(), model_params)
+    if not llama_model:
+        raise RuntimeError(f"llama.cpp could not load {model}")
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = len(ids), n_batch, n_batch
+    params.n_threads, params.n_threads_batch = n_threads, n_threads
+    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = llama_cpp.llama_init_from_model(llama_model, params)
     batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-
-    def decode_batch(tokens: Sequence[int], n_past: int) -> np.ndarray:
-        batch.n_tokens = len(tokens)
-        for i, token in enumerate(tokens):
-            batch.token[i], batch.pos[i] = token, n_past + i
-            batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = 1, 0, True
-        if (code := llama_cpp.llama_decode(llm.ctx, batch)) != 0:
-            raise RuntimeError(f"llama_decode returned {code} at position {n_past}")
-        return np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx),
-                                     shape=(len(tokens), vocab))
-
     try:
+        vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(llama_model))
+        if not all(0 <= i < vocab for i in ids):
+            raise ValueError(f"token ids outside {model.name}'s vocabulary of {vocab}: give "
+                             "ids from the same model's tokenizer")
+
+        def decode_batch(tokens: Sequence[int], n_past: int) -> np.ndarray:
+            batch.n_tokens = len(tokens)
+            for i, token in enumerate(tokens):
+                batch.token[i], batch.pos[i] = token, n_past + i
+                batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = 1, 0, True
+            if (code := llama_cpp.llama_decode(ctx, batch)) != 0:
+                raise RuntimeError(f"llama_decode returned {code} at position {n_past}")
+            return np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx),
+                                         shape=(len(tokens), vocab))  # (T, V)
+
         scores = score_ids(decode_batch, ids, n_batch)
+        n_ctx = llama_cpp.llama_n_ctx(ctx)
     finally:
         llama_cpp.llama_batch_free(batch)
-    params = llm.context_params
+        llama_cpp.llama_free(ctx)
+        llama_cpp.llama_model_free(llama_model)
     return {**scores, "settings": {
-        "n_ctx": llm.n_ctx(), "n_batch": n_batch, "n_threads": n_threads,
-        "flash_attn": False, "swa_full": bool(params.swa_full),
+        "n_ctx": n_ctx, "n_batch": n_batch, "n_threads": n_threads, "flash_attn": False,
+        "swa_full": bool(params.swa_full), "use_extra_bufts": False,
         "type_k": _ggml_type(params.type_k), "type_v": _ggml_type(params.type_v)},
         "versions": {"llama-cpp-python": version("llama-cpp-python")}}
 
