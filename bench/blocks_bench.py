@@ -211,7 +211,7 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
     ref, got = stats["float32"], stats["gguf"]
     out = {"tokens": len(ids), "ppl": {f: float(np.exp(s["nll"].mean())) for f, s in stats.items()},
            "kl": float(F.kl_div(got["logp"], ref["logp"], log_target=True,
-                                reduction="batchmean")) if "logp" in ref else None,
+                                reduction="batchmean")) if ref["logp"] is not None else None,
            "top1": float((got["top1"] == ref["top1"]).float().mean())}
     out["ppl_ratio"] = out["ppl"]["gguf"] / out["ppl"]["float32"]
     out["llama.cpp"] = llamacpp_agreement(cpp, {f: s["nll"] for f, s in stats.items()},
@@ -261,7 +261,8 @@ def _forced(engine, ids: list[int], kl_positions: int, rows: int = 256) -> dict:
         top1.append(lp.argmax(-1))
         if start < kl_positions:
             logp.append(lp)
-    return {"nll": torch.cat(nll).numpy(), "top1": torch.cat(top1), "logp": torch.cat(logp)}
+    return {"nll": torch.cat(nll).numpy(), "top1": torch.cat(top1),
+            "logp": torch.cat(logp) if logp else None}
 
 
 def main(argv: list[str] | None = None) -> None:
