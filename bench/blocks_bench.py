@@ -9,7 +9,9 @@ it changes, each figure against a baseline measured in the same run.
   policy) of two source trees (e.g. before and after a change), in fresh processes taking turns.
 - ``agreement``: dtype gguf against the float32 dequantized model: perplexity, KL and top-1
   agreement teacher-forced over a held-out text (docs shipped in the repo), and greedy parity of
-  32 tokens on the 8 chat prompts of ``bench.quant_bench`` (as raw text for a base model).
+  32 tokens on the 8 chat prompts of ``bench.quant_bench`` (as raw text for a base model);
+  llama.cpp's perplexity and top-1 on the same GGUF and the same token ids beside them
+  (``bench.llamacpp_ppl``; ``--no-llamacpp`` leaves it out, the table says why it is missing).
 
 Run: ``python -m bench.blocks_bench {load,decode,agreement} [...]``.
 """
@@ -173,27 +175,47 @@ def run_decode(trees: list[str], rounds: int, threads: int) -> dict[str, dict[st
     return times
 
 
-def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions: int) -> dict:
+def held_out_text(revision: str | None) -> str:
+    """Three of the project's docs (text the models never saw) as in the working tree, or as
+    at git ``revision`` so that a figure can be measured again on the same text."""
+    names = ("architecture.md", "benchmarks.md", "accuracy.md")
+    if revision is None:
+        return "\n\n".join((ROOT / "docs" / name).read_text() for name in names)
+    shown = [subprocess.run(["git", "show", f"{revision}:docs/{name}"], cwd=ROOT,
+                            capture_output=True, text=True) for name in names]
+    if failed := next((run for run in shown if run.returncode != 0), None):
+        raise ValueError(f"--text-at {revision}: {failed.stderr.strip()}; give a revision of "
+                         "this repository that has these docs")
+    return "\n\n".join(run.stdout for run in shown)
+
+
+def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions: int,
+                  llamacpp: bool, text_at: str | None) -> dict:
     import torch
     import torch.nn.functional as F
 
+    from bench.llamacpp_ppl import llamacpp_agreement, llamacpp_scores
     from bench.quant_bench import CHAT_PROMPTS, common_prefix, greedy
     from snapstream.chat import ChatMessage
+    from snapstream.checkpoints import model_path, open_checkpoint
     from snapstream.engine import Engine
 
     torch.set_grad_enabled(False)
+    tokenizer = open_checkpoint(model).tokenizer()
+    ids = tokenizer.encode(held_out_text(text_at))[:text_tokens]
+    # before the engines load, so that its memory is given back first
+    cpp = (llamacpp_scores(model_path(model), ids, torch.get_num_threads()) if llamacpp
+           else {"missing": "not run (--no-llamacpp)"})
     engines = {fmt: Engine.from_pretrained(model, dtype=fmt) for fmt in ("float32", "gguf")}
-    tokenizer = engines["float32"].tokenizer
-    text = "\n\n".join((ROOT / "docs" / name).read_text()
-                       for name in ("architecture.md", "benchmarks.md", "accuracy.md"))
-    ids = tokenizer.encode(text)[:text_tokens]
     stats = {fmt: _forced(engine, ids, kl_positions) for fmt, engine in engines.items()}
     ref, got = stats["float32"], stats["gguf"]
     out = {"tokens": len(ids), "ppl": {f: float(np.exp(s["nll"].mean())) for f, s in stats.items()},
            "kl": float(F.kl_div(got["logp"], ref["logp"], log_target=True,
-                                reduction="batchmean")) if "logp" in ref else None,
+                                reduction="batchmean")) if ref["logp"] is not None else None,
            "top1": float((got["top1"] == ref["top1"]).float().mean())}
     out["ppl_ratio"] = out["ppl"]["gguf"] / out["ppl"]["float32"]
+    out["llama.cpp"] = llamacpp_agreement(cpp, {f: s["nll"] for f, s in stats.items()},
+                                          {f: s["top1"].numpy() for f, s in stats.items()})
     if chat:
         chats = [tokenizer.render_chat([ChatMessage("user", p)]) if tokenizer.chat_template
                  else p for p in CHAT_PROMPTS]  # a base model: the prompts as raw text
@@ -203,7 +225,23 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
         out["chat_first_diff"] = [common_prefix(a, b) for a, b in
                                   zip(outs["gguf"], outs["float32"], strict=True)]
     print(json.dumps(out, indent=1))
+    print(agreement_table(out))
     return out
+
+
+def agreement_table(out: dict) -> str:
+    """The perplexities of :func:`run_agreement`'s ``out`` and their ratios, one row each."""
+    ppl, cpp = out["ppl"], out["llama.cpp"]
+    lines = [f"{'':26} {'perplexity':>10} {'vs float32':>10} {'vs gguf':>8} "
+             f"{'top-1 = float32':>15}  ({out['tokens']} tokens)",
+             f"{'float32 (snapstream)':26} {ppl['float32']:10.3f} {1:10.4f}",
+             f"{'gguf (snapstream)':26} {ppl['gguf']:10.3f} {out['ppl_ratio']:10.4f} {1:8.4f} "
+             f"{out['top1']:15.1%}"]
+    if "missing" in cpp:
+        return "\n".join([*lines, f"{'llama.cpp (same GGUF)':26} not measured: {cpp['missing']}"])
+    return "\n".join([*lines, f"{'llama.cpp (same GGUF)':26} {cpp['ppl']:10.3f} "
+                              f"{cpp['ppl_vs_float32']:10.4f} {cpp['ppl_vs_gguf']:8.4f} "
+                              f"{cpp['top1_vs_float32']:15.1%}"])
 
 
 def _forced(engine, ids: list[int], kl_positions: int, rows: int = 256) -> dict:
@@ -223,7 +261,8 @@ def _forced(engine, ids: list[int], kl_positions: int, rows: int = 256) -> dict:
         top1.append(lp.argmax(-1))
         if start < kl_positions:
             logp.append(lp)
-    return {"nll": torch.cat(nll).numpy(), "top1": torch.cat(top1), "logp": torch.cat(logp)}
+    return {"nll": torch.cat(nll).numpy(), "top1": torch.cat(top1),
+            "logp": torch.cat(logp) if logp else None}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -240,6 +279,11 @@ def main(argv: list[str] | None = None) -> None:
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
     agree.add_argument("--no-chat", action="store_true")
+    agree.add_argument("--text-at", metavar="REV", default=None,
+                       help="the held-out docs as at this git revision (default: as checked out)")
+    agree.add_argument("--no-llamacpp", action="store_true",
+                       help="leave out llama.cpp's perplexity on the same GGUF (otherwise its "
+                            "peer venv is built on first use, as `snapstream bench peers` does)")
     agree.add_argument("--kl-positions", type=int, default=1024,
                        help="positions whose distributions are kept for the KL (memory: "
                             "positions x vocabulary x 4 bytes per format)")
@@ -249,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "decode":
         run_decode(args.trees, args.rounds, args.threads)
     else:
-        run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions)
+        run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions,
+                      not args.no_llamacpp, args.text_at)
 
 
 if __name__ == "__main__":
