@@ -254,7 +254,7 @@ class QuantizedLinear(nn.Module):
         flat = _flat_bf16(x)  # (M, K)
         out = F.linear(flat, self.gemm_weight) if len(flat) >= GEMM_MIN_ROWS else self.kernel(flat)
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias
+        return out if self.bias is None else out + self.bias.to(out.dtype)
 
 
 class Int8Linear(QuantizedLinear):

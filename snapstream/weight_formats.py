@@ -25,18 +25,24 @@ class WeightFormat:
     quant: str | None = None  # weight-only scheme of snapstream.quant.QUANT_SCHEMES; None: none
     kv: str | None = None  # torch dtype name of the KV cache; None: ``compute``
     keep_blocks: bool = False  # linear weights from the GGUF's own blocks (snapstream.loader)
+    prefill: str | None = None  # torch dtype name of the prompt forward's activations; None:
+    # ``compute`` (bfloat16 for the quantized formats: their GEMMs take bfloat16 anyway)
 
     @property
     def kv_dtype(self) -> str:
         return self.kv or self.compute
 
+    @property
+    def prefill_dtype(self) -> str:
+        return self.prefill or self.compute
+
 
 WEIGHT_FORMATS = {
     "float32": WeightFormat("float32"),
     "bfloat16": WeightFormat("bfloat16"),
-    "int8": WeightFormat("float32", quant="int8", kv="bfloat16"),
-    "int4": WeightFormat("float32", quant="int4", kv="bfloat16"),
-    "gguf": WeightFormat("float32", kv="bfloat16", keep_blocks=True),
+    "int8": WeightFormat("float32", quant="int8", kv="bfloat16", prefill="bfloat16"),
+    "int4": WeightFormat("float32", quant="int4", kv="bfloat16", prefill="bfloat16"),
+    "gguf": WeightFormat("float32", kv="bfloat16", keep_blocks=True, prefill="bfloat16"),
 }
 AUTO = "auto"
 DTYPE_CHOICES = (AUTO, *WEIGHT_FORMATS)
