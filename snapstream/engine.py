@@ -67,6 +67,11 @@ class Engine:
         self.dtype = model.model.norm.weight.dtype  # activations (weights may be int8/int4)
         self.kv_dtype = kv_dtype or self.dtype  # sequence caches, blobs and decode pools
         self.prefill_dtype = prefill_dtype or self.dtype  # activations of the prompt forward
+        if self.prefill_dtype != self.dtype and any(
+                isinstance(m, torch.nn.Linear) for m in model.model.layers.modules()):
+            raise ValueError(f"prefill_dtype {self.prefill_dtype} needs quantized linear layers "
+                             f"(dtype int8, int4 or gguf); this model's are {self.dtype}: leave "
+                             "prefill_dtype unset")
 
     @classmethod
     def from_pretrained(

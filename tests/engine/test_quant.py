@@ -166,6 +166,12 @@ def test_a_quantized_prompt_runs_in_bfloat16_and_tracks_a_float32_prompt(engines
     assert sum(shared) / len(shared) > 0.9  # a few ties of the SnapKV vote may flip
 
 
+def test_float_layers_refuse_a_prompt_in_another_dtype(engines):
+    reference = engines["float32"]
+    with pytest.raises(ValueError, match="needs quantized linear layers"):
+        Engine(reference.model, reference.tokenizer, prefill_dtype=torch.bfloat16)
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
 def test_quantized_engines_keep_a_bfloat16_kv_cache(engines, dtype):
     engine, reference = engines[dtype], engines["float32"]
