@@ -107,10 +107,14 @@ class SplitTimer:
         module.register_forward_pre_hook(pre)
         module.register_forward_hook(post)
 
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
+
     def split(self, result: PrefillResult) -> dict[str, float]:
-        """The last prefill's seconds by part (and resets): linear layers, attention (RoPE and
-        SDPA), SnapKV selection (scores and compression), the rest."""
-        s, self.seconds = self.seconds, dict.fromkeys(self.seconds, 0.0)
+        """The seconds of ``result``'s prefill, the only forward since :meth:`reset`, by part:
+        linear layers, attention (RoPE and SDPA), SnapKV selection (scores and compression),
+        the rest."""
+        s = self.seconds
         linear = s["attn_linear"] + s["mlp_linear"]
         attention = s["attn_block"] - s["attn_linear"] - result.select_s
         rest = result.prefill_s - linear - attention - result.select_s
@@ -158,7 +162,7 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
     timer = SplitTimer(served.model)
     filler = served.tokenizer.encode(filler_text())
     for engine in engines.values():  # the cached bfloat16 GEMM weights, the kernels' warm-up
-        timer.split(engine.prefill(filler[:256], served.default_policy, 1))
+        engine.prefill(filler[:256], served.default_policy, 1)
     rows = []
     for prompt_len in cfg.lengths:
         ids = list(passkey_prompt(served.tokenizer, filler, prompt_len).token_ids)
@@ -180,6 +184,7 @@ def measure_length(engines: dict[torch.dtype, Engine], timer: SplitTimer, ids: l
     for round_idx in range(cfg.rounds):
         for dtype in VARIANTS if round_idx % 2 == 0 else VARIANTS[::-1]:
             engine = engines[dtype]
+            timer.reset()
             results[dtype] = engine.prefill(ids, engine.default_policy, cfg.new_tokens)
             splits[dtype].append(timer.split(results[dtype]))
     greedy = [greedy_after(engines[dtype], results[dtype], len(ids), cfg.new_tokens)
