@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -154,6 +155,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
+    load_before = os.getloadavg()
     gemm = gemm_peak(cfg.gemm_shapes)
     served = Engine.from_pretrained(model, dtype=cfg.dtype)
     engines = {dtype: Engine(served.model, served.tokenizer, default_policy=served.default_policy,
@@ -173,7 +175,7 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
                      if isinstance(m, QuantizedLinear) and "gemm_weight" in m.__dict__)
     return {"model": served.name, "policy": repr(served.default_policy),
             "threads": torch.get_num_threads(), "gemm": gemm, "gemm_cache_bytes": gemm_cache,
-            "rows": rows}
+            "loadavg": [load_before, os.getloadavg()], "rows": rows}
 
 
 def measure_length(engines: dict[torch.dtype, Engine], timer: SplitTimer, ids: list[int],
@@ -206,6 +208,8 @@ def render(results: dict, command: str) -> str:
     gemm = results["gemm"]
     peak = max(by_dtype["bfloat16"] for by_dtype in gemm.values())
     peak_f32 = max(by_dtype["float32"] for by_dtype in gemm.values())
+    load = " at the start, ".join(" ".join(f"{x:.1f}" for x in avg)
+                                  for avg in results["loadavg"]) + " at the end"
     gemm_line = "; ".join(f"{shape}: {d['bfloat16']:.0f} bf16 / {d['float32']:.0f} fp32"
                           for shape, d in gemm.items())
     timing, accuracy = [], []
@@ -231,7 +235,8 @@ def render(results: dict, command: str) -> str:
         f"Command: `{command}`  \nMachine: {machine_line()}  \nModel: {results['model']}, "
         f"default policy {results['policy']}; passkey prompts (licence texts). One process; "
         "the two variants share the model and take turns at each length; the machine was shared "
-        "with other jobs, so compare ratios within this run only.",
+        f"with other jobs (load average over 1, 5, 15 min: {load}), so compare ratios within "
+        "this run only.",
         f"Plain `torch.mm` GFLOP/s (M x K x N, best of 5): {gemm_line}. Peak taken as the best "
         f"bfloat16 figure: **{peak:.0f} GFLOP/s** ({peak_f32:.0f} in float32).",
         markdown_table(["prompt tokens", "prompt activations", "TTFT s", "/ float32",

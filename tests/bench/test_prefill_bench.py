@@ -57,6 +57,8 @@ def test_the_report_gives_ratios_and_the_share_of_the_peak(results):
     text = render(results, "python -m bench.prefill_bench")
     flops = row["linear_flops"] + row["attention_flops"]
     assert "Command: `python -m bench.prefill_bench`" in text
+    load = " ".join(f"{x:.1f}" for x in results["loadavg"][0])
+    assert f"(load average over 1, 5, 15 min: {load} at the start, " in text
     assert "**400 GFLOP/s** (100 in float32)" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| 200 | bfloat16 | 1.00 |"))
     assert line.split(" | ")[3] == "0.25×"
