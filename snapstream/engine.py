@@ -82,8 +82,8 @@ class Engine:
         model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.DTYPE_CHOICES``
         ("gguf": a GGUF's quantized blocks as they are, "int8", "int4": requantized weights;
         all three with float32 activations in decode, bfloat16 in the prompt forward, and a
-        bfloat16 KV cache; "auto": the checkpoint's
-        own format on the CPU, float32 elsewhere) or a torch float dtype."""
+        bfloat16 KV cache; "auto": the checkpoint's own format on the CPU, float32 elsewhere)
+        or a torch float dtype."""
         checkpoint = open_checkpoint(path)
         native = checkpoint.native_format if torch.device(device).type == "cpu" else "float32"
         fmt = weight_format(dtype, native) if isinstance(dtype, str) else WeightFormat(
