@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "quant": "bench.quant_cli",
     "kernels": "bench.kernel_bench",
     "kv": "bench.kv_cli",
+    "prefill": "bench.prefill_bench",
 }
 
 

@@ -57,7 +57,8 @@ class GenerationResult:
 class Engine:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, compile: bool = False,
                  default_policy: CachePolicy | None = None, name: str = "model",
-                 kv_dtype: torch.dtype | None = None) -> None:
+                 kv_dtype: torch.dtype | None = None,
+                 prefill_dtype: torch.dtype | None = None) -> None:
         self.model, self.tokenizer, self.compile = model, tokenizer, compile
         self.default_policy = default_policy or CachePolicy()  # for requests that name none
         self.name = name
@@ -65,6 +66,12 @@ class Engine:
         self.device = model.lm_head.weight.device
         self.dtype = model.model.norm.weight.dtype  # activations (weights may be int8/int4)
         self.kv_dtype = kv_dtype or self.dtype  # sequence caches, blobs and decode pools
+        self.prefill_dtype = prefill_dtype or self.dtype  # activations of the prompt forward
+        if self.prefill_dtype != self.dtype and any(
+                isinstance(m, torch.nn.Linear) for m in model.model.layers.modules()):
+            raise ValueError(f"prefill_dtype {self.prefill_dtype} needs quantized linear layers "
+                             f"(dtype int8, int4 or gguf); this model's are {self.dtype}: leave "
+                             "prefill_dtype unset")
 
     @classmethod
     def from_pretrained(
@@ -74,8 +81,9 @@ class Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
         model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.DTYPE_CHOICES``
         ("gguf": a GGUF's quantized blocks as they are, "int8", "int4": requantized weights;
-        all three with float32 activations and a bfloat16 KV cache; "auto": the checkpoint's
-        own format on the CPU, float32 elsewhere) or a torch float dtype."""
+        all three with float32 activations in decode, bfloat16 in the prompt forward, and a
+        bfloat16 KV cache; "auto": the checkpoint's own format on the CPU, float32 elsewhere)
+        or a torch float dtype."""
         checkpoint = open_checkpoint(path)
         native = checkpoint.native_format if torch.device(device).type == "cpu" else "float32"
         fmt = weight_format(dtype, native) if isinstance(dtype, str) else WeightFormat(
@@ -86,7 +94,8 @@ class Engine:
             quantize_model(model, QUANT_SCHEMES[fmt.quant])
         return cls(model, checkpoint.tokenizer(), compile,
                    load_default_policy(checkpoint.policy_file), name=checkpoint.name,
-                   kv_dtype=getattr(torch, fmt.kv_dtype))
+                   kv_dtype=getattr(torch, fmt.kv_dtype),
+                   prefill_dtype=getattr(torch, fmt.prefill_dtype))
 
     @cached_property
     def fingerprint(self) -> bytes:
@@ -148,8 +157,8 @@ class Engine:
         input_ids = torch.tensor([ids], device=self.device)  # (1, P)
         at = (torch.arange(len(ids)) if positions is None else torch.tensor(positions)
               ).to(self.device)  # (P,)
-        hidden = self.model(input_ids, at[None], recorder)
-        logits = self.model.logits(hidden[0, -1])  # (V,)
+        hidden = self.model(input_ids, at[None], recorder, self.prefill_dtype)
+        logits = self.model.logits(hidden[0, -1].to(self.dtype))  # (V,)
         cache = recorder.cache(len(ids))
         if positions is not None:
             cache = at_original_positions(cache, at)

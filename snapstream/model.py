@@ -82,7 +82,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.rms_norm(x, self.weight, self.eps)
+        return kernels.rms_norm(x, self.weight.to(x.dtype), self.eps)  # weight: no copy if same
 
 
 class Attention(nn.Module):
@@ -197,10 +197,15 @@ class Transformer(nn.Module):
         self.local_rotary = RotaryEmbedding(config.local_rope or config.rope, config.head_dim)
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn,
+        dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
-        """input_ids, positions (B, T) -> final normed hidden states (B, T, hidden)."""
+        """input_ids, positions (B, T) -> final normed hidden states (B, T, hidden), with the
+        activations in ``dtype`` (None: the embedding's). A prompt of a quantized model runs in
+        bfloat16 (its layers take any activations; its GEMMs and the attention run on AMX)."""
         x = self.model.embed_tokens(input_ids)  # (B, T, hidden)
+        if dtype is not None:
+            x = x.to(dtype)
         if self.config.embed_scale != 1.0:
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
         sliding = set(self.config.sliding_layers)

@@ -14,8 +14,8 @@ snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block
 is read and unpacked once per call for every row of the input (rounded to bfloat16, products
 summed in float32), so a decode batch reads the weights once (torch's
 ``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 1.7x slower at 16 rows,
-docs/benchmarks.md "Quantized matmul kernels"). Layers return float32; norms, attention and
-residuals stay in the model's dtype.
+docs/benchmarks.md "Quantized matmul kernels"). Layers return their input's dtype: float32 in
+decode, bfloat16 in a quantized model's prompt forward.
 
 From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's bfloat16 GEMM is as fast or faster: a layer
 then multiplies by its weight dequantized to bfloat16, made on the first such call (the kernel
@@ -254,7 +254,7 @@ class QuantizedLinear(nn.Module):
         flat = _flat_bf16(x)  # (M, K)
         out = F.linear(flat, self.gemm_weight) if len(flat) >= GEMM_MIN_ROWS else self.kernel(flat)
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias
+        return out if self.bias is None else out + self.bias.to(out.dtype)
 
 
 class Int8Linear(QuantizedLinear):

@@ -1,6 +1,7 @@
 """The Engine's ``dtype`` choices, torch-free so that the CLIs offer them at parse time.
 
-Each name says what the activations and norms are computed in, whether the linear layers' weights
+Each name says what the activations and norms are computed in (in decode, and in the prompt
+forward: bfloat16 for the quantized formats), whether the linear layers' weights
 are quantized after loading (:mod:`snapstream.quant`), and what the KV cache holds: the quantized
 formats keep it in bfloat16, half the bytes of float32 (blobs and decode pools alike), for a
 KL of ~1e-4 per token on the default model (docs/benchmarks.md).
@@ -25,18 +26,24 @@ class WeightFormat:
     quant: str | None = None  # weight-only scheme of snapstream.quant.QUANT_SCHEMES; None: none
     kv: str | None = None  # torch dtype name of the KV cache; None: ``compute``
     keep_blocks: bool = False  # linear weights from the GGUF's own blocks (snapstream.loader)
+    prefill: str | None = None  # torch dtype name of the prompt forward's activations; None:
+    # ``compute`` (bfloat16 for the quantized formats: their GEMMs take bfloat16 anyway)
 
     @property
     def kv_dtype(self) -> str:
         return self.kv or self.compute
 
+    @property
+    def prefill_dtype(self) -> str:
+        return self.prefill or self.compute
+
 
 WEIGHT_FORMATS = {
     "float32": WeightFormat("float32"),
     "bfloat16": WeightFormat("bfloat16"),
-    "int8": WeightFormat("float32", quant="int8", kv="bfloat16"),
-    "int4": WeightFormat("float32", quant="int4", kv="bfloat16"),
-    "gguf": WeightFormat("float32", kv="bfloat16", keep_blocks=True),
+    "int8": WeightFormat("float32", quant="int8", kv="bfloat16", prefill="bfloat16"),
+    "int4": WeightFormat("float32", quant="int4", kv="bfloat16", prefill="bfloat16"),
+    "gguf": WeightFormat("float32", kv="bfloat16", keep_blocks=True, prefill="bfloat16"),
 }
 AUTO = "auto"
 DTYPE_CHOICES = (AUTO, *WEIGHT_FORMATS)
@@ -51,4 +58,5 @@ def weight_format(name: str, native: str = "float32") -> WeightFormat:
 DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: gguf for a GGUF of "
               "quantized blocks, else float32), float32, bfloat16, gguf (the GGUF's blocks as "
               "exact int4/int8 codes), or int8/int4 requantized weights (CPU); the quantized "
-              "formats keep float32 activations and a bfloat16 KV cache")
+              "formats keep float32 activations in decode, bfloat16 in the prompt, and a "
+              "bfloat16 KV cache")

@@ -83,7 +83,7 @@ MIXED = {"attn_q.weight": T.Q4_K, "attn_k.weight": T.Q6_K, "attn_v.weight": T.Q5
 def test_a_files_layers_are_its_own_weights_and_track_the_float32_reference(tmp_path, tied):
     """Loaded with dtype gguf, each layer's weight is the float32 reference's (the file
     dequantized by gguf, Llama's Q/K rows un-permuted) bit for bit; logits differ only by the
-    kernels' bfloat16 activations."""
+    prompt's bfloat16 activations."""
     config = tiny_config(hidden_size=256, intermediate_size=512, head_dim=64,
                          tie_word_embeddings=tied, max_position_embeddings=4096)
     path = write_gguf(tmp_path / "m.gguf", random_model(config),
@@ -100,7 +100,9 @@ def test_a_files_layers_are_its_own_weights_and_track_the_float32_reference(tmp_
     ids = list(range(40, 90))
     got = blocks.prefill(ids, _full(), 1).logits
     want = floats.prefill(ids, _full(), 1).logits
-    assert float((got - want).norm() / want.norm()) < 0.01  # bfloat16 activations: ~0.3%
+    assert blocks.prefill_dtype == torch.bfloat16
+    # the whole prompt forward in bfloat16 (residuals and attention too): ~1%
+    assert float((got - want).norm() / want.norm()) < 0.02
 
 
 def _full():

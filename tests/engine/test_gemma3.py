@@ -129,3 +129,21 @@ def test_windowed_attention_equals_a_masked_reference(length):
     expected = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=True)
     torch.testing.assert_close(causal_attention(q, k, v, WINDOW), expected)
+
+
+def test_a_quantized_gemma_prompt_runs_in_bfloat16_close_to_float32(gemma):
+    """int8 weights run the prompt in bfloat16 (sliding and global layers, scaled embeddings,
+    norms in the activations' dtype); the same weights with a float32 prompt give nearly the
+    same logits and the same cache layout."""
+    served = Engine.from_pretrained(str(gemma[0]), dtype="int8")
+    assert served.prefill_dtype == torch.bfloat16
+    fp32 = Engine(served.model, served.tokenizer, kv_dtype=served.kv_dtype,
+                  prefill_dtype=torch.float32)
+    ids = _ids(11, 150)[0].tolist()  # many windows, past the bfloat16 GEMM's row threshold
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=16, n_recent=16, window=4, kernel=3)
+    got, want = served.prefill(ids, policy, 4), fp32.prefill(ids, policy, 4)
+    assert float((got.logits - want.logits).norm() / want.logits.norm()) < 0.03
+    for part, reference in zip(got.cache.groups, want.cache.groups, strict=True):
+        assert part.k.shape == reference.k.shape and part.k.dtype == torch.bfloat16
+    sliding = got.cache.groups[1]  # the window ring: the same last tokens whatever the dtype
+    assert torch.equal(sliding.positions, want.cache.groups[1].positions)

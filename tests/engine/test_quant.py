@@ -139,6 +139,40 @@ def test_quantized_engine_logits_track_float32(engines, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_a_quantized_prompt_runs_in_bfloat16_and_tracks_a_float32_prompt(engines, dtype):
+    """The quantized formats run the prompt forward in bfloat16 (decode stays float32); the same
+    weights with float32 prompt activations give nearly the same logits and kept positions."""
+    served = engines[dtype]
+    assert (served.prefill_dtype, served.dtype) == (torch.bfloat16, torch.float32)
+    assert engines["float32"].prefill_dtype == torch.float32
+    fp32 = Engine(served.model, served.tokenizer, kv_dtype=served.kv_dtype,
+                  prefill_dtype=torch.float32)
+    seen = []
+    hook = served.model.model.layers[0].self_attn.register_forward_pre_hook(
+        lambda _module, args: seen.append(args[0].dtype))
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=24, n_recent=16, window=8)
+    ids = [40 + i % 200 for i in range(GEMM_MIN_ROWS + 72)]
+    try:
+        got, want = served.prefill(ids, policy, 8), fp32.prefill(ids, policy, 8)
+    finally:
+        hook.remove()
+    assert seen == [torch.bfloat16, torch.float32]
+    assert got.logits.dtype == torch.float32
+    assert rel_error(got.logits, want.logits) < 0.03  # measured: ~1%
+    (kept_bf16,), (kept_fp32,) = got.cache.groups, want.cache.groups
+    assert kept_bf16.positions.shape == kept_fp32.positions.shape
+    shared = [len(set(a.tolist()) & set(b.tolist())) / len(a) for a, b in zip(
+        kept_bf16.positions.flatten(0, 1), kept_fp32.positions.flatten(0, 1), strict=True)]
+    assert sum(shared) / len(shared) > 0.9  # a few ties of the SnapKV vote may flip
+
+
+def test_float_layers_refuse_a_prompt_in_another_dtype(engines):
+    reference = engines["float32"]
+    with pytest.raises(ValueError, match="needs quantized linear layers"):
+        Engine(reference.model, reference.tokenizer, prefill_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
 def test_quantized_engines_keep_a_bfloat16_kv_cache(engines, dtype):
     engine, reference = engines[dtype], engines["float32"]
     assert engine.kv_dtype == torch.bfloat16 and reference.kv_dtype == torch.float32

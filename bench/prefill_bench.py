@@ -1,0 +1,289 @@
+"""Prefill (time to first token in process) with float32 vs bfloat16 prompt activations: the
+time split (linear layers / attention / SnapKV selection / rest), the achieved FLOP/s against
+the machine's bfloat16 GEMM peak, and the bfloat16 prompt's agreement with the float32 one.
+
+Both variants share one model (one set of weights, one cached bfloat16 GEMM copy) and take
+turns at each length, so load from other processes falls on both alike.
+Run: ``python -m bench.prefill_bench`` (or ``snapstream bench prefill``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bench.peers.prompts import filler_text, passkey_prompt
+from bench.report import command_line, machine_line, markdown_table, parse_ints, write_section
+from snapstream.engine import Engine, PrefillResult
+from snapstream.model import Attention
+from snapstream.quant import QuantizedLinear
+
+GEMM_SHAPES = ((2048, 576, 1536), (4096, 1536, 576), (8192, 576, 3072))  # (M, K, N)
+VARIANTS = (torch.float32, torch.bfloat16)  # prompt activations: today's, then the new one
+
+
+@dataclass(frozen=True)
+class PrefillBenchConfig:
+    lengths: tuple[int, ...] = (1024, 4096, 8192)
+    rounds: int = 1
+    new_tokens: int = 32  # greedy tokens decoded after each variant's prefill, compared
+    dtype: str = "auto"  # the served format; it must quantize the linear layers
+    gemm_shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES
+
+
+def gemm_peak(shapes=GEMM_SHAPES, calls: int = 5) -> dict[str, dict[str, float]]:
+    """GFLOP/s of a plain ``torch.mm`` per shape and dtype (best of ``calls``)."""
+    out = {}
+    for m, k, n in shapes:
+        for dtype in VARIANTS:
+            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            torch.mm(a, b)
+            best = min(_timed(lambda a=a, b=b: torch.mm(a, b)) for _ in range(calls))
+            out.setdefault(f"{m}x{k}x{n}", {})[str(dtype).removeprefix("torch.")] = (
+                2 * m * k * n / best / 1e9)
+    return out
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def prefill_flops(engine: Engine, prompt_len: int) -> tuple[float, float]:
+    """(linear, attention) FLOPs of one prompt: 2 per weight per token in the layers (the LM
+    head runs on the last token only), 4 * D per query head per (query, key) pair attended
+    (causal; a sliding layer's window)."""
+    config = engine.config
+    weights = sum(_shape(m)[0] * _shape(m)[1] for m in engine.model.model.layers.modules()
+                  if isinstance(m, (nn.Linear, QuantizedLinear)))
+    pairs = sum(_pairs(prompt_len, window) for window in config.attention_windows)
+    return 2.0 * weights * prompt_len, 4.0 * config.head_dim * config.num_heads * pairs
+
+
+def _shape(module: nn.Module) -> tuple[int, int]:
+    if isinstance(module, QuantizedLinear):
+        return module.out_features, module.in_features
+    return tuple(module.weight.shape)
+
+
+def _pairs(prompt_len: int, window: int | None) -> int:
+    """(query, key) pairs of causal attention over ``prompt_len`` tokens, at most ``window``
+    keys per query."""
+    full = prompt_len * (prompt_len + 1) // 2
+    if window is None or window >= prompt_len:
+        return full
+    return full - (prompt_len - window) * (prompt_len - window + 1) // 2
+
+
+class SplitTimer:
+    """Wall time inside the model's linear layers and attention blocks, from forward hooks."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.seconds = {"attn_linear": 0.0, "mlp_linear": 0.0, "attn_block": 0.0}
+        self._started: dict[int, float] = {}
+        for name, module in model.model.layers.named_modules():
+            if isinstance(module, (nn.Linear, QuantizedLinear)):
+                self._hook(module, "attn_linear" if "self_attn" in name else "mlp_linear")
+            elif isinstance(module, Attention):
+                self._hook(module, "attn_block")
+
+    def _hook(self, module: nn.Module, category: str) -> None:
+        def pre(mod, _args):
+            self._started[id(mod)] = time.perf_counter()
+
+        def post(mod, _args, _out):
+            self.seconds[category] += time.perf_counter() - self._started.pop(id(mod))
+
+        module.register_forward_pre_hook(pre)
+        module.register_forward_hook(post)
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
+
+    def split(self, result: PrefillResult) -> dict[str, float]:
+        """The seconds of ``result``'s prefill, the only forward since :meth:`reset`, by part:
+        linear layers, attention (RoPE and SDPA), SnapKV selection (scores and compression),
+        the rest."""
+        s = self.seconds
+        linear = s["attn_linear"] + s["mlp_linear"]
+        attention = s["attn_block"] - s["attn_linear"] - result.select_s
+        rest = result.prefill_s - linear - attention - result.select_s
+        return {"total": result.prefill_s, "linear": linear, "attention": attention,
+                "select": result.select_s, "rest": rest}
+
+
+def greedy_after(engine: Engine, result: PrefillResult, prompt_len: int, steps: int
+                 ) -> list[int]:
+    """``steps`` greedy tokens decoded (batch 1, the static decode step) from ``result``."""
+    decoder = engine.new_decoder(result.cache.layout, batch_size=1)
+    decoder.cache.insert(0, result.cache)
+    tokens = [int(result.logits.argmax())]
+    for step in range(steps - 1):
+        logits = decoder.step(torch.tensor([tokens[-1]]), torch.tensor([prompt_len + step]))
+        tokens.append(int(logits[0].argmax()))
+    return tokens
+
+
+def agreement(ref: PrefillResult, got: PrefillResult) -> dict[str, float]:
+    """Logits max |diff|, top-1, and the share of each (layer, KV head)'s kept prompt
+    positions that both caches keep (mean and min over them)."""
+    overlaps = []
+    for a, b in zip(ref.cache.groups, got.cache.groups, strict=True):
+        for kept_a, kept_b in zip(a.positions.flatten(0, 1), b.positions.flatten(0, 1),
+                                  strict=True):  # (S,) per layer and KV head
+            same = len(set(kept_a.tolist()) & set(kept_b.tolist()))
+            overlaps.append(same / len(set(kept_a.tolist())))
+    return {"logits_max_abs_diff": float((ref.logits - got.logits).abs().max()),
+            "logits_max_abs": float(ref.logits.abs().max()),
+            "top1_same": bool(ref.logits.argmax() == got.logits.argmax()),
+            "kept_overlap_mean": statistics.fmean(overlaps), "kept_overlap_min": min(overlaps)}
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+
+
+def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
+    load_before = os.getloadavg()
+    gemm = gemm_peak(cfg.gemm_shapes)
+    served = Engine.from_pretrained(model, dtype=cfg.dtype)
+    engines = {dtype: Engine(served.model, served.tokenizer, default_policy=served.default_policy,
+                             name=served.name, kv_dtype=served.kv_dtype, prefill_dtype=dtype)
+               for dtype in VARIANTS}
+    timer = SplitTimer(served.model)
+    filler = served.tokenizer.encode(filler_text())
+    for engine in engines.values():  # the cached bfloat16 GEMM weights, the kernels' warm-up
+        engine.prefill(filler[:256], served.default_policy, 1)
+    rows = []
+    for prompt_len in cfg.lengths:
+        ids = list(passkey_prompt(served.tokenizer, filler, prompt_len).token_ids)
+        rows.append(measure_length(engines, timer, ids, cfg))
+        print(json.dumps(rows[-1]), flush=True)
+    gemm_cache = sum(m.gemm_weight.numel() * m.gemm_weight.element_size()
+                     for m in served.model.modules()
+                     if isinstance(m, QuantizedLinear) and "gemm_weight" in m.__dict__)
+    return {"model": served.name, "policy": repr(served.default_policy),
+            "threads": torch.get_num_threads(), "gemm": gemm, "gemm_cache_bytes": gemm_cache,
+            "loadavg": [load_before, os.getloadavg()], "rows": rows}
+
+
+def measure_length(engines: dict[torch.dtype, Engine], timer: SplitTimer, ids: list[int],
+                   cfg: PrefillBenchConfig) -> dict:
+    """One prompt through every variant, ``cfg.rounds`` times in alternating order: median
+    split per variant, the last results' agreement and greedy continuations."""
+    splits, results = {dtype: [] for dtype in VARIANTS}, {}
+    for round_idx in range(cfg.rounds):
+        for dtype in VARIANTS if round_idx % 2 == 0 else VARIANTS[::-1]:
+            engine = engines[dtype]
+            timer.reset()
+            results[dtype] = engine.prefill(ids, engine.default_policy, cfg.new_tokens)
+            splits[dtype].append(timer.split(results[dtype]))
+    greedy = [greedy_after(engines[dtype], results[dtype], len(ids), cfg.new_tokens)
+              for dtype in VARIANTS]
+    linear_flops, attention_flops = prefill_flops(engines[VARIANTS[0]], len(ids))
+    return {"prompt_tokens": len(ids), "linear_flops": linear_flops,
+            "attention_flops": attention_flops,
+            "split": {str(dtype).removeprefix("torch."): _median_split(splits[dtype])
+                      for dtype in VARIANTS},
+            **agreement(results[VARIANTS[0]], results[VARIANTS[1]]),
+            "greedy_same_prefix": common_prefix(*greedy), "greedy_tokens": cfg.new_tokens}
+
+
+def _median_split(splits: list[dict[str, float]]) -> dict[str, float]:
+    return {part: statistics.median(s[part] for s in splits) for part in splits[0]}
+
+
+def render(results: dict, command: str) -> str:
+    gemm = results["gemm"]
+    peak = max(by_dtype["bfloat16"] for by_dtype in gemm.values())
+    peak_f32 = max(by_dtype["float32"] for by_dtype in gemm.values())
+    load = " at the start, ".join(" ".join(f"{x:.1f}" for x in avg)
+                                  for avg in results["loadavg"]) + " at the end"
+    gemm_line = "; ".join(f"{shape}: {d['bfloat16']:.0f} bf16 / {d['float32']:.0f} fp32"
+                          for shape, d in gemm.items())
+    timing, accuracy = [], []
+    for row in results["rows"]:
+        flops = row["linear_flops"] + row["attention_flops"]
+        base = row["split"]["float32"]["total"]
+        for name, s in row["split"].items():
+            rate = flops / s["total"] / 1e9
+            timing.append([row["prompt_tokens"], name, f"{s['total']:.2f}",
+                           f"{s['total'] / base:.2f}×", f"{s['linear']:.2f}",
+                           f"{s['attention']:.2f}", f"{s['select']:.2f}", f"{s['rest']:.2f}",
+                           f"{row['linear_flops'] / 1e12:.2f} + "
+                           f"{row['attention_flops'] / 1e12:.2f}",
+                           f"{rate:.0f}", f"{100 * rate / peak:.0f}%"])
+        accuracy.append([row["prompt_tokens"],
+                         f"{row['logits_max_abs_diff']:.3f} (of {row['logits_max_abs']:.1f})",
+                         "yes" if row["top1_same"] else "no",
+                         f"{100 * row['kept_overlap_mean']:.1f}% / "
+                         f"{100 * row['kept_overlap_min']:.1f}%",
+                         f"{row['greedy_same_prefix']}/{row['greedy_tokens']}"])
+    return "\n\n".join([
+        "## Prefill: float32 vs bfloat16 prompt activations (AMX)",
+        f"Command: `{command}`  \nMachine: {machine_line()}  \nModel: {results['model']}, "
+        f"default policy {results['policy']}; passkey prompts (licence texts). One process; "
+        "the two variants share the model and take turns at each length; the machine was shared "
+        f"with other jobs (load average over 1, 5, 15 min: {load}), so compare ratios within "
+        "this run only.",
+        f"Plain `torch.mm` GFLOP/s (M x K x N, best of 5): {gemm_line}. Peak taken as the best "
+        f"bfloat16 figure: **{peak:.0f} GFLOP/s** ({peak_f32:.0f} in float32).",
+        markdown_table(["prompt tokens", "prompt activations", "TTFT s", "/ float32",
+                        "linear s", "attention s", "SnapKV s", "rest s",
+                        "TFLOP (linear + attention)", "GFLOP/s", "% of bf16 peak"], timing),
+        "TTFT: `Engine.prefill` wall time (forward, SnapKV selection and compression, "
+        "next-token logits). Linear: the layers' projections (the cached bfloat16 copy of "
+        "the int4/int8 weights through oneDNN's GEMM in both variants, "
+        f"{results['gemm_cache_bytes'] / 2**20:.0f} MiB held by a prefill worker); attention: "
+        "RoPE and SDPA; SnapKV: scores and compression; rest: norms, activations, residuals, "
+        "dtype conversions, the LM head.",
+        "Agreement of the bfloat16 prompt with the float32 one (same weights, same decode "
+        "step after it):",
+        markdown_table(["prompt tokens", "next-token logits max abs diff", "top-1 same",
+                        "kept positions shared (mean / min over layers x KV heads)",
+                        "greedy tokens equal (common prefix)"], accuracy),
+    ])
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    defaults = PrefillBenchConfig()
+    parser.add_argument("--model", default=None, help="checkpoint (default: SmolLM2)")
+    parser.add_argument("--lengths", type=parse_ints, default=defaults.lengths)
+    parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--new-tokens", type=int, default=defaults.new_tokens)
+    parser.add_argument("--dtype", default=defaults.dtype, choices=("auto", "gguf", "int8", "int4"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--no-doc", action="store_true", help="print only")
+    parser.add_argument("--json-out", type=Path, default=None)
+
+
+def run(args: argparse.Namespace, command: str | None = None) -> int:
+    """``command``: how the run was invoked, for the doc (default: the snapstream CLI's)."""
+    cfg = PrefillBenchConfig(lengths=args.lengths, rounds=args.rounds,
+                             new_tokens=args.new_tokens, dtype=args.dtype)
+    results = run_prefill_bench(cfg, args.model)
+    body = render(results, command or command_line())
+    print(body)
+    if not args.no_doc:
+        write_section(args.doc, "prefill", body)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    register(parser)
+    sys.exit(run(parser.parse_args(),
+                 "python -m bench.prefill_bench " + shlex.join(sys.argv[1:])))

@@ -1,0 +1,65 @@
+"""The prefill benchmark's FLOP count, time split and report, on a tiny int8 model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bench.prefill_bench import PrefillBenchConfig, _pairs, render, run_prefill_bench
+from snapstream.engine import Engine
+
+
+@pytest.mark.parametrize(("prompt_len", "window"), [(1, None), (9, None), (9, 4), (9, 9),
+                                                     (4, 9)])
+def test_pairs_count_the_attended_query_key_pairs(prompt_len, window):
+    pos = torch.arange(prompt_len)
+    mask = pos[None] <= pos[:, None]  # (T, T) causal
+    if window is not None:
+        mask &= pos[None] > pos[:, None] - window
+    assert _pairs(prompt_len, window) == int(mask.sum())
+
+
+@pytest.fixture(scope="module")
+def results(tiny_model_dir) -> dict:
+    cfg = PrefillBenchConfig(lengths=(200, 210), new_tokens=3, dtype="int8",
+                             gemm_shapes=((64, 32, 48),))
+    return run_prefill_bench(cfg, str(tiny_model_dir))
+
+
+def test_the_split_adds_up_and_the_flops_count_every_layer(results, tiny_model_dir):
+    row = results["rows"][0]
+    config = Engine.from_pretrained(tiny_model_dir).config
+    hidden, inner = config.hidden_size, config.intermediate_size
+    q_dim, kv_dim = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    weights = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * inner
+    assert row["linear_flops"] == 2 * 200 * config.num_layers * weights
+    assert row["attention_flops"] == (4 * config.head_dim * config.num_heads
+                                      * config.num_layers * 200 * 201 // 2)
+    for split in (s for later in results["rows"] for s in later["split"].values()):
+        # only the prefill timed: not the greedy decode after the previous length's
+        assert 0 < split["linear"] < split["total"] and 0 < split["attention"] < split["total"]
+        assert 0 <= split["rest"] < split["total"]
+        parts = split["linear"] + split["attention"] + split["select"] + split["rest"]
+        assert parts == pytest.approx(split["total"])
+    assert set(row["split"]) == {"float32", "bfloat16"}
+    assert results["gemm_cache_bytes"] == 2 * config.num_layers * weights  # bfloat16 copies
+    assert 0 < row["kept_overlap_min"] <= row["kept_overlap_mean"] <= 1
+    assert 0 <= row["greedy_same_prefix"] <= 3
+
+
+def test_the_report_gives_ratios_and_the_share_of_the_peak(results):
+    row = json.loads(json.dumps(results["rows"][0]))
+    results = {**results, "gemm": {"64x32x48": {"float32": 100.0, "bfloat16": 400.0}},
+               "rows": [row]}
+    row["split"]["float32"]["total"], row["split"]["bfloat16"]["total"] = 4.0, 1.0
+    text = render(results, "python -m bench.prefill_bench")
+    flops = row["linear_flops"] + row["attention_flops"]
+    assert "Command: `python -m bench.prefill_bench`" in text
+    load = " ".join(f"{x:.1f}" for x in results["loadavg"][0])
+    assert f"(load average over 1, 5, 15 min: {load} at the start, " in text
+    assert "**400 GFLOP/s** (100 in float32)" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| 200 | bfloat16 | 1.00 |"))
+    assert line.split(" | ")[3] == "0.25×"
+    assert line.split(" | ")[9:] == [f"{flops / 1e9:.0f}", f"{100 * flops / 1e9 / 400:.0f}% |"]
