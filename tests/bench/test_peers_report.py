@@ -92,6 +92,9 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         return "".join(chr(i) for i in ids)
 
+    def start_ids(self) -> list[int]:
+        return []
+
 
 def test_passkey_prompt_has_the_exact_length_and_the_passkey_at_its_depth():
     tok = CharTokenizer()
@@ -105,6 +108,23 @@ def test_passkey_prompt_has_the_exact_length_and_the_passkey_at_its_depth():
     assert passkey_prompt(tok, filler, 3001).passkey != prompt.passkey
     with pytest.raises(ValueError, match="filler"):
         passkey_prompt(tok, filler[:100], 3000)
+
+
+class BosCharTokenizer(CharTokenizer):
+    """A model that asks for a BOS id (Gemma 3) before any text."""
+
+    def start_ids(self) -> list[int]:
+        return [2]
+
+
+def test_a_model_with_bos_gets_it_first_within_the_prompt_length():
+    tok = BosCharTokenizer()
+    filler = tok.encode(filler_text())
+    prompt = passkey_prompt(tok, filler, 3000)
+    assert len(prompt.token_ids) == 3000 and prompt.token_ids[0] == 2
+    assert prompt.token_ids[1:1001] == tuple(filler[:1000])  # then the text as before
+    assert f"The pass key is {prompt.passkey}." in tok.decode(prompt.token_ids)
+    assert tok.decode(prompt.token_ids).endswith("What is the pass key? The pass key is")
 
 
 def test_the_passkey_set_has_a_key_and_a_depth_per_prompt():

@@ -4,7 +4,8 @@ The transformers baseline shares the kvpress venv: the same transformers build, 
 greedy loop then run with and without a press, so the press is the only difference between
 the two systems (and one torch venv fewer to build and keep).
 
-The model is read from the GGUF by transformers (Q4_1 dequantized to float32). Greedy decoding
+The model is read from the GGUF by transformers (dequantized to float32) with PyTorch's SDPA
+attention (eager attention's score matrices would not fit at 32k tokens). Greedy decoding
 is a plain loop over ``model(...)`` with explicit positions, as kvpress's own pipeline does: a
 compressed cache is shorter than the text it covers, so positions cannot come from the cache
 length. ``generate`` options: ``press`` = ``{"name": "SnapKVPress", "kwargs": {...}}`` or
@@ -38,7 +39,8 @@ class HFRunner:
         gguf = Path(args["model"])
         start = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
+            attn_implementation="sdpa").eval()
         return {"load_s": time.perf_counter() - start,
                 "settings": {"dtype": "float32",
                              "attn_implementation": self.model.config._attn_implementation}}
