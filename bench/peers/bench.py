@@ -35,12 +35,15 @@ class PeersBenchConfig:
     n_threads: int = 2
     model: str | None = None  # a registry name or a GGUF path; None: the default model
     budget: PeerBudget | None = None  # None: the model's policy
+    # (system, tokens): that system is not given longer prompts (too slow or too big for the
+    # machine); the table says so at those lengths
+    max_lengths: tuple[tuple[str, int], ...] = ()
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
         if self.budget is None:
             object.__setattr__(self, "budget", peer_model(self.model).budget)
-        for name in self.systems:
+        for name in (*self.systems, *(name for name, _ in self.max_lengths)):
             get_system(name)  # names the known ones when one is unknown
         if self.max_new_tokens < 2:
             raise ValueError("max_new_tokens must be ≥ 2: decode speed is timed between tokens")
@@ -49,6 +52,12 @@ class PeersBenchConfig:
         if min(self.lengths) <= WARMUP_TOKENS:
             raise ValueError(f"lengths must exceed the {WARMUP_TOKENS}-token warm-up prompt")
         peer_model(self.model).check_context(self.n_ctx, "lengths + max_new_tokens")
+        if any(tokens <= WARMUP_TOKENS for _, tokens in self.max_lengths):
+            raise ValueError(f"max_lengths must exceed the {WARMUP_TOKENS}-token warm-up prompt")
+
+    def runs(self, system: str, prompt_len: int) -> bool:
+        """Whether ``system`` is given a prompt of ``prompt_len`` tokens."""
+        return prompt_len <= dict(self.max_lengths).get(system, prompt_len)
 
     @property
     def n_ctx(self) -> int:
@@ -115,7 +124,7 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
     return {"model": str(model.gguf),
             "prompts": [{"tokens": len(p.token_ids), "passkey": p.passkey} for p in prompts],
             "systems": {p.system.name: _summary(p, prompts, tokenizer) for p in peers},
-            "failures": failures}
+            "failures": failures, "max_lengths": dict(cfg.max_lengths)}
 
 
 @contextmanager
@@ -147,11 +156,15 @@ def _warm_up(peers: list[Peer], prompt: Prompt, budget: PeerBudget, echo: Echo) 
 
 def _measure(peers: list[Peer], prompts: list[Prompt], cfg: PeersBenchConfig,
              echo: Echo) -> None:
-    total, done, start = cfg.rounds * len(prompts) * len(peers), 0, time.perf_counter()
+    total = cfg.rounds * sum(cfg.runs(peer.system.name, len(prompt.token_ids))
+                             for peer in peers for prompt in prompts)
+    done, start = 0, time.perf_counter()
     for round_index in range(cfg.rounds):
         for prompt_index, prompt in enumerate(prompts):
             shift = (round_index + prompt_index) % max(len(peers), 1)
             for peer in peers[shift:] + peers[:shift]:
+                if not cfg.runs(peer.system.name, len(prompt.token_ids)):
+                    continue
                 reply = peer.generate(list(prompt.token_ids), cfg.max_new_tokens, cfg.budget,
                                       cfg.timeout_s)
                 done += 1

@@ -19,6 +19,13 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
+def _max_lengths(text: str) -> tuple[tuple[str, int], ...]:
+    pairs = [part.split("=") for part in text.split(",") if part]
+    if any(len(pair) != 2 or not pair[1].isdigit() for pair in pairs):
+        raise ValueError(f"--max-length: give SYSTEM=TOKENS,..., got {text!r}")
+    return tuple((name, int(tokens)) for name, tokens in pairs)
+
+
 PARTS = ("batch1", "serve", "batch", "passkey")
 
 
@@ -37,6 +44,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="prompt lengths in tokens")
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--max-length", default="",
+                        help="SYSTEM=TOKENS,...: no longer prompts for that system in the batch1 "
+                             "part (the table says so), e.g. transformers=8192")
     parser.add_argument("--threads", type=int, default=defaults.n_threads)
     parser.add_argument("--budget", type=int, default=None,
                         help="KV budget in tokens of the compressing systems (default: the "
@@ -84,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = PeersBenchConfig(
         systems=tuple(args.systems.split(",")), lengths=_ints(args.lengths),
         max_new_tokens=args.max_new_tokens, rounds=args.rounds, n_threads=args.threads,
-        model=args.model, budget=budget)
+        model=args.model, budget=budget, max_lengths=_max_lengths(args.max_length))
     serve_cfg = PeersServeConfig(
         concurrency=_ints(args.serve_concurrency), requests=_ints(args.serve_requests),
         prompt_len=args.serve_prompt_len, max_new_tokens=args.max_new_tokens,

@@ -58,6 +58,10 @@ def results_table(results: dict, baseline: str) -> str:
         for name, summary in systems.items():
             if point := summary["points"].get(length):
                 rows.append([length, *_row(name, point, base, ref)])
+            elif length > results.get("max_lengths", {}).get(name, length):
+                rows.append([length, name, "not run: prompts over "
+                             f"{results['max_lengths'][name]} tokens are too slow or too big for "
+                             "this system on this machine (--max-length)", *["—"] * 8])
     return markdown_table(
         ["prompt tokens", "system", "decode ms/token", f"decode / {baseline}", "TTFT s",
          f"TTFT / {baseline}", "peak RSS MiB", "KV MiB/seq", "passkey in output",

@@ -190,3 +190,14 @@ def test_an_unknown_model_names_the_known_ones(tmp_path):
 def test_bench_config_refuses_bad_settings(bad):
     with pytest.raises(ValueError):
         PeersBenchConfig(**bad)
+
+
+def test_a_system_can_be_kept_to_shorter_prompts():
+    cfg = PeersBenchConfig(model="gemma3-270m", lengths=(2048, 8192, 32000),
+                           max_lengths=(("transformers", 8192),))
+    assert cfg.runs("transformers", 8192) and not cfg.runs("transformers", 32000)
+    assert cfg.runs("llama.cpp", 32000)
+    with pytest.raises(ValueError, match="unknown peer system 'nope'"):
+        PeersBenchConfig(max_lengths=(("nope", 4096),))
+    with pytest.raises(ValueError, match="warm-up"):
+        PeersBenchConfig(max_lengths=(("transformers", 100),))

@@ -70,6 +70,14 @@ def test_render_writes_one_row_per_measured_point_and_names_failures():
     assert "**openvino**: not measured: building the openvino venv failed" in body
 
 
+def test_a_system_kept_to_shorter_prompts_gets_a_row_saying_so():
+    results = {**RESULTS, "max_lengths": {"transformers": 2048}}
+    body = render(results, PeersBenchConfig(rounds=3), baseline="llama.cpp")
+    row = next(line for line in body.splitlines() if line.startswith("| 4096 | transformers"))
+    assert "not run: prompts over 2048 tokens are too slow or too big" in row
+    assert row.count("|") == body.splitlines()[body.splitlines().index(row) - 1].count("|")
+
+
 def test_the_peers_section_replaces_itself_and_keeps_the_others(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n<!-- bench:engine -->\nengine figures\n"
