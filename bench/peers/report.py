@@ -115,6 +115,16 @@ def _settings(summary: dict) -> str:
     return "; ".join(f"{key} = {value}" for key, value in settings.items())
 
 
+def _per_layer_kind(windows: tuple[int | None, ...]) -> str:
+    """Where the budget applies on a model with sliding-window layers ('' on one without)."""
+    sliding = [w for w in windows if w is not None]
+    if not sliding:
+        return ""
+    return (f" per global layer ({len(windows) - len(sliding)} of {len(windows)}); the "
+            f"{len(sliding)} sliding-window layers keep at most their window of {max(sliding)} "
+            "tokens")
+
+
 def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
     systems = results["systems"]
     budget, model = cfg.budget, peer_model(cfg.model)
@@ -134,7 +144,8 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
         "take turns at each length (the first one rotates) and ratios are taken within a round, "
         "then their median. Budget for the compressing systems: "
         f"{budget.total} tokens (sinks {budget.n_sink}, recent {budget.n_recent}, SnapKV window "
-        f"{budget.window}). Peak RSS is the runner process's high-water mark so far (it includes "
+        f"{budget.window}){_per_layer_kind(model.attention_windows)}. Peak RSS is the runner "
+        "process's high-water mark so far (it includes "
         "shorter prompts run before). Passkey: the output text contains it. Other jobs' "
         "cores: how many cores processes outside the benchmark kept busy during the "
         f"measurement (median; the machine has {os.cpu_count()}).", "",
