@@ -9,7 +9,9 @@ attention (eager attention's score matrices would not fit at 32k tokens). Greedy
 is a plain loop over ``model(...)`` with explicit positions, as kvpress's own pipeline does: a
 compressed cache is shorter than the text it covers, so positions cannot come from the cache
 length. ``generate`` options: ``press`` = ``{"name": "SnapKVPress", "kwargs": {...}}`` or
-absent for the full cache; any press class kvpress exports can be named.
+absent for the full cache; any press class kvpress exports can be named. The cache is built
+from the model's config, as transformers' own ``generate`` does: on a model with sliding-window
+layers (Gemma 3) those keep only their window.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class HFRunner:
         press_spec = args.get("options", {}).get("press")
         press = _make_press(press_spec) if press_spec else None
         ids = torch.tensor([args["prompt_ids"]])  # (1, T)
-        cache = DynamicCache()
+        cache = DynamicCache(config=self.model.config)  # sliding layers: their window only
         with torch.inference_mode():
             start = time.perf_counter()
             with press(self.model) if press else contextlib.nullcontext():
