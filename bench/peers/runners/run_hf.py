@@ -9,9 +9,14 @@ attention (eager attention's score matrices would not fit at 32k tokens). Greedy
 is a plain loop over ``model(...)`` with explicit positions, as kvpress's own pipeline does: a
 compressed cache is shorter than the text it covers, so positions cannot come from the cache
 length. ``generate`` options: ``press`` = ``{"name": "SnapKVPress", "kwargs": {...}}`` or
-absent for the full cache; any press class kvpress exports can be named. The cache is built
-from the model's config, as transformers' own ``generate`` does: on a model with sliding-window
-layers (Gemma 3) those keep only their window.
+absent for the full cache; any press class kvpress exports can be named.
+
+Without a press the cache is built from the model's config, as transformers' own ``generate``
+does: on a model with sliding-window layers (Gemma 3) those keep only their window. With one it
+is a plain ``DynamicCache`` on every layer: on the sliding-window cache kvpress 0.5.5's
+SnapKVPress (transformers 5.2) compresses the sliding layers too and the first decode step dies
+("The size of tensor a (187) must match the size of tensor b (512) at non-singleton dimension
+3", Gemma 3 270M, 2026-11-26); on a plain cache it compresses every layer to the budget and runs.
 """
 
 from __future__ import annotations
@@ -56,7 +61,9 @@ class HFRunner:
         press_spec = args.get("options", {}).get("press")
         press = _make_press(press_spec) if press_spec else None
         ids = torch.tensor([args["prompt_ids"]])  # (1, T)
-        cache = DynamicCache(config=self.model.config)  # sliding layers: their window only
+        # without a press the cache follows the config (sliding layers: their window only); a
+        # press gets a plain one (see the module's docstring)
+        cache = DynamicCache() if press else DynamicCache(config=self.model.config)
         with torch.inference_mode():
             start = time.perf_counter()
             with press(self.model) if press else contextlib.nullcontext():
