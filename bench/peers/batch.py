@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.peers.bench import Peer, _stderr, started_peer
+from bench.peers.peer_model import peer_model
 from bench.peers.process import RunnerError
-from bench.peers.prompts import (
-    Prompt,
-    distinct_passkey_prompts,
-    load_tokenizer,
-    model_path,
-)
+from bench.peers.prompts import Prompt, distinct_passkey_prompts, load_tokenizer
 from bench.peers.runners.peer_protocol import median
-from bench.peers.systems import PeerBudget, default_budget, get_system
+from bench.peers.systems import PeerBudget, get_system
 from bench.peers.venvs import Echo, PeerBuildError
 from bench.report import markdown_table
 
@@ -40,16 +36,21 @@ class PeersBatchConfig:
     max_new_tokens: int = 128
     rounds: int = 2
     n_threads: int = 2
-    budget: PeerBudget = field(default_factory=default_budget)
+    model: str | None = None  # a registry name or a GGUF path; None: the default model
+    budget: PeerBudget | None = None  # None: the model's policy
     timeout_s: float = 3600.0
 
     def __post_init__(self) -> None:
+        if self.budget is None:
+            object.__setattr__(self, "budget", peer_model(self.model).budget)
         for name in self.systems:
             get_system(name)
         if self.max_new_tokens < 8:
             raise ValueError("max_new_tokens must be ≥ 8: the decode window needs tokens")
         if min(self.concurrency, default=0) < 1 or min(self.rounds, self.n_threads) < 1:
             raise ValueError("concurrency, rounds and n_threads must be ≥ 1")
+        peer_model(self.model).check_context(self.prompt_len + self.max_new_tokens,
+                                             "prompt_len + new tokens")
 
     @property
     def n_ctx(self) -> int:
@@ -81,8 +82,8 @@ def batch_figures(reply: dict, prompts: list[Prompt], tokenizer) -> dict:
 
 def run_peers_batch(cfg: PeersBatchConfig, echo: Echo | None = None) -> dict:
     echo = echo or _stderr
-    gguf = model_path()
-    tokenizer = load_tokenizer(gguf)
+    model = peer_model(cfg.model)
+    tokenizer = load_tokenizer(model.gguf, echo)
     prompts = distinct_passkey_prompts(tokenizer, cfg.prompt_len, max(cfg.concurrency))
     results: dict[str, dict[int, list[dict]]] = {}
     failures: dict[str, str] = {}
@@ -91,7 +92,7 @@ def run_peers_batch(cfg: PeersBatchConfig, echo: Echo | None = None) -> dict:
         for name in cfg.systems:
             try:
                 peers.append(stack.enter_context(started_peer(
-                    get_system(name), gguf, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
+                    get_system(name), model, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
                     budget=cfg.budget, timeout_s=cfg.timeout_s, echo=echo)))
             except (PeerBuildError, RunnerError) as exc:
                 failures[name] = str(exc)
@@ -116,7 +117,7 @@ def run_peers_batch(cfg: PeersBatchConfig, echo: Echo | None = None) -> dict:
                          f"TTFT p50 {figures['ttft_p50_s']:.1f} s "
                          f"[{done}/{total}, ETA {eta / 60:.1f} min]")
     labels = {name: get_system(name).label for name in results}
-    return {"model": str(gguf), "prompt_tokens": cfg.prompt_len, "results": results,
+    return {"model": str(model.gguf), "prompt_tokens": cfg.prompt_len, "results": results,
             "labels": labels, "failures": failures}
 
 

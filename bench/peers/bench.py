@@ -14,10 +14,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.peers.peer_model import PeerModel, peer_model
 from bench.peers.process import RunnerError, RunnerProcess
-from bench.peers.prompts import Prompt, load_tokenizer, model_path, passkey_prompts
+from bench.peers.prompts import Prompt, load_tokenizer, passkey_prompts
 from bench.peers.runners import RUNNERS
-from bench.peers.systems import PeerBudget, PeerSystem, default_budget, get_system
+from bench.peers.systems import PeerBudget, PeerSystem, get_system
 from bench.peers.venvs import Echo, PeerBuildError, Venv, ensure_venv, peers_root
 from bench.serve_profile import machine_cpu_s, process_cpu_s
 
@@ -32,22 +33,36 @@ class PeersBenchConfig:
     max_new_tokens: int = 32
     rounds: int = 3
     n_threads: int = 2
-    n_ctx: int = 8192
-    budget: PeerBudget = field(default_factory=default_budget)
+    model: str | None = None  # a registry name or a GGUF path; None: the default model
+    budget: PeerBudget | None = None  # None: the model's policy
+    # (system, tokens): that system is not given longer prompts (too slow or too big for the
+    # machine); the table says so at those lengths
+    max_lengths: tuple[tuple[str, int], ...] = ()
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
-        for name in self.systems:
+        if self.budget is None:
+            object.__setattr__(self, "budget", peer_model(self.model).budget)
+        for name in (*self.systems, *(name for name, _ in self.max_lengths)):
             get_system(name)  # names the known ones when one is unknown
         if self.max_new_tokens < 2:
             raise ValueError("max_new_tokens must be ≥ 2: decode speed is timed between tokens")
         if min(self.rounds, self.n_threads) < 1:
             raise ValueError("rounds and n_threads must be ≥ 1")
-        if max(self.lengths) + self.max_new_tokens > self.n_ctx:
-            raise ValueError(f"lengths: {max(self.lengths)} + max_new_tokens "
-                             f"{self.max_new_tokens} exceeds n_ctx {self.n_ctx}")
         if min(self.lengths) <= WARMUP_TOKENS:
             raise ValueError(f"lengths must exceed the {WARMUP_TOKENS}-token warm-up prompt")
+        peer_model(self.model).check_context(self.n_ctx, "lengths + max_new_tokens")
+        if any(tokens <= WARMUP_TOKENS for _, tokens in self.max_lengths):
+            raise ValueError(f"max_lengths must exceed the {WARMUP_TOKENS}-token warm-up prompt")
+
+    def runs(self, system: str, prompt_len: int) -> bool:
+        """Whether ``system`` is given a prompt of ``prompt_len`` tokens."""
+        return prompt_len <= dict(self.max_lengths).get(system, prompt_len)
+
+    @property
+    def n_ctx(self) -> int:
+        """The runners' context: the longest prompt + new tokens."""
+        return max(self.lengths) + self.max_new_tokens
 
 
 @dataclass
@@ -90,8 +105,8 @@ class Peer:
 
 def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
     echo = echo or _stderr
-    gguf = model_path()
-    tokenizer = load_tokenizer(gguf)
+    model = peer_model(cfg.model)
+    tokenizer = load_tokenizer(model.gguf, echo)
     prompts = passkey_prompts(tokenizer, cfg.lengths)
     failures: dict[str, str] = {}
     with ExitStack() as stack:
@@ -99,32 +114,34 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
         for name in cfg.systems:
             try:
                 peers.append(stack.enter_context(started_peer(
-                    get_system(name), gguf, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
+                    get_system(name), model, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
                     budget=cfg.budget, timeout_s=cfg.timeout_s, echo=echo)))
             except (PeerBuildError, RunnerError) as exc:
                 failures[name] = str(exc)
                 echo(f"{name}: skipped: {exc}")
         _warm_up(peers, prompts[0], cfg.budget, echo)
         _measure(peers, prompts, cfg, echo)
-    return {"model": str(gguf),
+    return {"model": str(model.gguf),
             "prompts": [{"tokens": len(p.token_ids), "passkey": p.passkey} for p in prompts],
             "systems": {p.system.name: _summary(p, prompts, tokenizer) for p in peers},
-            "failures": failures}
+            "failures": failures, "max_lengths": dict(cfg.max_lengths)}
 
 
 @contextmanager
-def started_peer(system: PeerSystem, gguf: Path, *, n_threads: int, n_ctx: int, budget: PeerBudget,
-                 timeout_s: float, echo: Echo) -> Iterator[Peer]:
-    """``system``'s runner, its venv built first if needed, with the model loaded."""
+def started_peer(system: PeerSystem, model: PeerModel, *, n_threads: int, n_ctx: int,
+                 budget: PeerBudget, timeout_s: float, echo: Echo) -> Iterator[Peer]:
+    """``system``'s runner, its venv built first if needed, with the model loaded (it is told
+    the layers' attention windows, which size llama.cpp's SWA cache)."""
     venv = ensure_venv(system.venv, echo) if system.venv else None
-    model = system.prepare(gguf, venv, echo)
+    path = system.prepare(model.gguf, venv, echo)
     python = venv.python if venv else Path(sys.executable)
     env = {"OMP_NUM_THREADS": str(n_threads), **system.runner_env(venv)}
     log = peers_root() / "logs" / f"{system.name}.log"
     echo(f"{system.name}: starting its runner (log: {log})")
     with RunnerProcess(python, RUNNERS / system.runner, log, env=env) as runner:
-        load = runner.call("load", timeout_s=timeout_s, model=str(model), n_threads=n_threads,
-                           n_ctx=n_ctx, options=system.load_options(budget))
+        load = runner.call("load", timeout_s=timeout_s, model=str(path), n_threads=n_threads,
+                           n_ctx=n_ctx, attention_windows=list(model.attention_windows),
+                           options=system.load_options(budget))
         echo(f"{system.name}: model loaded in {load['load_s']:.1f} s")
         yield Peer(system, runner, venv, load)
 
@@ -139,11 +156,15 @@ def _warm_up(peers: list[Peer], prompt: Prompt, budget: PeerBudget, echo: Echo) 
 
 def _measure(peers: list[Peer], prompts: list[Prompt], cfg: PeersBenchConfig,
              echo: Echo) -> None:
-    total, done, start = cfg.rounds * len(prompts) * len(peers), 0, time.perf_counter()
+    total = cfg.rounds * sum(cfg.runs(peer.system.name, len(prompt.token_ids))
+                             for peer in peers for prompt in prompts)
+    done, start = 0, time.perf_counter()
     for round_index in range(cfg.rounds):
         for prompt_index, prompt in enumerate(prompts):
             shift = (round_index + prompt_index) % max(len(peers), 1)
             for peer in peers[shift:] + peers[:shift]:
+                if not cfg.runs(peer.system.name, len(prompt.token_ids)):
+                    continue
                 reply = peer.generate(list(prompt.token_ids), cfg.max_new_tokens, cfg.budget,
                                       cfg.timeout_s)
                 done += 1

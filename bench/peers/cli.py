@@ -1,10 +1,11 @@
 """Peers (llama.cpp, OpenVINO GenAI, transformers, kvpress) on the same CPU, model and tokens.
 
 Builds each peer's venv on first use (cached; llama.cpp compiles for ~15-30 min) and writes the
-tables into the ``peers`` section of docs/benchmarks.md: ``--parts batch1`` (every system, one
-request at a time), ``serve`` (snapstream's serving loop against llama-server under
-concurrency, prefill included) and ``batch`` (decode throughput with c sequences at once);
-``passkey`` (retrieval on 8 prompts per system, answers only) writes ``peers-passkey``.
+tables into the ``peers`` section of docs/benchmarks.md (``peers-<model>`` for a ``--model``
+other than the default): ``--parts batch1`` (every system, one request at a time), ``serve``
+(snapstream's serving loop against llama-server under concurrency, prefill included) and
+``batch`` (decode throughput with c sequences at once); ``passkey`` (retrieval on 8 prompts per
+system, answers only) writes ``peers-passkey`` (``peers-<model>-passkey``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
+def _max_lengths(text: str) -> tuple[tuple[str, int], ...]:
+    pairs = [part.split("=") for part in text.split(",") if part]
+    if any(len(pair) != 2 or not pair[1].isdigit() for pair in pairs):
+        raise ValueError(f"--max-length: give SYSTEM=TOKENS,..., got {text!r}")
+    return tuple((name, int(tokens)) for name, tokens in pairs)
+
+
 PARTS = ("batch1", "serve", "batch", "passkey")
 
 
@@ -25,8 +33,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     from bench.peers.batch import PeersBatchConfig
     from bench.peers.bench import PeersBenchConfig
     from bench.peers.serve import PeersServeConfig
+    from serving.settings import add_model_setting
 
     defaults, serve, batch = PeersBenchConfig(), PeersServeConfig(), PeersBatchConfig()
+    add_model_setting(parser)
     parser.add_argument("--parts", default=",".join(PARTS), help=",".join(PARTS))
     parser.add_argument("--systems", default=",".join(defaults.systems),
                         help="comma-separated registered systems")
@@ -34,10 +44,14 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="prompt lengths in tokens")
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--max-length", default="",
+                        help="SYSTEM=TOKENS,...: no longer prompts for that system in the batch1 "
+                             "part (the table says so), e.g. transformers=8192")
     parser.add_argument("--threads", type=int, default=defaults.n_threads)
-    parser.add_argument("--budget", type=int, default=defaults.budget.total,
-                        help="KV budget in tokens of the compressing systems (their recent "
-                             "ring the share of it the model's policy gives its ring)")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="KV budget in tokens of the compressing systems (default: the "
+                             "model's policy; their recent ring the share of it the model's "
+                             "policy gives its ring)")
     parser.add_argument("--baseline", default="llama.cpp", help="system the ratios divide by")
     parser.add_argument("--serve-concurrency", default=",".join(map(str, serve.concurrency)))
     parser.add_argument("--serve-requests", default=",".join(map(str, serve.requests)),
@@ -65,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         render_passkey,
         run_peers_passkey,
     )
+    from bench.peers.peer_model import peer_model
     from bench.peers.report import render
     from bench.peers.serve import PeersServeConfig, render_serve, run_peers_serve
     from bench.report import command_line, write_section
@@ -72,40 +87,43 @@ def run(args: argparse.Namespace) -> int:
     parts = tuple(args.parts.split(","))
     if not parts or set(parts) - set(PARTS):
         raise ValueError(f"--parts: choose from {','.join(PARTS)}, got {args.parts}")
-    defaults = PeersBenchConfig()
+    model = peer_model(args.model)
+    budget = model.budget if args.budget is None else replace(
+        model.budget, total=args.budget, n_recent=max(
+            model.budget.window, round(args.budget * model.budget.n_recent / model.budget.total)))
     cfg = PeersBenchConfig(
         systems=tuple(args.systems.split(",")), lengths=_ints(args.lengths),
         max_new_tokens=args.max_new_tokens, rounds=args.rounds, n_threads=args.threads,
-        budget=replace(defaults.budget, total=args.budget, n_recent=max(
-            defaults.budget.window,
-            round(args.budget * defaults.budget.n_recent / defaults.budget.total))))
+        model=args.model, budget=budget, max_lengths=_max_lengths(args.max_length))
     serve_cfg = PeersServeConfig(
         concurrency=_ints(args.serve_concurrency), requests=_ints(args.serve_requests),
         prompt_len=args.serve_prompt_len, max_new_tokens=args.max_new_tokens,
-        rounds=args.rounds, n_threads=args.threads)
+        rounds=args.rounds, n_threads=args.threads, model=args.model)
     batch_cfg = PeersBatchConfig(
         systems=tuple(args.batch_systems.split(",")),
         concurrency=_ints(args.batch_concurrency), prompt_len=args.serve_prompt_len,
         max_new_tokens=args.batch_new_tokens, rounds=args.rounds, n_threads=args.threads,
-        budget=cfg.budget)
+        model=args.model, budget=budget)
     # SIGTERM unwinds like Ctrl-C, so the runners get stopped on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: dict[str, dict] = {}
-    bodies: dict[str, list[str]] = {"peers": [], "peers-passkey": []}  # doc section -> tables
+    # doc section -> tables
+    tables, passkey_tables = model.section(), model.section("passkey")
+    bodies: dict[str, list[str]] = {tables: [], passkey_tables: []}
     if "batch1" in parts:
         results["batch1"] = run_peers_bench(cfg)
-        bodies["peers"].append(render(results["batch1"], cfg, args.baseline))
+        bodies[tables].append(render(results["batch1"], cfg, args.baseline))
     if "serve" in parts:
         results["serve"] = run_peers_serve(serve_cfg, _stderr)
-        bodies["peers"].append(render_serve(results["serve"], serve_cfg))
+        bodies[tables].append(render_serve(results["serve"], serve_cfg))
     if "batch" in parts:
         results["batch"] = run_peers_batch(batch_cfg)
-        bodies["peers"].append(render_batch(results["batch"], batch_cfg, args.baseline))
+        bodies[tables].append(render_batch(results["batch"], batch_cfg, args.baseline))
     if "passkey" in parts:
         passkey_cfg = PeersPasskeyConfig(systems=cfg.systems, prompt_len=args.serve_prompt_len,
-                                         n_threads=args.threads, budget=cfg.budget)
+                                         n_threads=args.threads, model=args.model, budget=budget)
         results["passkey"] = run_peers_passkey(passkey_cfg)
-        bodies["peers-passkey"].append(render_passkey(results["passkey"], passkey_cfg,
+        bodies[passkey_tables].append(render_passkey(results["passkey"], passkey_cfg,
                                                        command_line()))
     for section, tables in bodies.items():
         if tables:

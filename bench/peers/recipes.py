@@ -13,10 +13,17 @@ _LLAMA_SDIST = f"{{venv}}/src/llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
 _LLAMA_SOURCE = f"{{venv}}/src/llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp"
 LLAMA_BUILD_DIR = "llama.cpp"  # under the venv; its bin/ holds libllama.so and llama-server
 
-# Native CPU build with OpenMP. The web UI is left out: it would be fetched at build time.
+# CPU build with OpenMP for this machine's vector extensions (AVX2, FMA, F16C, AVX-512 with VBMI,
+# VNNI and BF16), AMX left out: the CPU reports amx_tile, but in this VM its first tile load
+# (ggml's AMX matmul, used for Q4_K/Q5_0/Q8_0 weights) dies of SIGILL, so -march=native
+# (GGML_NATIVE) built a llama.cpp that crashed on its first token (2026-11-26, llama.cpp as
+# vendored in llama-cpp-python 0.3.36). The web UI is left out: it would be fetched at build time.
 LLAMA_CMAKE_ARGS = (
-    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=ON",
-    "-DGGML_OPENMP=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+    "-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON", "-DGGML_AVX512_VNNI=ON",
+    "-DGGML_AVX512_BF16=ON", "-DGGML_OPENMP=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
 )

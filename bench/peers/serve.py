@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.peers import recipes
+from bench.peers.peer_model import peer_model
 from bench.peers.process import RunnerProcess
-from bench.peers.prompts import model_path
 from bench.peers.runners import RUNNERS
 from bench.peers.systems import get_system
 from bench.peers.venvs import Echo, ensure_venv, peers_root
@@ -29,6 +29,11 @@ class PeersServeConfig:
     max_new_tokens: int = 32
     rounds: int = 2
     n_threads: int = 2
+    model: str | None = None  # a registry name or a GGUF path; None: the default model
+
+    def __post_init__(self) -> None:
+        peer_model(self.model).check_context(self.prompt_len + self.max_new_tokens,
+                                             "serve prompt_len + max_new_tokens")
 
     def serve_config(self, openai_url: str) -> ServeBenchConfig:
         return ServeBenchConfig(
@@ -46,7 +51,7 @@ def run_peers_serve(cfg: PeersServeConfig, echo: Echo) -> dict:
 
     system = get_system("llama.cpp")
     venv = ensure_venv(recipes.LLAMACPP, echo)
-    gguf = model_path()
+    gguf = peer_model(cfg.model).gguf
     slot_ctx = cfg.prompt_len + cfg.max_new_tokens + SLOT_MARGIN
     log = peers_root() / "logs" / "llama-server.log"
     with RunnerProcess(venv.python, RUNNERS / system.runner, log,

@@ -8,7 +8,6 @@ policies), speaking the same protocol as the peers.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +16,6 @@ from bench.peers import recipes
 from bench.peers.models import openvino_ir
 from bench.peers.runners import RUNNERS
 from bench.peers.venvs import Echo, Venv, VenvSpec
-from snapstream.checkpoints import open_checkpoint
-from snapstream.policy import load_default_policy
 
 
 @dataclass(frozen=True)
@@ -26,8 +23,8 @@ class PeerBudget:
     """The KV budget that systems with a fixed-size or compressed cache get, in tokens:
     ``n_sink`` first tokens, ``n_recent`` last ones, the rest chosen by the system's scoring
     (SnapKV) over a ``window`` of the last prompt queries, smoothed by a ``kernel``-wide pooling
-    where the system has one. :func:`default_budget` is the default model's policy file (the
-    sweep's choice, docs/accuracy.md)."""
+    where the system has one. By default the model's policy file (``peer_model``; the sweep's
+    choice, docs/accuracy.md)."""
 
     total: int
     n_sink: int
@@ -43,14 +40,6 @@ class PeerBudget:
             raise ValueError(f"budget window must be ≥ 1, got {self.window}")
         if self.kernel < 1 or self.kernel % 2 == 0:
             raise ValueError(f"budget kernel must be odd and ≥ 1, got {self.kernel}")
-
-
-@functools.cache
-def default_budget() -> PeerBudget:
-    """The default model's served policy as a :class:`PeerBudget`."""
-    policy = load_default_policy(open_checkpoint().policy_file)
-    return PeerBudget(total=policy.budget, n_sink=policy.n_sink, n_recent=policy.n_recent,
-                  window=policy.window, kernel=policy.kernel)
 
 
 # (model GGUF, venv or None, echo) -> the model path the runner loads
@@ -151,7 +140,10 @@ def _snapkv_press(num_tokens: int, budget: PeerBudget) -> dict:
 
 
 register(PeerSystem(
-    name="llama.cpp", label="llama.cpp (llama-cpp-python), Q4_1 GGUF, f16 KV, full cache",
+    name="llama.cpp",
+    label="llama.cpp (llama-cpp-python), the GGUF as it is, f16 KV, full cache (on a model "
+          "with sliding-window layers those hold its SWA cache: the window + one 512-token "
+          "ubatch, padded to 256)",
     venv=recipes.LLAMACPP, runner="run_llamacpp.py", runner_env=_llama_env))
 register(PeerSystem(
     name="openvino", label="OpenVINO GenAI ContinuousBatchingPipeline, fp32 IR, full cache",
@@ -173,10 +165,11 @@ register(PeerSystem(
 register(PeerSystem(
     name="snapstream",
     label="snapstream in process as served (Engine: prefill + SnapKV, then the static "
-          "ring-buffer decode step), the default format for this Q4_1 GGUF: int4 weights (its "
-          "4-bit groups of 32; snapstream's int4 kernel, the dequantized bfloat16 GEMM from 128 "
-          "rows of a prompt on; int8 LM head), float32 activations, bfloat16 KV of the budget's "
-          "size whatever the length",
+          "ring-buffer decode step), the GGUF's blocks in snapstream's default format for it "
+          "(4-bit groups as int4 codes, 5- to 8-bit ones as int8; snapstream's kernels, the "
+          "dequantized bfloat16 GEMM from 128 rows of a prompt on), float32 activations, "
+          "bfloat16 KV of the budget's size whatever the length (sliding-window layers: a ring "
+          "of the window)",
     venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
 register(PeerSystem(
     name="snapstream-fp32",

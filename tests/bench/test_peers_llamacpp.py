@@ -9,11 +9,12 @@ import urllib.request
 import pytest
 
 from bench.peers import recipes
+from bench.peers.peer_model import peer_model
 from bench.peers.process import RunnerProcess
-from bench.peers.prompts import model_path
 from bench.peers.runners import RUNNERS
 from bench.peers.systems import get_system
 from bench.peers.venvs import find_venv
+from snapstream.checkpoints.registry import model_path
 
 pytestmark = pytest.mark.slow
 
@@ -68,3 +69,23 @@ def test_batch_runs_every_prompt_on_its_own_slot_at_once(llama_runner):
     assert "--parallel" in batch["extra"]["argv"] and "3" in batch["extra"]["argv"]
     # one slot: prompt + new tokens + the margin, f16 K and V of 30 layers × 3 heads × 64
     assert batch["kv_bytes"] == (150 + 5 + 64) * 2 * 30 * 3 * 64 * 2
+
+
+def test_gemma3_keeps_llama_cpps_swa_cache_and_reports_its_size(tmp_path):
+    venv = find_venv(recipes.LLAMACPP)
+    if venv is None:
+        pytest.skip("the llamacpp venv is not built (snapstream bench peers builds it)")
+    system, model = get_system("llama.cpp"), peer_model("gemma3-270m")
+    with RunnerProcess(venv.python, RUNNERS / system.runner, tmp_path / "runner.log",
+                       env=system.runner_env(venv)) as runner:
+        load = runner.call("load", model=str(model.gguf), n_threads=2, n_ctx=2048,
+                           attention_windows=list(model.attention_windows), options={})
+        assert load["settings"]["swa_full"] is False
+        ids = [2, *range(1000, 1300)]
+        first = runner.call("generate", prompt_ids=ids, max_new_tokens=4)
+        again = runner.call("generate", prompt_ids=ids, max_new_tokens=4)
+    assert len(first["token_ids"]) == 4 and first["token_ids"] == again["token_ids"]
+    # 3 global layers hold n_ctx = 2048 cells, the 15 sliding ones (window 512) 512 + the
+    # 512-token ubatch; 1 KV head of dim 256, K and V in f16
+    assert first["kv_bytes"] == (3 * 2048 + 15 * 1024) * 256 * 2 * 2
+    assert "sliding-window layers (window 512)" in first["kv_note"]

@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 
 from bench.peers import recipes
+from bench.peers.batch import PeersBatchConfig
 from bench.peers.bench import PeersBenchConfig
+from bench.peers.passkey import PeersPasskeyConfig
+from bench.peers.peer_model import peer_model
 from bench.peers.runners import RUNNERS
 from bench.peers.systems import (
     SYSTEMS,
     PeerBudget,
     PeerSystem,
     compression_ratio,
-    default_budget,
     get_system,
     register,
 )
@@ -131,14 +133,56 @@ def test_compression_ratio_keeps_exactly_the_budget(num_tokens, keep):
                                  dict(kernel=4)])
 def test_budget_refuses_bad_layouts(bad):
     with pytest.raises(ValueError):
-        PeerBudget(**{**asdict(default_budget()), **bad})
+        PeerBudget(**{**asdict(peer_model().budget), **bad})
 
 
-def test_the_default_budget_is_the_default_models_policy():
-    policy = load_default_policy(open_checkpoint().policy_file)
-    budget = default_budget()
-    assert (budget.total, budget.n_sink, budget.n_recent, budget.window, budget.kernel) == (
-        policy.budget, policy.n_sink, policy.n_recent, policy.window, policy.kernel)
+@pytest.mark.parametrize("name", [None, "smollm2-135m", "gemma3-270m"])
+def test_the_budget_is_the_models_policy(name):
+    checkpoint = open_checkpoint(name)
+    policy = load_default_policy(checkpoint.policy_file)
+    for cfg in (PeersBenchConfig(model=name), PeersBatchConfig(model=name),
+                PeersPasskeyConfig(model=name)):
+        budget = cfg.budget
+        assert (budget.total, budget.n_sink, budget.n_recent, budget.window, budget.kernel) == (
+            policy.budget, policy.n_sink, policy.n_recent, policy.window, policy.kernel)
+
+
+def test_the_model_choice_gives_its_file_context_windows_and_doc_section():
+    smol, gemma = peer_model(), peer_model("gemma3-270m")
+    assert peer_model("smollm2-135m") == smol and smol.name == "smollm2-135m"
+    assert smol.gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and smol.context_len == 8192
+    assert set(smol.attention_windows) == {None}
+    assert gemma.gguf.name == "gemma-3-270m-q4_k_m.gguf" and gemma.context_len == 32768
+    # 18 layers: 5 sliding-window layers of 512 per global one
+    assert gemma.attention_windows == ((512,) * 5 + (None,)) * 3
+    assert (smol.section(), smol.section("passkey")) == ("peers", "peers-passkey")
+    assert (gemma.section(), gemma.section("passkey")) == ("peers-gemma3-270m",
+                                                          "peers-gemma3-270m-passkey")
+    assert peer_model(str(gemma.gguf)).section() == "peers-gemma-3-270m-q4_k_m"
+    assert peer_model(str(gemma.gguf)).budget == gemma.budget
+
+
+def test_n_ctx_is_the_longest_prompt_within_the_models_context():
+    assert PeersBenchConfig(lengths=(2048, 8000), max_new_tokens=32).n_ctx == 8032
+    cfg = PeersBenchConfig(model="gemma3-270m", lengths=(2048, 8192, 32000), max_new_tokens=32)
+    assert cfg.n_ctx == 32032
+    with pytest.raises(ValueError, match="exceed SmolLM2-135M-Instruct's context of 8192"):
+        PeersBenchConfig(lengths=(2048, 32000))
+    with pytest.raises(ValueError, match="exceed Gemma 3 270M's context of 32768"):
+        PeersBenchConfig(model="gemma3-270m", lengths=(32768,))
+    with pytest.raises(ValueError, match="context of 8192"):
+        PeersBatchConfig(prompt_len=8192)
+    assert PeersBatchConfig(model="gemma3-270m", prompt_len=8192).n_ctx == 8192 + 128 + 64
+
+
+def test_an_unknown_model_names_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match=r"llama-7b.*smollm2-135m, gemma3-270m"):
+        peer_model("llama-7b")
+    with pytest.raises(ValueError, match=r"smollm2-135m, gemma3-270m"):
+        PeersBenchConfig(model="llama-7b")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="the peers read GGUF files"):
+        peer_model(str(tmp_path))
 
 
 @pytest.mark.parametrize("bad", [dict(max_new_tokens=1), dict(lengths=(8190,)),
@@ -146,3 +190,14 @@ def test_the_default_budget_is_the_default_models_policy():
 def test_bench_config_refuses_bad_settings(bad):
     with pytest.raises(ValueError):
         PeersBenchConfig(**bad)
+
+
+def test_a_system_can_be_kept_to_shorter_prompts():
+    cfg = PeersBenchConfig(model="gemma3-270m", lengths=(2048, 8192, 32000),
+                           max_lengths=(("transformers", 8192),))
+    assert cfg.runs("transformers", 8192) and not cfg.runs("transformers", 32000)
+    assert cfg.runs("llama.cpp", 32000)
+    with pytest.raises(ValueError, match="unknown peer system 'nope'"):
+        PeersBenchConfig(max_lengths=(("nope", 4096),))
+    with pytest.raises(ValueError, match="warm-up"):
+        PeersBenchConfig(max_lengths=(("transformers", 100),))

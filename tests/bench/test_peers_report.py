@@ -70,6 +70,14 @@ def test_render_writes_one_row_per_measured_point_and_names_failures():
     assert "**openvino**: not measured: building the openvino venv failed" in body
 
 
+def test_a_system_kept_to_shorter_prompts_gets_a_row_saying_so():
+    results = {**RESULTS, "max_lengths": {"transformers": 2048}}
+    body = render(results, PeersBenchConfig(rounds=3), baseline="llama.cpp")
+    row = next(line for line in body.splitlines() if line.startswith("| 4096 | transformers"))
+    assert "not run: prompts over 2048 tokens are too slow or too big" in row
+    assert row.count("|") == body.splitlines()[body.splitlines().index(row) - 1].count("|")
+
+
 def test_the_peers_section_replaces_itself_and_keeps_the_others(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n<!-- bench:engine -->\nengine figures\n"
@@ -92,6 +100,9 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         return "".join(chr(i) for i in ids)
 
+    def start_ids(self) -> list[int]:
+        return []
+
 
 def test_passkey_prompt_has_the_exact_length_and_the_passkey_at_its_depth():
     tok = CharTokenizer()
@@ -105,6 +116,23 @@ def test_passkey_prompt_has_the_exact_length_and_the_passkey_at_its_depth():
     assert passkey_prompt(tok, filler, 3001).passkey != prompt.passkey
     with pytest.raises(ValueError, match="filler"):
         passkey_prompt(tok, filler[:100], 3000)
+
+
+class BosCharTokenizer(CharTokenizer):
+    """A model that asks for a BOS id (Gemma 3) before any text."""
+
+    def start_ids(self) -> list[int]:
+        return [2]
+
+
+def test_a_model_with_bos_gets_it_first_within_the_prompt_length():
+    tok = BosCharTokenizer()
+    filler = tok.encode(filler_text())
+    prompt = passkey_prompt(tok, filler, 3000)
+    assert len(prompt.token_ids) == 3000 and prompt.token_ids[0] == 2
+    assert prompt.token_ids[1:1001] == tuple(filler[:1000])  # then the text as before
+    assert f"The pass key is {prompt.passkey}." in tok.decode(prompt.token_ids)
+    assert tok.decode(prompt.token_ids).endswith("What is the pass key? The pass key is")
 
 
 def test_the_passkey_set_has_a_key_and_a_depth_per_prompt():

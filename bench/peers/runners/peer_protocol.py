@@ -11,8 +11,9 @@ One request per line on the runner's stdin, one reply per line on its stdout, in
 Every runner answers these ops (``args`` in brackets):
 
 - ``hello`` []: ``{"system", "versions": {package: version}, "pid"}``; sent first.
-- ``load`` [``model``: model path, ``n_threads``, ``n_ctx``, ``options``: runner-specific]:
-  loads the model once; ``{"load_s"}``.
+- ``load`` [``model``: model path, ``n_threads``, ``n_ctx``, ``attention_windows``: per layer
+  its sliding window or null for a global layer (used by runners whose cache follows them),
+  ``options``: runner-specific]: loads the model once; ``{"load_s"}``.
 - ``generate`` [``prompt_ids``, ``max_new_tokens``, ``options``]: greedy, exactly
   ``max_new_tokens`` new tokens (EOS does not stop it); a ``GenerateReply`` as a dict.
 - ``shutdown`` []: replies ``{}`` and exits.

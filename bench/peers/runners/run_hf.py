@@ -4,11 +4,19 @@ The transformers baseline shares the kvpress venv: the same transformers build, 
 greedy loop then run with and without a press, so the press is the only difference between
 the two systems (and one torch venv fewer to build and keep).
 
-The model is read from the GGUF by transformers (Q4_1 dequantized to float32). Greedy decoding
+The model is read from the GGUF by transformers (dequantized to float32) with PyTorch's SDPA
+attention (eager attention's score matrices would not fit at 32k tokens). Greedy decoding
 is a plain loop over ``model(...)`` with explicit positions, as kvpress's own pipeline does: a
 compressed cache is shorter than the text it covers, so positions cannot come from the cache
 length. ``generate`` options: ``press`` = ``{"name": "SnapKVPress", "kwargs": {...}}`` or
 absent for the full cache; any press class kvpress exports can be named.
+
+Without a press the cache is built from the model's config, as transformers' own ``generate``
+does: on a model with sliding-window layers (Gemma 3) those keep only their window. With one it
+is a plain ``DynamicCache`` on every layer: on the sliding-window cache kvpress 0.5.5's
+SnapKVPress (transformers 5.2) compresses the sliding layers too and the first decode step dies
+("The size of tensor a (187) must match the size of tensor b (512) at non-singleton dimension
+3", Gemma 3 270M, 2026-11-26); on a plain cache it compresses every layer to the budget and runs.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ class HFRunner:
         gguf = Path(args["model"])
         start = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
+            attn_implementation="sdpa").eval()
         return {"load_s": time.perf_counter() - start,
                 "settings": {"dtype": "float32",
                              "attn_implementation": self.model.config._attn_implementation}}
@@ -52,7 +61,9 @@ class HFRunner:
         press_spec = args.get("options", {}).get("press")
         press = _make_press(press_spec) if press_spec else None
         ids = torch.tensor([args["prompt_ids"]])  # (1, T)
-        cache = DynamicCache()
+        # without a press the cache follows the config (sliding layers: their window only); a
+        # press gets a plain one (see the module's docstring)
+        cache = DynamicCache() if press else DynamicCache(config=self.model.config)
         with torch.inference_mode():
             start = time.perf_counter()
             with press(self.model) if press else contextlib.nullcontext():

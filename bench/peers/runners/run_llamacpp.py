@@ -7,6 +7,12 @@ runs on such a server, one slot per prompt: every prompt is sent at once (one th
 its native streamed ``/completion`` (``cache_prompt`` off), each token stamped as its event
 arrives.
 
+``load`` takes the layers' ``attention_windows`` (None for a global layer; all global when
+absent): on a model with sliding-window layers llama.cpp keeps its SWA cache (``swa_full``
+off, as llama-server does; the bindings' own default is a full-size cache on every layer),
+whose size its KV bytes follow: a global layer holds ``n_ctx`` cells, a sliding one
+``GGML_PAD(min(n_ctx, window + n_ubatch), 256)`` (``llama_kv_cache_iswa``).
+
 ``load`` options: ``flash_attn`` (default off, the bindings' default; the server gets the same
 setting instead of its ``auto``). On this project's CPU (2 cores, AVX-512) flash attention
 measured 5-10× slower decode and 1.7× slower prefill at 4k tokens, and changed greedy tokens.
@@ -31,6 +37,8 @@ from peer_protocol import batch_reply, generation_reply, serve
 
 F16_BYTES = 2
 SLOT_MARGIN = 64  # tokens beyond prompt + new tokens in each slot
+N_UBATCH = 512  # the bindings' and llama-server's default physical batch
+SWA_PAD = 256  # "the SWA cache is always padded to 256"
 
 
 class LlamaCppRunner:
@@ -39,6 +47,7 @@ class LlamaCppRunner:
         self.model_path = ""
         self.n_threads = 0
         self.flash_attn = False
+        self.attention_windows: list[int | None] = []
         self.servers: list[subprocess.Popen] = []
 
     def hello(self, args: dict) -> dict:
@@ -55,11 +64,18 @@ class LlamaCppRunner:
         start = time.perf_counter()
         self.llm = Llama(model_path=args["model"], n_ctx=args["n_ctx"],
                          n_threads=args["n_threads"], n_threads_batch=args["n_threads"],
-                         flash_attn=self.flash_attn, verbose=False)
+                         n_ubatch=N_UBATCH, flash_attn=self.flash_attn, swa_full=False,
+                         verbose=False)
         self.model_path, self.n_threads = args["model"], args["n_threads"]
+        layers = int(self._meta("block_count"))
+        self.attention_windows = args.get("attention_windows") or [None] * layers
+        if len(self.attention_windows) != layers:
+            raise ValueError(f"attention_windows: {len(self.attention_windows)} entries for "
+                             f"{layers} layers")
         return {"load_s": time.perf_counter() - start,
                 "settings": {"n_ctx": self.llm.n_ctx(), "n_batch": self.llm.n_batch,
-                             "flash_attn": self.flash_attn}}
+                             "n_ubatch": N_UBATCH, "flash_attn": self.flash_attn,
+                             "swa_full": False}}
 
     def generate(self, args: dict) -> dict:
         if self.llm is None:
@@ -73,22 +89,35 @@ class LlamaCppRunner:
             token_ids.append(int(token))
             if len(token_ids) == max_new:
                 break
-        n_ctx, per_token = self.llm.n_ctx(), self._kv_bytes_per_token()
+        n_ctx = self.llm.n_ctx()
         return generation_reply(
-            start=start, stamps=stamps, token_ids=token_ids, kv_bytes=n_ctx * per_token,
-            kv_note=f"f16 K and V reserved for n_ctx={n_ctx}: 2 × layers × n_ctx × kv_heads × "
-                    "head_dim × 2 bytes, from the model shape",
-            extra={"kv_bytes_used": len(prompt_ids + token_ids) * per_token})
+            start=start, stamps=stamps, token_ids=token_ids, kv_bytes=self._kv_bytes(n_ctx),
+            kv_note=f"f16 K and V reserved for n_ctx={n_ctx}: {self._kv_rule()}, from the "
+                    "model shape",
+            extra={"kv_bytes_used": self._kv_bytes(len(prompt_ids + token_ids))})
 
-    def _kv_bytes_per_token(self) -> int:
+    def _meta(self, key: str) -> str | None:
         meta = self.llm.metadata
-        arch = meta["general.architecture"]
-        layers = int(meta[f"{arch}.block_count"])
-        kv_heads = int(meta[f"{arch}.attention.head_count_kv"])
-        head_dim = int(meta.get(f"{arch}.attention.key_length")
-                       or int(meta[f"{arch}.embedding_length"])
-                       // int(meta[f"{arch}.attention.head_count"]))
-        return 2 * layers * kv_heads * head_dim * F16_BYTES
+        return meta.get(f"{meta['general.architecture']}.{key}")
+
+    def _kv_bytes(self, n_ctx: int) -> int:
+        """K and V of every layer's cells for a context of ``n_ctx`` tokens (sliding layers:
+        llama.cpp's SWA cache)."""
+        cells = sum(n_ctx if window is None else
+                    -(-min(n_ctx, window + N_UBATCH) // SWA_PAD) * SWA_PAD
+                    for window in self.attention_windows)
+        kv_heads = int(self._meta("attention.head_count_kv"))
+        head_dim = int(self._meta("attention.key_length") or int(self._meta("embedding_length"))
+                       // int(self._meta("attention.head_count")))
+        return 2 * cells * kv_heads * head_dim * F16_BYTES
+
+    def _kv_rule(self) -> str:
+        sliding = [w for w in self.attention_windows if w is not None]
+        rule = "2 × layers × n_ctx × kv_heads × head_dim × 2 bytes"
+        if not sliding:
+            return rule
+        return (f"{rule}, the {len(sliding)} sliding-window layers (window {max(sliding)}) "
+                f"holding pad256(min(n_ctx, window + {N_UBATCH})) cells instead of n_ctx")
 
     def serve(self, args: dict) -> dict:
         """Start ``llama-server`` with ``n_parallel`` slots of ``n_ctx_per_slot`` tokens each;
@@ -129,10 +158,9 @@ class LlamaCppRunner:
             raise RuntimeError(f"{len(failed)} of {len(streams)} requests failed: {failed[0]}")
         return batch_reply(
             start=start, stamps=[s.stamps for s in streams],
-            token_ids=[s.token_ids for s in streams],
-            kv_bytes=per_slot * self._kv_bytes_per_token(),
-            kv_note=f"f16 K and V of one slot: {per_slot} tokens (prompt + new tokens + "
-                    f"{SLOT_MARGIN}) × 2 × layers × kv_heads × head_dim × 2 bytes",
+            token_ids=[s.token_ids for s in streams], kv_bytes=self._kv_bytes(per_slot),
+            kv_note=f"f16 K and V of one slot, n_ctx = {per_slot} tokens (prompt + new tokens "
+                    f"+ {SLOT_MARGIN}): {self._kv_rule()}",
             extra={"argv": server["argv"]})
 
     def stop_servers(self) -> None:
