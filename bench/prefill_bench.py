@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bench.peers.prompts import filler_text, passkey_prompt
+from bench.peers.prompts import EngineTokenizer, filler_text, passkey_prompt
 from bench.report import command_line, machine_line, markdown_table, parse_ints, write_section
 from snapstream.engine import Engine, PrefillResult
 from snapstream.model import Attention
@@ -162,12 +162,13 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
                              name=served.name, kv_dtype=served.kv_dtype, prefill_dtype=dtype)
                for dtype in VARIANTS}
     timer = SplitTimer(served.model)
-    filler = served.tokenizer.encode(filler_text())
+    tokenizer = EngineTokenizer(served.tokenizer)
+    filler = tokenizer.encode(filler_text())
     for engine in engines.values():  # the cached bfloat16 GEMM weights, the kernels' warm-up
         engine.prefill(filler[:256], served.default_policy, 1)
     rows = []
     for prompt_len in cfg.lengths:
-        ids = list(passkey_prompt(served.tokenizer, filler, prompt_len).token_ids)
+        ids = list(passkey_prompt(tokenizer, filler, prompt_len).token_ids)
         rows.append(measure_length(engines, timer, ids, cfg))
         print(json.dumps(rows[-1]), flush=True)
     gemm_cache = sum(m.gemm_weight.numel() * m.gemm_weight.element_size()

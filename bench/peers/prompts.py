@@ -13,10 +13,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bench.peers.models import tokenizer_dir
 from bench.peers.venvs import Echo
+
+if TYPE_CHECKING:
+    from snapstream.tokenizer import Tokenizer
 
 LICENSES = Path("/usr/share/common-licenses")
 QUESTION = "\n\nWhat is the pass key? The pass key is"
@@ -33,6 +36,23 @@ class Prompt:
     name: str
     token_ids: tuple[int, ...]
     passkey: str
+
+
+class EngineTokenizer:
+    """snapstream's own tokenizer (``Engine.tokenizer``) as a :class:`TextTokenizer`: its
+    ``encode`` adds BOS where the model wants one, which only the prompt's start may have."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._inner = tokenizer.inner
+
+    def encode(self, text: str) -> list[int]:
+        return self._inner.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._inner.decode(list(ids))
+
+    def start_ids(self) -> list[int]:
+        return self._inner.encode("", add_special_tokens=True).ids
 
 
 class _HFTokenizer:
