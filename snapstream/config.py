@@ -41,6 +41,11 @@ class RopeConfig:
             raise ValueError(f"rope_theta must be positive, got {self.theta}")
 
 
+# what config.json must give; everything else has a default
+REQUIRED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                 "num_attention_heads")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     vocab_size: int
@@ -117,6 +122,9 @@ class ModelConfig:
         for name in ("final_logit_softcapping", "attn_logit_softcapping"):
             if raw.get(name) is not None:
                 raise ValueError(f"{name} is not supported (got {raw[name]})")
+        if missing := [key for key in REQUIRED_KEYS if key not in raw]:
+            raise ValueError(f"config.json lacks {', '.join(missing)}: a model config needs "
+                             f"{', '.join(REQUIRED_KEYS)}")
         num_heads = raw["num_attention_heads"]
         attention_bias = bool(raw.get("attention_bias", False))
         return cls(
