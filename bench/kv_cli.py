@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.report import command_line, markdown_table, parse_ints, write_section
+from bench.report import command_line, markdown_table, parse_ints, publish
 from serving.settings import add_model_setting
 
 if TYPE_CHECKING:
@@ -91,7 +91,5 @@ def run(args: argparse.Namespace) -> int:
             f"{config.head_dim}; snapstream's K/V in {args.kv_dtype} + an int32 position per "
             f"slot; percentages of the full cache (in {args.kv_dtype}, no positions).\n\n"
             f"{table}\n\n`{command_line()}`")
-    print(body)
-    if not args.no_doc:
-        write_section(args.doc, "kv-bytes", body)
+    publish(body, "kv-bytes", None if args.no_doc else args.doc)
     return 0

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bench.peers.prompts import EngineTokenizer, filler_text, passkey_prompt
-from bench.report import command_line, machine_line, markdown_table, parse_ints, write_section
+from bench.report import command_line, machine_line, markdown_table, parse_ints, publish
 from snapstream.engine import Engine, PrefillResult
 from snapstream.model import Attention
 from snapstream.quant import QuantizedLinear
@@ -274,12 +274,8 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     cfg = PrefillBenchConfig(lengths=args.lengths, rounds=args.rounds,
                              new_tokens=args.new_tokens, dtype=args.dtype)
     results = run_prefill_bench(cfg, args.model)
-    body = render(results, command or command_line())
-    print(body)
-    if not args.no_doc:
-        write_section(args.doc, "prefill", body)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2))
+    publish(render(results, command or command_line()), "prefill",
+            None if args.no_doc else args.doc, results, args.json_out)
     return 0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bench.report import (
@@ -13,7 +12,7 @@ from bench.report import (
     machine_line,
     markdown_table,
     parse_ints,
-    write_section,
+    publish,
 )
 from serving.settings import add_model_setting
 
@@ -39,12 +38,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = QuantBenchConfig(formats=tuple(args.formats.split(",")), threads=args.threads,
                            decode=decode, steps=args.steps)
     results = run_quant_bench(cfg, args.model)
-    body = render(results, command_line())
-    print(body)
-    if not args.no_doc:
-        write_section(args.doc, "levers", body)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2))
+    publish(render(results, command_line()), "levers", None if args.no_doc else args.doc,
+            results, args.json_out)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import shlex
@@ -41,6 +42,17 @@ def write_section(doc: Path, name: str, body: str) -> None:
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text}\n{block}\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
+
+
+def publish(body: str, section: str, doc: Path | None, results: dict | None = None,
+            json_out: Path | None = None) -> None:
+    """A benchmark's table: printed, written into ``doc``'s ``section`` (None: not written) and
+    its ``results`` into ``json_out`` (None: not written)."""
+    print(body)
+    if doc is not None:
+        write_section(doc, section, body)
+    if json_out is not None:
+        json_out.write_text(json.dumps(results, indent=2))
 
 
 def fmt_ms(seconds: float | None) -> str:
