@@ -116,17 +116,22 @@ def test_dtype_gguf_needs_a_gguf(tiny_model_dir):
         Engine.from_pretrained(tiny_model_dir, dtype="gguf")
 
 
-def test_an_unsupported_tensor_type_is_refused_naming_it_and_the_supported_ones(tmp_path):
-    path = tmp_path / "q8k.gguf"
-    writer = gguf.GGUFWriter(path, "llama")
+def _one_tensor_gguf(path, arch: str, name: str, data: np.ndarray, raw_dtype=None):
+    """A GGUF of ``arch`` with one block and the one tensor ``name``."""
+    writer = gguf.GGUFWriter(path, arch)
     writer.add_block_count(1)
-    type_size = gguf.GGML_QUANT_SIZES[T.Q8_K][1]
-    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, type_size), np.uint8),
-                      raw_dtype=T.Q8_K)
+    writer.add_tensor(name, data, raw_dtype=raw_dtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return path
+
+
+def test_an_unsupported_tensor_type_is_refused_naming_it_and_the_supported_ones(tmp_path):
+    type_size = gguf.GGML_QUANT_SIZES[T.Q8_K][1]
+    path = _one_tensor_gguf(tmp_path / "q8k.gguf", "llama", "blk.0.attn_q.weight",
+                            np.zeros((4, type_size), np.uint8), T.Q8_K)
     with pytest.raises(ValueError) as info:
         Engine.from_pretrained(path)
     message = str(info.value)
@@ -135,14 +140,8 @@ def test_an_unsupported_tensor_type_is_refused_naming_it_and_the_supported_ones(
 
 
 def test_an_unsupported_architecture_is_refused_naming_it_and_the_supported_ones(tmp_path):
-    path = tmp_path / "mamba.gguf"
-    writer = gguf.GGUFWriter(path, "mamba")
-    writer.add_block_count(1)
-    writer.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    path = _one_tensor_gguf(tmp_path / "mamba.gguf", "mamba", "token_embd.weight",
+                            np.zeros((8, 32), np.float32))
     with pytest.raises(ValueError) as info:
         Engine.from_pretrained(path)
     message = str(info.value)
