@@ -5,12 +5,19 @@
 transformers reads the GGUF (Q4_1 dequantized to float32) but its ``save_pretrained`` refuses a
 GGUF-loaded model, so the config, weights (``safetensors.torch.save_model``, which keeps one
 copy of the tied embedding), generation config and tokenizer are saved one by one; then
-``optimum-cli export openvino`` writes the IR and the OpenVINO tokenizer into ``OUT_DIR/ir``.
+``optimum-cli export openvino`` (run in process) writes the IR and the OpenVINO tokenizer into
+``OUT_DIR/ir``.
+
+optimum-intel 2.2.0 refuses to export Gemma 3 with the venv's transformers 5.5.4 ("ValueError:
+The current version of Transformers does not allow for the export of the model. Maximum required
+is 5.0, got: 5.5.4": its Gemma 1-3 configs cap transformers at 5.0, its Gemma 4 one allows
+5.10). The cap is lifted for ``gemma3_text`` alone; the IR it writes gives transformers' greedy
+tokens (the benchmark's "first tokens = transformers" column checks it on every run).
 """
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
 import sys
 from pathlib import Path
 
@@ -31,10 +38,14 @@ def export_hf(gguf: Path, hf_dir: Path) -> None:
 
 
 def export_ir(hf_dir: Path, ir_dir: Path) -> None:
-    cli = Path(sys.prefix) / "bin" / "optimum-cli"
-    subprocess.run([str(cli), "export", "openvino", "--model", str(hf_dir), "--task",
-                    "text-generation-with-past", "--weight-format", "fp32", str(ir_dir)],
-                   check=True, stdout=sys.stderr)
+    from optimum.commands.optimum_cli import main as optimum_cli
+    from optimum.exporters.openvino import model_configs
+
+    model_configs.Gemma3TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION = None  # see above
+    sys.argv = ["optimum-cli", "export", "openvino", "--model", str(hf_dir), "--task",
+                "text-generation-with-past", "--weight-format", "fp32", str(ir_dir)]
+    with contextlib.redirect_stdout(sys.stderr):
+        optimum_cli()
 
 
 def main() -> None:
