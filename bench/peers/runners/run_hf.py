@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from peer_protocol import batch_reply, generation_reply, serve
@@ -46,7 +46,10 @@ class HFRunner:
         self.model = None
 
     def hello(self, args: dict) -> dict:
-        versions = {name: version(name) for name in ("torch", "transformers", "kvpress")}
+        versions = {}
+        for name in ("torch", "transformers", "kvpress"):
+            with contextlib.suppress(PackageNotFoundError):  # kvpress: only where it runs
+                versions[name] = version(name)
         return {"system": "transformers", "pid": os.getpid(), "versions": versions}
 
     def load(self, args: dict) -> dict:
