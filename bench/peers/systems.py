@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.peers import recipes
-from bench.peers.models import openvino_ir
+from bench.peers.models import hf_model_dir, openvino_ir
 from bench.peers.runners import RUNNERS
 from bench.peers.venvs import Echo, Venv, VenvSpec
 
@@ -113,6 +113,10 @@ def _openvino_model(gguf: Path, venv: Venv | None, echo: Echo) -> Path:
     return openvino_ir(venv, gguf, echo)
 
 
+def _hf_model(gguf: Path, venv: Venv | None, echo: Echo) -> Path:
+    return hf_model_dir(venv, gguf, echo)
+
+
 def _eviction(budget: PeerBudget) -> dict:
     # OpenVINO evicts whole KV blocks: start and recent sizes must be multiples of the block
     # size (32 tokens here), so the sinks take one block
@@ -155,13 +159,18 @@ register(PeerSystem(
     venv=recipes.OPENVINO, runner="run_openvino.py", prepare=_openvino_model,
     load_options=_eviction))
 register(PeerSystem(
-    name="transformers", label="transformers, GGUF dequantized to fp32, DynamicCache (full)",
-    venv=recipes.KVPRESS, runner="run_hf.py"))
+    name="transformers",
+    label="transformers, GGUF dequantized to fp32, SDPA, DynamicCache (full; on a model with "
+          "sliding-window layers those keep their window), the prompt in chunks of 4096 tokens",
+    venv=recipes.KVPRESS, runner="run_hf.py", prepare=_hf_model))
 register(PeerSystem(
     name="kvpress-snapkv",
     label="kvpress SnapKVPress on transformers, fp32: the prompt's cache compressed to the "
-          "budget (its SnapKV window plus the top-scored tokens; no sinks), growing in decode",
-    venv=recipes.KVPRESS, runner="run_hf.py", generate_options=_snapkv_press))
+          "budget (its SnapKV window plus the top-scored tokens; no sinks), growing in decode "
+          "(on a model with sliding-window layers a plain DynamicCache: those are compressed "
+          "too)",
+    venv=recipes.KVPRESS, runner="run_hf.py", prepare=_hf_model,
+    generate_options=_snapkv_press))
 register(PeerSystem(
     name="snapstream",
     label="snapstream in process as served (Engine: prefill + SnapKV, then the static "

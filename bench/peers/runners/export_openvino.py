@@ -2,9 +2,7 @@
 
     python export_openvino.py MODEL.gguf OUT_DIR
 
-transformers reads the GGUF (Q4_1 dequantized to float32) but its ``save_pretrained`` refuses a
-GGUF-loaded model, so the config, weights (``safetensors.torch.save_model``, which keeps one
-copy of the tied embedding), generation config and tokenizer are saved one by one; then
+``export_hf.py`` writes the model and its tokenizer into ``OUT_DIR/hf``; then
 ``optimum-cli export openvino`` (run in process) writes the IR and the OpenVINO tokenizer into
 ``OUT_DIR/ir``.
 
@@ -21,20 +19,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-
-def export_hf(gguf: Path, hf_dir: Path) -> None:
-    import torch
-    from safetensors.torch import save_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    hf_dir.mkdir(parents=True, exist_ok=True)
-    model.config.save_pretrained(hf_dir)
-    model.generation_config.save_pretrained(hf_dir)
-    save_model(model, str(hf_dir / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.save_pretrained(hf_dir)
+from export_hf import export_hf
 
 
 def export_ir(hf_dir: Path, ir_dir: Path) -> None:
@@ -53,7 +38,7 @@ def main() -> None:
         raise SystemExit("usage: export_openvino.py MODEL.gguf OUT_DIR")
     gguf, out = Path(sys.argv[1]), Path(sys.argv[2])
     print(f"reading {gguf} with transformers", file=sys.stderr, flush=True)
-    export_hf(gguf, out / "hf")
+    export_hf(gguf, out / "hf", tokenizer=True)
     print("optimum-cli export openvino", file=sys.stderr, flush=True)
     export_ir(out / "hf", out / "ir")
 

@@ -1,16 +1,16 @@
 """transformers runner, with an optional kvpress press (run with the kvpress venv's python).
 
-The transformers baseline shares the kvpress venv: the same transformers build, GGUF loader and
+The transformers baseline shares the kvpress venv: the same transformers build, model and
 greedy loop then run with and without a press, so the press is the only difference between
 the two systems (and one torch venv fewer to build and keep).
 
-The model is read from the GGUF by transformers (dequantized to float32, a few seconds: no
-converted copy is cached) with PyTorch's SDPA attention (eager attention's score matrices would
-not fit at 32k tokens). Greedy decoding is a plain loop over ``model(...)`` with explicit
-positions, as kvpress's own pipeline does: a compressed cache is shorter than the text it
-covers, so positions cannot come from the cache length. ``generate`` options: ``press`` =
-``{"name": "SnapKVPress", "kwargs": {...}}`` or absent for the full cache; any press class
-kvpress exports can be named.
+The model is the GGUF as transformers reads it (dequantized to float32), loaded from the Hugging
+Face directory ``bench.peers.models.hf_model_dir`` saved once, with PyTorch's SDPA attention
+(eager attention's score matrices would not fit at 32k tokens). Greedy decoding is a plain
+loop over ``model(...)`` with explicit positions, as kvpress's own pipeline does: a compressed
+cache is shorter than the text it covers, so positions cannot come from the cache length.
+``generate`` options: ``press`` = ``{"name": "SnapKVPress", "kwargs": {...}}`` or absent for
+the full cache; any press class kvpress exports can be named.
 
 Without a press the cache is built from the model's config, as transformers' own ``generate``
 does: on a model with sliding-window layers (Gemma 3) those keep only their window; the prompt
@@ -33,7 +33,6 @@ import contextlib
 import os
 import time
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 
 from peer_protocol import batch_reply, generation_reply, serve
 
@@ -57,11 +56,9 @@ class HFRunner:
         from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(args["n_threads"])
-        gguf = Path(args["model"])
         start = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
-            attn_implementation="sdpa").eval()
+            args["model"], dtype=torch.float32, attn_implementation="sdpa").eval()
         return {"load_s": time.perf_counter() - start,
                 "settings": {"dtype": "float32", "prefill_tokens_per_step": PREFILL_TOKENS,
                              "attn_implementation": self.model.config._attn_implementation}}
