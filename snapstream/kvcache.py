@@ -8,7 +8,9 @@ was trained to see no more). Each group owns its K/V/positions tensors, so every
 static shape.
 
 Keys are stored already rotated at their absolute positions, so slot order is irrelevant to
-attention; ``positions`` holds each slot's absolute position, ``-1`` for an empty slot.
+attention; ``positions`` holds each slot's absolute position, ``-1`` for an empty slot. K and V
+are stored in a KV dtype of :mod:`snapstream.kvquant`: a slot's row is its D values (float32,
+bfloat16) or D int8 codes and their scale (int8, a row of D + 4).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from snapstream.config import ModelConfig
+from snapstream.kvquant import kv_codec, to_kv
 from snapstream.policy import CacheLayout
 
 EMPTY = -1
@@ -81,8 +84,8 @@ class GroupKV:
     """One layer group's cache of one sequence."""
 
     group: LayerGroup
-    k: torch.Tensor  # (Lg, Hkv, S, D), Lg = len(group.layers), S = group.layout.budget
-    v: torch.Tensor  # (Lg, Hkv, S, D)
+    k: torch.Tensor  # (Lg, Hkv, S, W), Lg = len(group.layers), S = group.layout.budget, W: row
+    v: torch.Tensor  # (Lg, Hkv, S, W)                  width of the KV dtype (D; int8: D + 4)
     positions: torch.Tensor  # (Lg, Hkv, S) int32, EMPTY where unused
 
     def __post_init__(self) -> None:
@@ -128,14 +131,14 @@ class BatchGroupKV:
     """One layer group's slice of a pool: ``batch_size`` rows."""
 
     group: LayerGroup
-    k: torch.Tensor  # (Lg, B, Hkv, S, D)
-    v: torch.Tensor  # (Lg, B, Hkv, S, D)
+    k: torch.Tensor  # (Lg, B, Hkv, S, W)
+    v: torch.Tensor  # (Lg, B, Hkv, S, W)
     positions: torch.Tensor  # (Lg, B, Hkv, S) int32, EMPTY where unused
 
 
 class BatchCache:
     """A fixed pool of ``batch_size`` rows sharing one layout: every decode step sees one shape
-    per layer group."""
+    per layer group. K/V are held in the KV dtype ``dtype`` (:mod:`snapstream.kvquant`)."""
 
     def __init__(
         self, config: ModelConfig, layout: ModelLayout, batch_size: int, dtype: torch.dtype,
@@ -144,12 +147,13 @@ class BatchCache:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.layout = layout
+        width = kv_codec(dtype).row_width(config.head_dim)
         groups = []
         for group in layout.groups:
             shape = (len(group.layers), batch_size, config.num_kv_heads, group.layout.budget,
-                     config.head_dim)
+                     width)
             groups.append(BatchGroupKV(
-                group, k=torch.zeros(shape, dtype=dtype, device=device),  # (Lg, B, Hkv, S, D)
+                group, k=torch.zeros(shape, dtype=dtype, device=device),  # (Lg, B, Hkv, S, W)
                 v=torch.zeros(shape, dtype=dtype, device=device),
                 positions=torch.full(shape[:-1], EMPTY, dtype=torch.int32, device=device)))
         self.groups = tuple(groups)
@@ -159,12 +163,14 @@ class BatchCache:
         return self.groups[0].k.shape[1]
 
     def insert(self, row: int, seq: SequenceCache) -> None:
+        """Copies ``seq`` into ``row``, converted to the pool's KV dtype where it has another
+        (quantized here if the pool is int8 and ``seq`` float; int8 rows are copied as they are)."""
         if seq.layout != self.layout:
             raise ValueError(f"sequence layout {seq.layout} does not match the pool's "
                              f"{self.layout}")
         for pool, part in zip(self.groups, seq.groups, strict=True):
-            pool.k[:, row].copy_(part.k)
-            pool.v[:, row].copy_(part.v)
+            pool.k[:, row].copy_(to_kv(part.k, pool.k.dtype))
+            pool.v[:, row].copy_(to_kv(part.v, pool.v.dtype))
             pool.positions[:, row].copy_(part.positions)
 
     def clear(self, row: int) -> None:
