@@ -19,6 +19,7 @@ from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache, ModelLayout
+from snapstream.kvquant import kv_codec
 from snapstream.model import Transformer, to_hf_state
 from snapstream.policy import CacheLayout, CachePolicy
 
@@ -60,9 +61,9 @@ def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: 
     cache = BatchCache(config, ModelLayout.build(config.attention_windows, layout), batch, dtype)
     for group in cache.groups:
         num_slots = group.k.shape[-2]
-        tile = torch.randn(min(num_slots, 4096), config.head_dim)
+        tile = kv_codec(dtype).encode(torch.randn(min(num_slots, 4096), config.head_dim))
         for tensor in (group.k, group.v):
-            flat = tensor.view(-1, config.head_dim)
+            flat = tensor.view(-1, tile.shape[-1])  # (slots, W)
             for start in range(0, flat.shape[0], tile.shape[0]):
                 chunk = flat[start : start + tile.shape[0]]
                 chunk.copy_(tile[: chunk.shape[0]])
