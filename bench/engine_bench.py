@@ -72,7 +72,7 @@ def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: 
         kept = torch.cat((torch.arange(kept_layout.ring_start),
                           torch.arange(context - held + kept_layout.ring_start, context))
                          ) if held < context else torch.arange(context)
-        group.positions[..., slot_indices(kept_layout, kept)] = kept.int()
+        group.filled[:, slot_indices(kept_layout, kept)] = True
     return cache
 
 

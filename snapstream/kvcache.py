@@ -128,12 +128,15 @@ class SequenceCache:
 
 @dataclass(frozen=True)
 class BatchGroupKV:
-    """One layer group's slice of a pool: ``batch_size`` rows."""
+    """One layer group's slice of a pool: ``batch_size`` rows. Which slots hold a token is the
+    same for every layer and KV head of a group (its layout fills them alike, and decode writes
+    the same slot in all of them), so the pool keeps one (B, S) mask, not the sequences'
+    per-layer, per-head positions (a blob keeps those; decode never reads them)."""
 
     group: LayerGroup
     k: torch.Tensor  # (Lg, B, Hkv, S, W)
     v: torch.Tensor  # (Lg, B, Hkv, S, W)
-    positions: torch.Tensor  # (Lg, B, Hkv, S) int32, EMPTY where unused
+    filled: torch.Tensor  # (B, S) bool, True where a slot holds a token
 
 
 class BatchCache:
@@ -155,7 +158,8 @@ class BatchCache:
             groups.append(BatchGroupKV(
                 group, k=torch.zeros(shape, dtype=dtype, device=device),  # (Lg, B, Hkv, S, W)
                 v=torch.zeros(shape, dtype=dtype, device=device),
-                positions=torch.full(shape[:-1], EMPTY, dtype=torch.int32, device=device)))
+                filled=torch.zeros(batch_size, group.layout.budget, dtype=torch.bool,
+                                   device=device)))
         self.groups = tuple(groups)
 
     @property
@@ -171,8 +175,8 @@ class BatchCache:
         for pool, part in zip(self.groups, seq.groups, strict=True):
             pool.k[:, row].copy_(to_kv(part.k, pool.k.dtype))
             pool.v[:, row].copy_(to_kv(part.v, pool.v.dtype))
-            pool.positions[:, row].copy_(part.positions)
+            pool.filled[row].copy_(part.positions[0, 0] != EMPTY)
 
     def clear(self, row: int) -> None:
         for pool in self.groups:
-            pool.positions[:, row].fill_(EMPTY)
+            pool.filled[row].fill_(False)
