@@ -19,6 +19,7 @@ from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache, ModelLayout
+from snapstream.kvquant import kv_codec
 from snapstream.model import Transformer, to_hf_state
 from snapstream.policy import CacheLayout, CachePolicy
 
@@ -60,9 +61,9 @@ def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: 
     cache = BatchCache(config, ModelLayout.build(config.attention_windows, layout), batch, dtype)
     for group in cache.groups:
         num_slots = group.k.shape[-2]
-        tile = torch.randn(min(num_slots, 4096), config.head_dim)
+        tile = kv_codec(dtype).encode(torch.randn(min(num_slots, 4096), config.head_dim))
         for tensor in (group.k, group.v):
-            flat = tensor.view(-1, config.head_dim)
+            flat = tensor.view(-1, tile.shape[-1])  # (slots, W)
             for start in range(0, flat.shape[0], tile.shape[0]):
                 chunk = flat[start : start + tile.shape[0]]
                 chunk.copy_(tile[: chunk.shape[0]])
@@ -71,7 +72,7 @@ def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: 
         kept = torch.cat((torch.arange(kept_layout.ring_start),
                           torch.arange(context - held + kept_layout.ring_start, context))
                          ) if held < context else torch.arange(context)
-        group.positions[..., slot_indices(kept_layout, kept)] = kept.int()
+        group.filled[:, slot_indices(kept_layout, kept)] = True
     return cache
 
 

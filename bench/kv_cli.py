@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from bench.report import command_line, markdown_table, parse_ints, publish
 from serving.settings import add_model_setting
+from snapstream.weight_formats import KV_DTYPES
 
 if TYPE_CHECKING:
     from snapstream.policy import CachePolicy
@@ -27,8 +28,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_model_setting(parser)
     parser.add_argument("--lengths", type=parse_ints, default=(4096, 16384, 32768),
                         help="prompt tokens")
-    parser.add_argument("--kv-dtype", default="bfloat16", choices=("bfloat16", "float32"),
-                        help="snapstream's K/V element (llama.cpp's default f16 is 2 bytes)")
+    parser.add_argument("--kv-dtype", default="bfloat16", choices=KV_DTYPES,
+                        help="snapstream's K/V (int8: D codes + a float32 scale per slot and "
+                             "head); llama.cpp's and the full cache are f16, 2 bytes")
     parser.add_argument("--doc", type=Path, default=Path("docs/model.md"))
     parser.add_argument("--no-doc", action="store_true", help="print only")
 
@@ -67,19 +69,22 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from snapstream.checkpoints import open_checkpoint
+    from snapstream.kvquant import kv_codec
     from snapstream.policy import load_default_policy
 
     checkpoint = open_checkpoint(args.model)
     config = checkpoint.config
-    token = config.num_kv_heads * 2 * config.head_dim * getattr(torch, args.kv_dtype).itemsize
-    slot = token + config.num_kv_heads * 4  # + snapstream's int32 position per KV head
+    token = config.num_kv_heads * 2 * config.head_dim * 2  # K and V in f16
+    dtype = getattr(torch, args.kv_dtype)
+    row = kv_codec(dtype).row_width(config.head_dim) * dtype.itemsize  # one K (or V) row
+    slot = config.num_kv_heads * (2 * row + 4)  # + snapstream's int32 position per KV head
     lengths = tuple(n for n in args.lengths if n <= config.max_position_embeddings)
     if not lengths:
         raise SystemExit(f"--lengths: every length exceeds the model's context of "
                          f"{config.max_position_embeddings} tokens")
     rows = kv_rows(config.attention_windows, load_default_policy(checkpoint.policy_file), slot,
                    token, lengths)
-    full = rows[-1][1]
+    full, llama_cpp = rows[-1][1], rows[2][1]
     table = markdown_table(
         ["KV bytes per sequence", *(f"{n:,} tokens" for n in lengths)],
         [[name, *(f"{b / 2**20:.1f} MiB ({b / f:.1%})" for b, f in zip(values, full,
@@ -88,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
     sliding = len(config.sliding_layers)
     body = (f"{checkpoint.name}: {config.num_layers} layers ({sliding} sliding, window "
             f"{config.sliding_window}), {config.num_kv_heads} KV head(s) of dim "
-            f"{config.head_dim}; snapstream's K/V in {args.kv_dtype} + an int32 position per "
-            f"slot; percentages of the full cache (in {args.kv_dtype}, no positions).\n\n"
-            f"{table}\n\n`{command_line()}`")
+            f"{config.head_dim}; snapstream's K/V in {args.kv_dtype} ({row} bytes per slot, "
+            f"head and K or V) + an int32 position per slot; percentages of the full cache "
+            f"(f16, no positions). llama.cpp's cache / snapstream's default: "
+            f"{', '.join(f'{c / s:.1f}x' for c, s in zip(llama_cpp, rows[0][1], strict=True))}"
+            f".\n\n{table}\n\n`{command_line()}`")
     publish(body, "kv-bytes", None if args.no_doc else args.doc)
     return 0

@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "quant": "bench.quant_cli",
     "kernels": "bench.kernel_bench",
     "kv": "bench.kv_cli",
+    "kv-dtype": "bench.kv_dtype_bench",
     "prefill": "bench.prefill_bench",
 }
 

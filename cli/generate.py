@@ -10,7 +10,7 @@ from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.policy import POLICY_KINDS, POOLINGS, SIZE_FIELDS, CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
 from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
-from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
 
 
 def parse_ids(text: str) -> list[int]:
@@ -88,6 +88,7 @@ def speculative_from_args(args: argparse.Namespace) -> SpeculativeSettings | Non
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=AUTO, help=DTYPE_HELP)
+    parser.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help=KV_DTYPE_HELP)
     parser.add_argument("--device", default="cpu")
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text")
@@ -124,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
     settings = speculative_from_args(args)
     if settings is not None and text is None:
         raise ValueError("--draft-model needs --prompt or --prompt-file: the draft reads text")
-    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
+                                    kv_dtype=args.kv_dtype)
     policy = policy_from_args(args, engine.default_policy)
     prompt, keep_from = (text, None) if text is not None else (args.prompt_ids, None)
     if args.chat:

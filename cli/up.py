@@ -15,6 +15,7 @@ from pathlib import Path
 from cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCluster
 from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.client import SnapstreamError
+from snapstream.weight_formats import KV_DTYPE_HELP, KV_DTYPES
 
 WATCH_INTERVAL_S = 1.0
 DEMO_TIMEOUT_S = 300.0
@@ -31,6 +32,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", default=None,
                         help=f"the prefill worker's draft model for speculative prefill: "
                              f"{MODEL_HELP}")
+    parser.add_argument("--kv-dtype", default=None, choices=KV_DTYPES,
+                        help=f"the model workers' KV cache: {KV_DTYPE_HELP}")
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     parser.add_argument("--port", type=int, default=50051, help="router port (0: a free port)")
     parser.add_argument("--http-port", type=int, default=8000,
@@ -66,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
     model = model_path(args.model)  # fails fast, in one line, when not installed
     draft = model_path(args.draft_model) if args.draft_model else None
-    spec = ClusterSpec(store=args.store, model=model, draft_model=draft, host=args.host,
+    spec = ClusterSpec(store=args.store, model=model, draft_model=draft,
+                       kv_dtype=args.kv_dtype, host=args.host,
                        router_port=args.port,
                        http_port=args.http_port, decode_workers=args.decode_workers,
                        slots=args.slots,

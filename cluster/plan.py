@@ -54,15 +54,17 @@ def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int
                           files=((config, store.config(spec.host, store_port, store_dir,
                                                        access)),))
     model = ("--model", str(spec.model)) if spec.model is not None else ()
+    kv = ("--kv-dtype", spec.kv_dtype) if spec.kv_dtype is not None else ()
     tls = access.certs.flags() if access.certs is not None else ()
     store_env = (("SNAPSTREAM_STORE", store_url),)
     draft = ("--draft-model", str(spec.draft_model)) if spec.draft_model is not None else ()
     prefill = _service(spec, "prefill", "prefill", port(spec.prefill_port), free_port(),
-                       (*model, *draft, *tls), store_env)
+                       (*model, *kv, *draft, *tls), store_env)
     decode_ports = spec.decode_ports or (0,) * spec.decode_workers
     decodes = tuple(
         _service(spec, f"decode-{i}", "decode", port(requested), free_port(),
-                 (*model, *tls, "--slots", str(spec.slots), "--backend", spec.backend), store_env)
+                 (*model, *kv, *tls, "--slots", str(spec.slots), "--backend", spec.backend),
+                 store_env)
         for i, requested in enumerate(decode_ports))
     http_port = port(spec.http_port)
     keys = ("--api-keys-file", str(api_keys_file)) if api_keys_file is not None else ()

@@ -21,6 +21,7 @@ class ClusterSpec:
     store: str = "redis"
     model: Path | None = None
     draft_model: Path | None = None  # the prefill worker's, for speculative prefill
+    kv_dtype: str | None = None  # the workers' --kv-dtype; None: their format's
     host: str = "127.0.0.1"
     router_port: int = 50051
     http_port: int = 0  # the router's OpenAI HTTP API (`snapstream up` asks for 8000)

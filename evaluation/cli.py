@@ -20,7 +20,7 @@ from evaluation.budget import Budget, SplitRule
 from evaluation.config import EvalConfig
 from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.policy import POOLINGS, CachePolicy
-from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
 
 
 def _list_of(convert: Callable, what: str) -> Callable[[str], tuple]:
@@ -37,6 +37,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--model", default=None, help=MODEL_HELP)
     add("--dtype", choices=DTYPE_CHOICES, default=AUTO, help=DTYPE_HELP)
+    add("--kv-dtype", choices=KV_DTYPES, default=None, help=KV_DTYPE_HELP)
     add("--device", default="cpu")
     add("--tasks", type=_list_of(str, "task names"), default=d.tasks)
     add("--context-lens", type=_list_of(int, "integers"), default=d.context_lens)
@@ -94,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     from evaluation.runner import evaluate
     from snapstream.engine import Engine
 
-    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
+                                    kv_dtype=args.kv_dtype)
     cfg = config_from_args(args, engine.default_policy, model_format(engine.tokenizer))
     longest = max(cfg.context_lens) + max(cfg.gaps)
     if longest > engine.context_len:

@@ -6,9 +6,10 @@ every header field against what the reader expects and raises a specific :class:
 Encoding copies each tensor once into the output buffer; decoding makes no copy (the tensors view
 the buffer).
 
-Version 2 carries layer groups (a hybrid model's global layers in the policy's layout, its
-sliding-window layers in a ring of their window); version 1 blobs (one layout for every layer)
-are refused with :class:`BlobVersionMismatch`.
+Version 2 carried layer groups (a hybrid model's global layers in the policy's layout, its
+sliding-window layers in a ring of their window); version 3 adds the int8 KV dtype, whose K and V
+rows are D int8 codes + a float32 scale each (:mod:`snapstream.kvquant`), copied as they are.
+Blobs of another version are refused with :class:`BlobVersionMismatch`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import torch
 
 from snapstream.config import ModelConfig
 from snapstream.kvcache import GroupKV, LayerGroup, ModelLayout, SequenceCache
+from snapstream.kvquant import kv_codec, to_kv
 from snapstream.policy import CacheLayout
 
 MAGIC = b"SNAPKV\x00\x00"
-VERSION = 2
+VERSION = 3
 # magic, version | header size (fixed part + group table + crc), fingerprint, L, Hkv, D, dtype,
 # number of groups, prompt_len, next_position, payload size, payload crc32
 _PREFIX = struct.Struct("<8sH")
@@ -35,7 +37,7 @@ _FIXED = struct.Struct("<8sHI32s3IBxHQQQI")
 _GROUP = struct.Struct("<5IH")
 _LAYER = struct.Struct("<H")
 _HEADER_CRC = struct.Struct("<I")
-DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
+DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.int8: 4}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
 
@@ -73,7 +75,7 @@ class BlobSpec:
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    dtype: torch.dtype
+    dtype: torch.dtype  # a KV dtype of snapstream.kvquant
     windows: tuple[int | None, ...]  # per layer; None: a global layer
 
     @classmethod
@@ -85,9 +87,14 @@ class BlobSpec:
         """The layer groups of this model for a policy's ``layout``."""
         return ModelLayout.build(self.windows, layout)
 
+    @property
+    def row_width(self) -> int:
+        """Elements of ``dtype`` per slot's K (or V) row: D, or D + 4 for int8."""
+        return kv_codec(self.dtype).row_width(self.head_dim)
+
     def payload_size(self, layout: ModelLayout) -> int:
         slots = layout.num_slots * self.num_kv_heads
-        return 2 * slots * self.head_dim * self.dtype.itemsize + slots * 4
+        return 2 * slots * self.row_width * self.dtype.itemsize + slots * 4
 
     def blob_size(self, layout: ModelLayout) -> int:
         return header_size(layout) + self.payload_size(layout)
@@ -100,7 +107,7 @@ def encode_blob(cache: SequenceCache, spec: BlobSpec) -> bytearray:
     out = torch.frombuffer(buf, dtype=torch.uint8)  # writable view of buf
     offset = size
     for part in cache.groups:
-        for tensor in (part.k.to(spec.dtype), part.v.to(spec.dtype), part.positions):
+        for tensor in (to_kv(part.k, spec.dtype), to_kv(part.v, spec.dtype), part.positions):
             raw = tensor.detach().contiguous().cpu().view(-1).view(torch.uint8)
             out[offset : offset + raw.numel()].copy_(raw)
             offset += raw.numel()
@@ -207,11 +214,12 @@ def _view_cache(payload: memoryview, spec: BlobSpec, layout: ModelLayout, prompt
         for group in layout.groups:
             slots = (len(group.layers), spec.num_kv_heads, group.layout.budget)
             count = slots[0] * slots[1] * slots[2]
-            k, v = (torch.frombuffer(payload, dtype=spec.dtype, count=count * spec.head_dim,
-                                     offset=offset + i * count * spec.head_dim *
-                                     spec.dtype.itemsize).view(*slots, spec.head_dim)
-                    for i in range(2))  # (Lg, Hkv, S, D)
-            offset += 2 * count * spec.head_dim * spec.dtype.itemsize
+            row = spec.row_width
+            k, v = (torch.frombuffer(payload, dtype=spec.dtype, count=count * row,
+                                     offset=offset + i * count * row * spec.dtype.itemsize
+                                     ).view(*slots, row)
+                    for i in range(2))  # (Lg, Hkv, S, W)
+            offset += 2 * count * row * spec.dtype.itemsize
             positions = torch.frombuffer(payload, dtype=torch.int32, count=count, offset=offset)
             offset += count * 4
             parts.append(GroupKV(group, k, v, positions.view(slots)))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from snapstream.checkpoints.registry import MODEL_HELP
-from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
 
 
 def env_name(flag: str) -> str:
@@ -52,7 +52,9 @@ def add_model_setting(parser: argparse.ArgumentParser) -> None:
 
 
 def add_dtype_setting(parser: argparse.ArgumentParser) -> None:
+    """``--dtype`` (the weight format) and ``--kv-dtype`` (None: the format's KV dtype)."""
     add_setting(parser, "--dtype", default=AUTO, choices=DTYPE_CHOICES, help=DTYPE_HELP)
+    add_setting(parser, "--kv-dtype", default=None, choices=KV_DTYPES, help=KV_DTYPE_HELP)
 
 
 def add_worker_settings(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,8 @@ class WorkerResources:
 
 
 async def open_worker(args: argparse.Namespace) -> WorkerResources:
-    """The engine of ``--model``/``--dtype``/``--device`` and the store at ``--store``
-    (:func:`serving.settings.add_worker_settings`)."""
-    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    """The engine of ``--model``/``--dtype``/``--kv-dtype``/``--device`` and the store at
+    ``--store`` (:func:`serving.settings.add_worker_settings`)."""
+    engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
+                                    kv_dtype=args.kv_dtype)
     return WorkerResources(engine, blob_spec(engine), await open_store(args.store))

@@ -21,8 +21,9 @@ def slot_attention(
     """Writes this step's keys and values into each row's slot, then one query per row attends
     over every slot of its cache.
 
-    q, k_new, v_new (B, H*, 1, D) in the activations' dtype; k, v (B, Hkv, S, D) in the cache's
-    (float32 or bfloat16, read as stored, never widened in memory), updated in place; slots
+    q, k_new, v_new (B, H*, 1, D) in the activations' dtype; k, v (B, Hkv, S, W) in the cache's
+    KV dtype (float32, bfloat16, or int8 rows of codes + scale, W = D + 4: read as stored,
+    never widened in memory; :mod:`snapstream.kvquant`), updated in place; slots
     (B,) int64; empty (B, S) bool, True where a slot holds no token -> (B, Hq, 1, D) in q's
     dtype. Which slots hold a token is the same for every layer and KV head of a layer group
     (its layout fills them alike), so one mask per group and step serves all of them. Runs the op

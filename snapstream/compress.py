@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from snapstream.kvcache import EMPTY, GroupKV, ModelLayout, SequenceCache
+from snapstream.kvquant import kv_codec
 from snapstream.policy import CacheLayout
 from snapstream.snapkv import select_topk
 
@@ -63,12 +64,15 @@ def compress_kv(
     dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """k, v (L, Hkv, P, D) of the whole prompt, for any number of layers L, and their SnapKV
-    scores (L, Hkv, P) -> K, V (L, Hkv, S, D) in ``dtype`` (default: k's; only the kept tokens
-    are converted) and positions (L, Hkv, S) int32, EMPTY where no token is."""
+    scores (L, Hkv, P) -> K, V (L, Hkv, S, W) in the KV dtype ``dtype`` (default: k's; only the
+    kept tokens are converted, an int8 row quantized here once; W: its row width,
+    :mod:`snapstream.kvquant`) and positions (L, Hkv, S) int32, EMPTY where no token is."""
     num_layers, num_kv_heads, prompt_len, head_dim = k.shape
+    codec = kv_codec(dtype or k.dtype)
     shape = (num_layers, num_kv_heads, layout.budget)
-    out_k = k.new_zeros(*shape, head_dim, dtype=dtype)  # (L, Hkv, S, D)
-    out_v = v.new_zeros(*shape, head_dim, dtype=dtype)
+    width = codec.row_width(head_dim)
+    out_k = k.new_zeros(*shape, width, dtype=codec.dtype)  # (L, Hkv, S, W)
+    out_v = v.new_zeros(*shape, width, dtype=codec.dtype)
     out_pos = torch.full(shape, EMPTY, dtype=torch.int32, device=k.device)  # (L, Hkv, S)
     if layout.compresses(prompt_len):
         keep = kept_positions(layout, prompt_len, scores).to(k.device)  # (L, Hkv, n_kept)
@@ -81,8 +85,8 @@ def compress_kv(
         keep = torch.arange(prompt_len, device=k.device).expand(num_layers, num_kv_heads, -1)
         slots = slot_indices(layout, keep)
     gather = keep[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, n_kept, D)
-    scatter = slots[..., None].expand(-1, -1, -1, head_dim)
-    out_k.scatter_(2, scatter, k.gather(2, gather).to(out_k.dtype))
-    out_v.scatter_(2, scatter, v.gather(2, gather).to(out_v.dtype))
+    scatter = slots[..., None].expand(-1, -1, -1, width)  # (L, Hkv, n_kept, W)
+    out_k.scatter_(2, scatter, codec.encode(k.gather(2, gather)))
+    out_v.scatter_(2, scatter, codec.encode(v.gather(2, gather)))
     out_pos.scatter_(2, slots, keep.to(torch.int32))
     return out_k, out_v, out_pos

@@ -21,16 +21,16 @@ def decode_step(
     """token_ids, positions (B,) -> logits (B, V); writes each row's new K/V into its slot of
     every layer group (a sliding group's ring then holds exactly the window the query sees).
 
-    caches: per group of ``layout``, k and v (Lg, B, Hkv, S, D) and positions (Lg, B, Hkv, S),
-    updated in place.
+    caches: per group of ``layout``, k and v (Lg, B, Hkv, S, W) and which slots hold a token
+    (B, S) bool, updated in place.
     """
     rows = torch.arange(token_ids.shape[0], device=token_ids.device)  # (B,)
     where, slots, empty = {}, [], []
-    for index, (group, (_, _, pos_cache)) in enumerate(zip(layout.groups, caches, strict=True)):
+    for index, (group, (_, _, filled)) in enumerate(zip(layout.groups, caches, strict=True)):
         group_slots = slot_indices(group.layout, positions)  # (B,)
-        pos_cache[:, rows, :, group_slots] = positions.to(torch.int32)[:, None, None]
+        filled[rows, group_slots] = True
         slots.append(group_slots)
-        empty.append(pos_cache[0, :, 0] < 0)  # (B, S), the same for every layer and KV head
+        empty.append(~filled)  # (B, S), the same for every layer and KV head
         where.update({layer: (index, local) for local, layer in enumerate(group.layers)})
 
     def attend(layer_idx: int, q, k, v) -> torch.Tensor:
@@ -50,7 +50,7 @@ class Decoder:
         self._step = (
             torch.compile(decode_step, fullgraph=True, dynamic=False) if compile else decode_step
         )
-        self._caches = tuple((group.k, group.v, group.positions) for group in cache.groups)
+        self._caches = tuple((group.k, group.v, group.filled) for group in cache.groups)
 
     @torch.no_grad()
     def step(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

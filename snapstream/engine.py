@@ -35,7 +35,7 @@ from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
 from snapstream.specprefill.placement import at_original_positions
 from snapstream.tokenizer import Tokenizer
-from snapstream.weight_formats import AUTO, WeightFormat, weight_format
+from snapstream.weight_formats import AUTO, WeightFormat, kv_dtype_name, weight_format
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ class Engine:
         self.config = model.config
         self.device = model.lm_head.weight.device
         self.dtype = model.model.norm.weight.dtype  # activations (weights may be int8/int4)
-        self.kv_dtype = kv_dtype or self.dtype  # sequence caches, blobs and decode pools
+        # sequence caches, blobs and decode pools: a KV dtype of snapstream.kvquant
+        self.kv_dtype = kv_dtype or self.dtype
         self.prefill_dtype = prefill_dtype or self.dtype  # activations of the prompt forward
         if self.prefill_dtype != self.dtype and any(
                 isinstance(m, torch.nn.Linear) for m in model.model.layers.modules()):
@@ -76,25 +77,27 @@ class Engine:
     @classmethod
     def from_pretrained(
         cls, path: str | Path | None = None, dtype: str | torch.dtype = AUTO,
-        device: str = "cpu", compile: bool = False,
+        device: str = "cpu", compile: bool = False, kv_dtype: str | None = None,
     ) -> Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
         model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.DTYPE_CHOICES``
         ("gguf": a GGUF's quantized blocks as they are, "int8", "int4": requantized weights;
         all three with float32 activations in decode, bfloat16 in the prompt forward, and a
         bfloat16 KV cache; "auto": the checkpoint's own format on the CPU, float32 elsewhere)
-        or a torch float dtype."""
+        or a torch float dtype. ``kv_dtype``: a name of ``weight_formats.KV_DTYPES`` ("int8":
+        int8 codes with a float32 scale per slot and head), None: the format's own."""
         checkpoint = open_checkpoint(path)
         native = checkpoint.native_format if torch.device(device).type == "cpu" else "float32"
         fmt = weight_format(dtype, native) if isinstance(dtype, str) else WeightFormat(
             str(dtype).removeprefix("torch."))
+        kv = kv_dtype_name(kv_dtype, fmt)
         model = load_model(checkpoint, dtype=getattr(torch, fmt.compute), device=device,
                            keep_blocks=fmt.keep_blocks)
         if fmt.quant is not None:
             quantize_model(model, QUANT_SCHEMES[fmt.quant])
         return cls(model, checkpoint.tokenizer(), compile,
                    load_default_policy(checkpoint.policy_file), name=checkpoint.name,
-                   kv_dtype=getattr(torch, fmt.kv_dtype),
+                   kv_dtype=getattr(torch, kv),
                    prefill_dtype=getattr(torch, fmt.prefill_dtype))
 
     @cached_property

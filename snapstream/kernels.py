@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import snapstream._kernels  # noqa: F401  (loading it registers the CPU kernels)
+from snapstream.kvquant import kv_codec
 
 slot_attention = torch.ops.snapstream.slot_attention
 rms_norm = torch.ops.snapstream.rms_norm
@@ -28,19 +29,22 @@ def grouped_slot_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_new: torch.Tensor,
     v_new: torch.Tensor, slots: torch.Tensor, empty: torch.Tensor,
 ) -> torch.Tensor:
-    """``slot_attention`` off the CPU. q (B, Hq, D) float32; k, v (B, Hkv, S, D), updated in
-    place; k_new, v_new (B, Hkv, D); slots (B,) int64; empty (B, S) bool -> (B, Hq, D) float32.
-    A KV head's G query heads share one matmul over its keys (GQA without repeating them), in
-    the cache's dtype with float32 accumulation; the softmax in float32."""
+    """``slot_attention`` off the CPU. q (B, Hq, D) float32; k, v (B, Hkv, S, W) in a KV dtype
+    (:mod:`snapstream.kvquant`), updated in place; k_new, v_new (B, Hkv, D); slots (B,) int64;
+    empty (B, S) bool -> (B, Hq, D) float32. A KV head's G query heads share one matmul over its
+    keys (GQA without repeating them), in the cache's dtype with float32 accumulation (an int8
+    cache dequantized to float32 first); the softmax in float32."""
     B, Hq, D = q.shape
     Hkv = k.shape[1]
+    codec = kv_codec(k.dtype)
     rows = torch.arange(B, device=q.device)
-    k[rows, :, slots] = k_new.to(k.dtype)  # (B, Hkv, D) into each row's slot
-    v[rows, :, slots] = v_new.to(v.dtype)
-    q_groups = (q * D**-0.5).view(B, Hkv, Hq // Hkv, D).to(k.dtype)  # (B, Hkv, G, D)
-    scores = torch.matmul(q_groups, k.transpose(-1, -2)).float()  # (B, Hkv, G, S)
+    k[rows, :, slots] = codec.encode(k_new)  # (B, Hkv, W) into each row's slot
+    v[rows, :, slots] = codec.encode(v_new)
+    keys, values = codec.decode(k), codec.decode(v)  # (B, Hkv, S, D)
+    q_groups = (q * D**-0.5).view(B, Hkv, Hq // Hkv, D).to(keys.dtype)  # (B, Hkv, G, D)
+    scores = torch.matmul(q_groups, keys.transpose(-1, -2)).float()  # (B, Hkv, G, S)
     probs = torch.softmax(scores.masked_fill_(empty[:, None, None], float("-inf")), dim=-1)
-    out = torch.matmul(probs.to(v.dtype), v)  # (B, Hkv, G, D)
+    out = torch.matmul(probs.to(values.dtype), values)  # (B, Hkv, G, D)
     return out.float().view(B, Hq, D)
 
 

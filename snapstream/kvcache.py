@@ -8,7 +8,9 @@ was trained to see no more). Each group owns its K/V/positions tensors, so every
 static shape.
 
 Keys are stored already rotated at their absolute positions, so slot order is irrelevant to
-attention; ``positions`` holds each slot's absolute position, ``-1`` for an empty slot.
+attention; ``positions`` holds each slot's absolute position, ``-1`` for an empty slot. K and V
+are stored in a KV dtype of :mod:`snapstream.kvquant`: a slot's row is its D values (float32,
+bfloat16) or D int8 codes and their scale (int8, a row of D + 4).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from snapstream.config import ModelConfig
+from snapstream.kvquant import kv_codec, to_kv
 from snapstream.policy import CacheLayout
 
 EMPTY = -1
@@ -81,8 +84,8 @@ class GroupKV:
     """One layer group's cache of one sequence."""
 
     group: LayerGroup
-    k: torch.Tensor  # (Lg, Hkv, S, D), Lg = len(group.layers), S = group.layout.budget
-    v: torch.Tensor  # (Lg, Hkv, S, D)
+    k: torch.Tensor  # (Lg, Hkv, S, W), Lg = len(group.layers), S = group.layout.budget, W: row
+    v: torch.Tensor  # (Lg, Hkv, S, W)                  width of the KV dtype (D; int8: D + 4)
     positions: torch.Tensor  # (Lg, Hkv, S) int32, EMPTY where unused
 
     def __post_init__(self) -> None:
@@ -125,17 +128,20 @@ class SequenceCache:
 
 @dataclass(frozen=True)
 class BatchGroupKV:
-    """One layer group's slice of a pool: ``batch_size`` rows."""
+    """One layer group's slice of a pool: ``batch_size`` rows. Which slots hold a token is the
+    same for every layer and KV head of a group (its layout fills them alike, and decode writes
+    the same slot in all of them), so the pool keeps one (B, S) mask, not the sequences'
+    per-layer, per-head positions (a blob keeps those; decode never reads them)."""
 
     group: LayerGroup
-    k: torch.Tensor  # (Lg, B, Hkv, S, D)
-    v: torch.Tensor  # (Lg, B, Hkv, S, D)
-    positions: torch.Tensor  # (Lg, B, Hkv, S) int32, EMPTY where unused
+    k: torch.Tensor  # (Lg, B, Hkv, S, W)
+    v: torch.Tensor  # (Lg, B, Hkv, S, W)
+    filled: torch.Tensor  # (B, S) bool, True where a slot holds a token
 
 
 class BatchCache:
     """A fixed pool of ``batch_size`` rows sharing one layout: every decode step sees one shape
-    per layer group."""
+    per layer group. K/V are held in the KV dtype ``dtype`` (:mod:`snapstream.kvquant`)."""
 
     def __init__(
         self, config: ModelConfig, layout: ModelLayout, batch_size: int, dtype: torch.dtype,
@@ -144,14 +150,16 @@ class BatchCache:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.layout = layout
+        width = kv_codec(dtype).row_width(config.head_dim)
         groups = []
         for group in layout.groups:
             shape = (len(group.layers), batch_size, config.num_kv_heads, group.layout.budget,
-                     config.head_dim)
+                     width)
             groups.append(BatchGroupKV(
-                group, k=torch.zeros(shape, dtype=dtype, device=device),  # (Lg, B, Hkv, S, D)
+                group, k=torch.zeros(shape, dtype=dtype, device=device),  # (Lg, B, Hkv, S, W)
                 v=torch.zeros(shape, dtype=dtype, device=device),
-                positions=torch.full(shape[:-1], EMPTY, dtype=torch.int32, device=device)))
+                filled=torch.zeros(batch_size, group.layout.budget, dtype=torch.bool,
+                                   device=device)))
         self.groups = tuple(groups)
 
     @property
@@ -159,14 +167,16 @@ class BatchCache:
         return self.groups[0].k.shape[1]
 
     def insert(self, row: int, seq: SequenceCache) -> None:
+        """Copies ``seq`` into ``row``, converted to the pool's KV dtype where it has another
+        (quantized here if the pool is int8 and ``seq`` float; int8 rows are copied as they are)."""
         if seq.layout != self.layout:
             raise ValueError(f"sequence layout {seq.layout} does not match the pool's "
                              f"{self.layout}")
         for pool, part in zip(self.groups, seq.groups, strict=True):
-            pool.k[:, row].copy_(part.k)
-            pool.v[:, row].copy_(part.v)
-            pool.positions[:, row].copy_(part.positions)
+            pool.k[:, row].copy_(to_kv(part.k, pool.k.dtype))
+            pool.v[:, row].copy_(to_kv(part.v, pool.v.dtype))
+            pool.filled[row].copy_(part.positions[0, 0] != EMPTY)
 
     def clear(self, row: int) -> None:
         for pool in self.groups:
-            pool.positions[:, row].fill_(EMPTY)
+            pool.filled[row].fill_(False)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
+from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CacheLayout, CachePolicy
 from snapstream.snapkv import pool_votes, snapkv_scores
@@ -180,7 +181,8 @@ class _SuffixRecorder:
         (stored,) = self.prefix.groups
         stored_pos = stored.positions[layer_idx].long()  # (Hkv, M)
         present = stored_pos[0] != EMPTY  # (M,): the same for every head
-        stored_k, stored_v = stored.k[layer_idx], stored.v[layer_idx]  # (Hkv, M, D)
+        # (Hkv, M, D); an int8 document's values (re-quantizing them gives the same codes)
+        stored_k, stored_v = kv_float(stored.k[layer_idx]), kv_float(stored.v[layer_idx])
         out = attend_with_prefix(q, k, v, stored_k, stored_v, present)
         dense_k, dense_v, known = self._dense(stored_k[:, present], stored_v[:, present],
                                               stored_pos[:, present], k, v)

@@ -13,6 +13,9 @@ other formats requantize or convert float weights.
 
 ``auto`` (the default everywhere) serves a checkpoint in the format its weights already have:
 ``gguf`` for a GGUF whose linear layers are all in those block types, else ``float32``.
+
+``kv_dtype`` (``--kv-dtype``) overrides a format's KV dtype: one of :data:`KV_DTYPES`, the
+names of snapstream.kvquant's registry (``int8``: codes with a float32 scale per slot and head).
 """
 
 from __future__ import annotations
@@ -55,6 +58,21 @@ def weight_format(name: str, native: str = "float32") -> WeightFormat:
     if name not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_CHOICES)}, got {name!r}")
     return WEIGHT_FORMATS[native if name == AUTO else name]
+KV_DTYPES = ("float32", "bfloat16", "int8")  # the names of snapstream.kvquant.KV_CODECS served
+
+
+def kv_dtype_name(name: str | None, fmt: WeightFormat) -> str:
+    """The KV dtype ``name`` names; None: ``fmt``'s own."""
+    if name is None:
+        return fmt.kv_dtype
+    if name not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, got {name!r}")
+    return name
+
+
+KV_DTYPE_HELP = ("what the KV cache holds (sequence caches, blobs, decode pools): float32, "
+                 "bfloat16, or int8 (codes with a float32 scale per slot and head); default: the "
+                 "--dtype format's (bfloat16 for the quantized formats)")
 DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: gguf for a GGUF of "
               "quantized blocks, else float32), float32, bfloat16, gguf (the GGUF's blocks as "
               "exact int4/int8 codes), or int8/int4 requantized weights (CPU); the quantized "

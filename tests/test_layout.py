@@ -28,7 +28,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 PACKAGES = {package: depth for depth, layer in enumerate(LAYERS) for package in layer}
 # what the blob codec may know of the runtime: the cache's description, not the engine
-KVSTORE_MAY_IMPORT = {"snapstream.config", "snapstream.kvcache", "snapstream.policy"}
+KVSTORE_MAY_IMPORT = {"snapstream.config", "snapstream.kvcache", "snapstream.kvquant",
+                      "snapstream.policy"}
 
 
 def _module_name(path: Path) -> str:

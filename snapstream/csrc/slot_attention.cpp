@@ -1,6 +1,11 @@
 // Decode attention over a fixed-shape slot cache, on the CPU: one query token per row, GQA,
-// float32 or bfloat16 K/V read as stored, float32 softmax and accumulation, one pass over each
-// KV head's slots for all of its query heads.
+// float32, bfloat16 or int8 K/V read as stored, float32 softmax and accumulation, one pass over
+// each KV head's slots for all of its query heads.
+//
+// An int8 cache (snapstream/kvquant.py) holds per slot and head a row of D int8 codes followed
+// by that row's float32 scale (absmax / 127) in 4 bytes: a row of D + 4. Codes are widened in
+// registers; a key's scale multiplies its score, a value's scale its probability. The step's
+// new key and value are quantized here exactly as kvquant.py does it.
 //
 // The work is split over (row, KV head, chunk of slots) so that a batch of one still spreads
 // over every thread (flash-decoding); each chunk keeps its own max, sum and weighted values,
@@ -19,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "generic_kernels.h"
@@ -36,11 +42,33 @@ constexpr int64_t kMaxGroup = 16; // query heads per KV head
 constexpr int64_t kMaxDim = 256;  // head dimension
 
 inline float to_float(float x) { return x; }
+inline float to_float(int8_t x) { return static_cast<float>(x); }
 inline float to_float(c10::BFloat16 x) {
   uint32_t bits = static_cast<uint32_t>(x.x) << 16;
   float out;
   std::memcpy(&out, &bits, sizeof(out));
   return out;
+}
+
+constexpr int64_t kScaleBytes = 4;  // an int8 row's float32 scale, after its codes
+
+template <typename KV>
+constexpr bool is_quantized() { return std::is_same_v<KV, int8_t>; }
+
+// Elements between one slot's row and the next: D, or D + 4 for int8.
+template <typename KV>
+inline int64_t row_stride(int64_t dim) { return is_quantized<KV>() ? dim + kScaleBytes : dim; }
+
+// The float32 scale of a row of D codes (1 for a float row).
+template <typename KV>
+inline float row_scale(const KV* row, int64_t dim) {
+  if constexpr (is_quantized<KV>()) {
+    float scale;
+    std::memcpy(&scale, row + dim, sizeof(scale));
+    return scale;
+  } else {
+    return 1.f;
+  }
 }
 
 // e^x for x <= 0 (a probability against its row's max), vectorizable: x = n ln2 + r with
@@ -65,7 +93,7 @@ inline float exp_nonpositive(float x) {
 
 // One chunk of one KV head: scores of its G queries against slots [begin, end), then
 // probabilities relative to the chunk's own max and their weighted sum of values.
-// q (G, D) pre-scaled; k, v (S, D); empty (S); scores scratch (G, end - begin);
+// q (G, D) pre-scaled; k, v (S, row_stride(D)); empty (S); scores scratch (G, end - begin);
 // -> chunk_max (G), chunk_sum (G), acc (G, D).
 constexpr int64_t kUnroll = 4;  // slots at a time: independent dot products, fewer stores
 
@@ -102,45 +130,59 @@ __attribute__((target("avx512f"))) inline __m512 load16(const c10::BFloat16* src
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
+__attribute__((target("avx512f"))) inline __m512 load16(const int8_t* src) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
+}
 
-// Scores of G queries (G, D) against slots [begin, end) of k (S, D), D a multiple of 16:
-// scores (G, end - begin), -inf where a slot is empty. 16 slots at a time, one accumulator each.
+// Scores of G queries (G, D) against slots [begin, end) of k (S, row_stride(D)), D a multiple of
+// 16: scores (G, end - begin), -inf where a slot is empty. 16 slots at a time, one accumulator
+// each; an int8 key's dot product with its codes times its scale.
 template <typename KV>
 __attribute__((target("avx512f"))) void scores_avx512(const float* q, const KV* k,
                                                       const bool* empty, int64_t begin,
                                                       int64_t end, int64_t group, int64_t dim,
                                                       float* scores) {
-  const int64_t n = end - begin;
+  const int64_t n = end - begin, stride = row_stride<KV>(dim);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t s0 = begin; s0 < end; s0 += 16) {
     const int64_t count = std::min<int64_t>(16, end - s0);
+    __m512 scales = _mm512_set1_ps(1.f);
+    if constexpr (is_quantized<KV>()) {
+      float lane[16] = {};
+      for (int64_t j = 0; j < count; ++j) lane[j] = row_scale(k + (s0 + j) * stride, dim);
+      scales = _mm512_loadu_ps(lane);
+    }
     for (int64_t g = 0; g < group; ++g) {
       __m512 acc[16];
       for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
       for (int64_t d = 0; d < dim; d += 16) {
         const __m512 query = _mm512_loadu_ps(q + g * dim + d);
         for (int64_t j = 0; j < count; ++j)
-          acc[j] = _mm512_fmadd_ps(query, load16(k + (s0 + j) * dim + d), acc[j]);
+          acc[j] = _mm512_fmadd_ps(query, load16(k + (s0 + j) * stride + d), acc[j]);
       }
       __mmask16 is_empty = 0;
       for (int64_t j = 0; j < count; ++j) is_empty |= static_cast<__mmask16>(empty[s0 + j]) << j;
-      const __m512 sums = _mm512_mask_blend_ps(is_empty, sum16(acc), neg_inf);
+      __m512 dots = sum16(acc);
+      if constexpr (is_quantized<KV>()) dots = _mm512_mul_ps(dots, scales);
+      const __m512 sums = _mm512_mask_blend_ps(is_empty, dots, neg_inf);
       _mm512_mask_storeu_ps(scores + g * n + (s0 - begin),
                             static_cast<__mmask16>((1u << count) - 1), sums);
     }
   }
 }
 
-// acc (G, D) = probs (G, end - begin) @ v[begin:end] (S, D), D a multiple of 16, skipping empty
-// slots: for 64 dimensions and up to 4 query heads at a time, the sums stay in registers and
-// each value row is widened once for all of them.
+// acc (G, D) = probs (G, end - begin) @ v[begin:end] (S, row_stride(D)), D a multiple of 16,
+// skipping empty slots: for 64 dimensions and up to 4 query heads at a time, the sums stay in
+// registers and each value row is widened once for all of them (an int8 row's scale joins the
+// probabilities).
 template <typename KV>
 __attribute__((target("avx512f"))) void values_avx512(const float* probs, const KV* v,
                                                       const bool* empty, int64_t begin,
                                                       int64_t end, int64_t group, int64_t dim,
                                                       float* acc) {
   constexpr int kHeads = 4, kVectors = 4;  // query heads and 16-wide vectors per register tile
-  const int64_t n = end - begin;
+  const int64_t n = end - begin, stride = row_stride<KV>(dim);
   for (int64_t d0 = 0; d0 < dim; d0 += 16 * kVectors) {
     const int64_t vectors = std::min<int64_t>(kVectors, (dim - d0) / 16);
     for (int64_t g0 = 0; g0 < group; g0 += kHeads) {
@@ -150,10 +192,12 @@ __attribute__((target("avx512f"))) void values_avx512(const float* probs, const 
         for (int u = 0; u < kVectors; ++u) sums[h][u] = _mm512_setzero_ps();
       for (int64_t s = begin; s < end; ++s) {
         if (empty[s]) continue;  // NaN or stale values never leak in
+        const KV* src = v + s * stride;
+        const float scale = row_scale(src, dim);
         __m512 row[kVectors];
-        for (int64_t u = 0; u < vectors; ++u) row[u] = load16(v + s * dim + d0 + 16 * u);
+        for (int64_t u = 0; u < vectors; ++u) row[u] = load16(src + d0 + 16 * u);
         for (int64_t h = 0; h < heads; ++h) {
-          const __m512 p = _mm512_set1_ps(probs[(g0 + h) * n + (s - begin)]);
+          const __m512 p = _mm512_set1_ps(probs[(g0 + h) * n + (s - begin)] * scale);
           for (int64_t u = 0; u < vectors; ++u) sums[h][u] = _mm512_fmadd_ps(p, row[u], sums[h][u]);
         }
       }
@@ -165,10 +209,12 @@ __attribute__((target("avx512f"))) void values_avx512(const float* probs, const 
 }
 #endif
 
+// One slot's row -> its D float values (an int8 row's codes times its scale).
 template <typename KV>
 inline void widen(const KV* src, int64_t dim, float* dst) {
+  const float scale = row_scale(src, dim);
 #pragma omp simd
-  for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]);
+  for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * scale;
 }
 
 template <typename KV>
@@ -176,7 +222,7 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
                                     int64_t begin, int64_t end, int64_t group, int64_t dim,
                                     float* scores, float* chunk_max, float* chunk_sum,
                                     float* acc, bool use_avx512) {
-  const int64_t n = end - begin;
+  const int64_t n = end - begin, stride = row_stride<KV>(dim);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float rows[kUnroll][kMaxDim];  // keys or values, widened once for every query head
   if (use_avx512 && dim % 16 == 0) {
@@ -188,7 +234,7 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
       const int64_t count = std::min(kUnroll, end - s);
       for (int64_t u = 0; u < kUnroll; ++u) {
         if (u < count) {
-          widen(k + (s + u) * dim, dim, rows[u]);
+          widen(k + (s + u) * stride, dim, rows[u]);
         } else {
           std::fill(rows[u], rows[u] + dim, 0.f);
         }
@@ -239,7 +285,7 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
     const int64_t count = std::min(kUnroll, end - s);
     for (int64_t u = 0; u < kUnroll; ++u) {
       if (u < count && !empty[s + u]) {
-        widen(v + (s + u) * dim, dim, rows[u]);
+        widen(v + (s + u) * stride, dim, rows[u]);
       } else {
         std::fill(rows[u], rows[u] + dim, 0.f);  // NaN or stale values never leak in
       }
@@ -268,7 +314,8 @@ bool use_avx512_kernels() {
 template <typename KV>
 void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const at::Tensor& empty, at::Tensor& out) {
-  const int64_t batch = k.size(0), kv_heads = k.size(1), slots = k.size(2), dim = k.size(3);
+  const int64_t batch = k.size(0), kv_heads = k.size(1), slots = k.size(2), dim = q.size(2);
+  const int64_t stride = row_stride<KV>(dim);
   const int64_t group = q.size(1) / kv_heads;
   const int64_t chunks = (slots + kChunk - 1) / kChunk;
   const float scale = 1.f / std::sqrt(static_cast<float>(dim));
@@ -290,7 +337,7 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
       const int64_t row = item / (chunks * kv_heads);
       const float* q_src = q_ptr + (row * kv_heads + head) * group * dim;
       for (int64_t i = 0; i < group * dim; ++i) query[i] = q_src[i] * scale;
-      const int64_t offset = (row * kv_heads + head) * slots * dim;
+      const int64_t offset = (row * kv_heads + head) * slots * stride;
       const int64_t begin = chunk * kChunk, end = std::min(slots, begin + kChunk);
       attend_chunk<KV>(query, k_ptr + offset, v_ptr + offset, empty_ptr + row * slots, begin,
                        end, group, dim, scores.data(), &part_max[item * group],
@@ -323,10 +370,24 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
   });
 }
 
+// An int8 row of D codes and its scale from D float values, as kvquant.py's Int8KV.encode:
+// scale = absmax / 127, code = round half to even (x / scale), 0 for an all-zero row.
+template <typename In>
+void quantize_row(const In* in, int64_t dim, int8_t* out) {
+  float absmax = 0.f;
+  for (int64_t d = 0; d < dim; ++d) absmax = std::max(absmax, std::fabs(static_cast<float>(in[d])));
+  const float scale = absmax / 127.f;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float code = scale > 0.f ? std::nearbyint(static_cast<float>(in[d]) / scale) : 0.f;
+    out[d] = static_cast<int8_t>(std::clamp(code, -127.f, 127.f));
+  }
+  std::memcpy(out + dim, &scale, sizeof(scale));
+}
+
 template <typename KV, typename In>
 void write_slots(const at::Tensor& cache, const at::Tensor& fresh, const at::Tensor& slots) {
   const int64_t batch = cache.size(0), kv_heads = cache.size(1), width = cache.size(2);
-  const int64_t dim = cache.size(3);
+  const int64_t dim = fresh.size(2), stride = row_stride<KV>(dim);
   KV* dst = cache.data_ptr<KV>();
   const In* src = fresh.data_ptr<In>();
   const int64_t* slot = slots.data_ptr<int64_t>();
@@ -334,9 +395,13 @@ void write_slots(const at::Tensor& cache, const at::Tensor& fresh, const at::Ten
     TORCH_CHECK(slot[row] >= 0 && slot[row] < width, "slot_attention: slot ", slot[row],
                 " of row ", row, " is outside [0, ", width, ")");
     for (int64_t head = 0; head < kv_heads; ++head) {
-      KV* out = dst + ((row * kv_heads + head) * width + slot[row]) * dim;
+      KV* out = dst + ((row * kv_heads + head) * width + slot[row]) * stride;
       const In* in = src + (row * kv_heads + head) * dim;
-      for (int64_t d = 0; d < dim; ++d) out[d] = static_cast<KV>(static_cast<float>(in[d]));
+      if constexpr (is_quantized<KV>()) {
+        quantize_row(in, dim, out);
+      } else {
+        for (int64_t d = 0; d < dim; ++d) out[d] = static_cast<KV>(static_cast<float>(in[d]));
+      }
     }
   }
 }
@@ -348,6 +413,9 @@ void write_both(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_ne
     if (k.scalar_type() == at::kBFloat16) {
       write_slots<c10::BFloat16, In>(k, k_new, slots);
       write_slots<c10::BFloat16, In>(v, v_new, slots);
+    } else if (k.scalar_type() == at::kChar) {
+      write_slots<int8_t, In>(k, k_new, slots);
+      write_slots<int8_t, In>(v, v_new, slots);
     } else {
       write_slots<float, In>(k, k_new, slots);
       write_slots<float, In>(v, v_new, slots);
@@ -356,7 +424,8 @@ void write_both(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_ne
 }
 
 // Writes each row's new key and value into its slot of the cache, then attends.
-// q (B, Hq, D) float32; k, v (B, Hkv, S, D) float32 or bfloat16, contiguous, updated in place;
+// q (B, Hq, D) float32; k, v (B, Hkv, S, D) float32 or bfloat16, or (B, Hkv, S, D + 4) int8
+// rows (codes + scale), contiguous, updated in place;
 // k_new, v_new (B, Hkv, D) of any float dtype; slots (B,) int64; empty (B, S) bool
 // -> (B, Hq, D) float32. A row whose slots are all empty gets zeros.
 at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -367,15 +436,17 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   TORCH_CHECK(q.dim() == 3 && k.dim() == 4 && v.sizes() == k.sizes() && empty.dim() == 2,
               "slot_attention: want q (B, Hq, D), k and v (B, Hkv, S, D), empty (B, S)");
   TORCH_CHECK(q.scalar_type() == at::kFloat, "slot_attention: q must be float32");
-  TORCH_CHECK(k.scalar_type() == v.scalar_type() &&
-                  (k.scalar_type() == at::kFloat || k.scalar_type() == at::kBFloat16),
-              "slot_attention: k and v must both be float32 or bfloat16");
+  const at::ScalarType kv_type = k.scalar_type();
+  TORCH_CHECK(kv_type == v.scalar_type() &&
+                  (kv_type == at::kFloat || kv_type == at::kBFloat16 || kv_type == at::kChar),
+              "slot_attention: k and v must both be float32, bfloat16 or int8");
   TORCH_CHECK(k.is_contiguous() && v.is_contiguous(),
               "slot_attention: the cache must be contiguous (it is written in place)");
   TORCH_CHECK(empty.scalar_type() == at::kBool, "slot_attention: empty must be bool");
-  const int64_t batch = k.size(0), kv_heads = k.size(1), slots_n = k.size(2), dim = k.size(3);
+  const int64_t batch = k.size(0), kv_heads = k.size(1), slots_n = k.size(2);
+  const int64_t dim = kv_type == at::kChar ? k.size(3) - kScaleBytes : k.size(3);
   TORCH_CHECK(q.size(0) == batch && q.size(2) == dim && q.size(1) % kv_heads == 0,
-              "slot_attention: q does not match k");
+              "slot_attention: q does not match k (an int8 cache's rows are D + 4 wide)");
   TORCH_CHECK(q.size(1) / kv_heads <= kMaxGroup && dim <= kMaxDim,
               "slot_attention: at most ", kMaxGroup, " query heads per KV head and ", kMaxDim,
               " dimensions");
@@ -390,8 +461,10 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   write_both(k, v, k_new.contiguous(), v_new.contiguous(), slots.contiguous());
   const at::Tensor qc = q.contiguous(), ec = empty.contiguous();
   at::Tensor out = at::empty(q.sizes(), q.options());
-  if (k.scalar_type() == at::kBFloat16) {
+  if (kv_type == at::kBFloat16) {
     slot_attention_impl<c10::BFloat16>(qc, k, v, ec, out);
+  } else if (kv_type == at::kChar) {
+    slot_attention_impl<int8_t>(qc, k, v, ec, out);
   } else {
     slot_attention_impl<float>(qc, k, v, ec, out);
   }

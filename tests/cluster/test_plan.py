@@ -71,6 +71,13 @@ def test_only_the_prefill_worker_gets_the_draft_model() -> None:
     assert all("--draft-model" not in m.argv for stage in _plan(ClusterSpec()) for m in stage)
 
 
+def test_both_model_workers_get_the_kv_dtype_and_the_router_not() -> None:
+    (_,), (prefill, *decodes), (router,) = _plan(ClusterSpec(decode_workers=2, kv_dtype="int8"))
+    assert [_flags(m.argv)["--kv-dtype"] for m in (prefill, *decodes)] == ["int8"] * 3
+    assert "--kv-dtype" not in router.argv
+    assert all("--kv-dtype" not in m.argv for stage in _plan(ClusterSpec()) for m in stage)
+
+
 def test_model_workers_get_the_torch_thread_share_and_the_router_none() -> None:
     (store,), workers, (router,) = _plan(ClusterSpec(torch_threads=1))
     assert all(dict(m.env)["OMP_NUM_THREADS"] == "1" for m in workers)

@@ -11,8 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from snapstream.kvcache import SequenceCache
+from snapstream.kvquant import kv_float, to_kv
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout
+
+# how far decode's logits may sit from masked_logits' per KV dtype: float32 rounding, except
+# that an int8 code may round the other way where the decode step's key or value differs from
+# the full forward's in its last bit (one code step of one row: ~1e-4 of these tiny models'
+# logits); a slot lost or a scale misapplied moves them by ~0.1
+LOGITS_ATOL = {torch.float32: 1e-4, torch.bfloat16: 1e-4, torch.int8: 1e-3}
 
 
 def snapkv_reference_scores(
@@ -99,8 +106,9 @@ def masked_logits(
     kv_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Full-sequence forward where layer l, KV head h may only attend where allowed[l, h];
-    queries from ``prompt_len`` on (the decode steps) read K/V rounded to ``kv_dtype``, as the
-    slot cache holds them, the prompt's own queries the exact ones. Returns (T, V) float32
+    queries from ``prompt_len`` on (the decode steps) read K/V rounded to the KV dtype
+    ``kv_dtype`` (int8: quantized per row as snapstream.kvquant does), as the slot cache holds
+    them, the prompt's own queries the exact ones. Returns (T, V) float32
     logits."""
     group = model.config.num_groups
     decoding = len(ids) if prompt_len is None else prompt_len
@@ -110,7 +118,7 @@ def masked_logits(
         k = k.repeat_interleave(group, dim=1)  # (1, Hq, T, D)
         v = v.repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (1, Hq, T, D)
-        stored_k, stored_v = (x.to(kv_dtype).to(x.dtype) for x in (k, v))
+        stored_k, stored_v = (kv_float(to_kv(x, kv_dtype)).to(x.dtype) for x in (k, v))
         stored = F.scaled_dot_product_attention(q, stored_k, stored_v, attn_mask=mask)
         out[:, :, decoding:] = stored[:, :, decoding:]
         return out

@@ -11,6 +11,7 @@ from snapstream.attention import PrefillRecorder
 from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.engine.reference import (
+    LOGITS_ATOL,
     cache_kept_mask,
     masked_logits,
     record_prefill,
@@ -46,7 +47,7 @@ def _check_against_reference(engine, ids, policy, steps):
     allowed = cache_kept_mask(result.cache, len(sequence), engine.config.num_kv_heads)
     reference = masked_logits(engine.model, sequence, allowed, len(ids),
                               engine.kv_dtype)[len(ids) - 1 :]
-    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits, reference, atol=LOGITS_ATOL[engine.kv_dtype], rtol=0)
     return result
 
 
@@ -90,7 +91,7 @@ def policy_with_budget(kind: str, budget: int, steps: int) -> tuple[CachePolicy,
     return policy, budget + 5
 
 
-@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16, torch.int8])
 @pytest.mark.parametrize("kind", ["full", "streaming", "snapkv", "snapstream"])
 @pytest.mark.parametrize(("head_dim", "group", "budget", "generic"), HEAD_SHAPES)
 def test_decode_matches_reference_for_every_head_shape(monkeypatch, head_dim, group, budget,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kvstore.codec import (
+    VERSION,
     BlobCorrupted,
     BlobLayoutMismatch,
     BlobModelMismatch,
@@ -18,6 +19,7 @@ from kvstore.codec import (
 )
 from snapstream.config import FULL, SLIDING
 from snapstream.fingerprint import model_fingerprint
+from snapstream.kvquant import kv_float
 from snapstream.policy import CacheLayout, CachePolicy
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
@@ -73,6 +75,35 @@ def test_bfloat16_round_trip(engine):
                for got, sent in zip(back.groups, cache.groups, strict=True))
 
 
+def test_int8_round_trip_carries_codes_and_scales_as_they_are(engine):
+    """An int8 engine's cache (quantized once at prefill) comes back byte for byte, each row D
+    codes + a float32 scale; the blob is (D + 4) / (4 D) of float32's K/V plus positions."""
+    spec = BlobSpec.for_model(engine.config, b"\x01" * 32, torch.int8)
+    int8_engine = engine_for(engine.model, kv_dtype=torch.int8)
+    cache = int8_engine.prefill(list(range(90)), POLICY, max_new_tokens=8).cache
+    back = decode_blob(encode_blob(cache, spec), spec)
+    for got, sent in zip(back.groups, cache.groups, strict=True):
+        assert got.k.dtype == torch.int8 and got.k.shape[-1] == engine.config.head_dim + 4
+        for name in ("k", "v", "positions"):
+            assert torch.equal(getattr(got, name), getattr(sent, name)), name
+    layout = cache.layout
+    slots = layout.num_slots * engine.config.num_kv_heads
+    assert spec.payload_size(layout) == slots * (2 * (engine.config.head_dim + 4) + 4)
+    float_spec = dataclasses.replace(spec, dtype=torch.float32)
+    with pytest.raises(BlobLayoutMismatch, match=r"dtype torch\.int8, expected torch\.float32"):
+        decode_blob(encode_blob(cache, spec), float_spec)
+
+
+def test_a_float_cache_is_quantized_into_an_int8_blob(engine):
+    spec = BlobSpec.for_model(engine.config, b"\x01" * 32, torch.int8)
+    cache = engine.prefill(list(range(90)), POLICY, max_new_tokens=8).cache  # float32 K/V
+    back = decode_blob(encode_blob(cache, spec), spec)
+    for got, sent in zip(back.groups, cache.groups, strict=True):
+        scale = got.k[..., -4:].contiguous().view(torch.float32)  # (Lg, Hkv, S, 1)
+        error = (kv_float(got.k) - sent.k).abs()
+        assert bool((error <= scale / 2 + 1e-6).all())
+
+
 def test_size_is_independent_of_prompt_length(engine, spec):
     sizes = {len(_blob(engine, spec, n)[1]) for n in (3, 36, 37, 500)}
     assert sizes == {spec.blob_size(spec.model_layout(POLICY.layout(1, 1)))}
@@ -119,8 +150,18 @@ def test_a_version_1_blob_is_refused(engine, spec):
     cache, _ = _blob(engine, spec)
     old = bytearray(b"SNAPKV\x00\x00" + (1).to_bytes(2, "little") + (112).to_bytes(2, "little"))
     old += bytes(112 - len(old) + spec.payload_size(cache.layout))
-    with pytest.raises(BlobVersionMismatch, match="version 1, this reader handles 2"):
+    with pytest.raises(BlobVersionMismatch, match=f"version 1, this reader handles {VERSION}"):
         decode_blob(old, spec)
+
+
+def test_a_version_2_blob_is_refused(engine, spec):
+    """Version 2 (layer groups, float K/V only) had this header layout: only its version field
+    differs, and it is refused by that."""
+    assert VERSION == 3
+    _, blob = _blob(engine, spec)
+    blob[8:10] = (2).to_bytes(2, "little")
+    with pytest.raises(BlobVersionMismatch, match="version 2, this reader handles 3"):
+        decode_blob(blob, spec)
 
 
 def test_wrong_model(engine, spec):

@@ -11,7 +11,7 @@ from snapstream.config import FULL, SLIDING
 from snapstream.kvcache import EMPTY, window_layout
 from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for, greedy_with_logits
-from tests.engine.reference import cache_kept_mask, masked_logits
+from tests.engine.reference import LOGITS_ATOL, cache_kept_mask, masked_logits
 from tests.tiny_models import random_model, tiny_config
 
 WINDOW = 12
@@ -57,18 +57,23 @@ def test_sliding_layers_hold_a_ring_of_exactly_their_window(engine, kind):
     assert len(shapes) <= 1  # fixed-size kinds: one shape per group for every prompt length
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.int8])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("length", [3, WINDOW, 29, 70])
-def test_decode_matches_the_windowed_kept_set_reference(engine, kind, length):
+def test_decode_matches_the_windowed_kept_set_reference(engine, kind, length, kv_dtype):
     """Past the window in prefill and in decode (the ring wraps twice): the sliding layers see
-    exactly the last ``WINDOW`` tokens, the global ones the policy's kept set."""
+    exactly the last ``WINDOW`` tokens, the global ones the policy's kept set; with an int8
+    cache, both groups' rows quantized as the reference quantizes them."""
+    engine = engine_for(engine.model, kv_dtype=kv_dtype)
     ids = prompt(length, seed=length + 1)
     steps = 2 * WINDOW + 3
     tokens, logits, result = greedy_with_logits(engine, ids, policy_of(kind), steps)
+    assert all(part.k.dtype == kv_dtype for part in result.cache.groups)
     sequence = ids + tokens[:-1]
     allowed = cache_kept_mask(result.cache, len(sequence), HYBRID.num_kv_heads)
-    reference = masked_logits(engine.model, sequence, allowed, len(ids))[len(ids) - 1 :]
-    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+    reference = masked_logits(engine.model, sequence, allowed, len(ids),
+                              kv_dtype)[len(ids) - 1 :]
+    torch.testing.assert_close(logits, reference, atol=LOGITS_ATOL[kv_dtype], rtol=0)
 
 
 @pytest.mark.parametrize("length", [5, 40])

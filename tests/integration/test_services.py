@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import torch
 
 from decode_svc.backends import BackendConfig, make_backend
 from decode_svc.loop import DecodeLoop
@@ -65,9 +66,10 @@ class Stack:
 @contextlib.asynccontextmanager
 async def serving_stack(model_dir: Path, store_url: str,
                         backend: BackendConfig = TORCH, slots: int = 4, max_queue: int = 16,
-                        prefill_queue: int = 8, prefill_cls: type[PrefillServicer] = PrefillServicer
-                        ) -> AsyncIterator[Stack]:
-    engine = Engine.from_pretrained(model_dir)
+                        prefill_queue: int = 8,
+                        prefill_cls: type[PrefillServicer] = PrefillServicer,
+                        kv_dtype: str | None = None) -> AsyncIterator[Stack]:
+    engine = Engine.from_pretrained(model_dir, kv_dtype=kv_dtype)
     spec = blob_spec(engine)
     store = await open_store(store_url)
     loop = DecodeLoop(engine, make_backend(backend, engine.config), slots=slots,
@@ -261,6 +263,34 @@ async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_ur
                 max_new_tokens=20)):
             resumed += list(message.chunk.token_ids)
         assert ids[:7] + resumed == ids
+        await wait_idle(stack)
+
+
+async def test_an_int8_kv_stream_resumes_token_identically(model_dir, redis_url):
+    """Workers with an int8 KV cache: the stream equals the in-process int8 engine's, its blob
+    is int8 (codes + scales), and a decode worker resuming from that blob plus the streamed
+    tokens continues it token for token."""
+    from kvstore.codec import decode_blob, encode_blob
+
+    async with serving_stack(model_dir, redis_url, kv_dtype="int8") as stack:
+        engine = stack.engine
+        assert engine.kv_dtype == torch.int8
+        ids, _, _ = await collect(stack.generation, generation_pb2.GenerateRequest(
+            prompt="resume " * 30, max_new_tokens=24, policy=POLICY))
+        prompt = engine.encode("resume " * 30)
+        assert ids == engine.generate(prompt, 24, ENGINE_POLICY).token_ids
+        result = engine.prefill(prompt, ENGINE_POLICY, 24, capacity=engine.context_len)
+        spec = blob_spec(engine)
+        blob = encode_blob(result.cache, spec)
+        (part,) = decode_blob(blob, spec).groups
+        assert part.k.dtype == torch.int8 and part.k.shape[-1] == engine.config.head_dim + 4
+        await stack.store.put("resume-key", blob, ttl_s=60)
+        resumed = []
+        async for message in stack.decode.Decode(decode_pb2.DecodeRequest(
+                request_id="r", blob_key="resume-key", first_token_id=ids[0],
+                generated_token_ids=ids[1:9], max_new_tokens=24)):
+            resumed += list(message.chunk.token_ids)
+        assert ids[:9] + resumed == ids
         await wait_idle(stack)
 
 

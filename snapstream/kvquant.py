@@ -1,0 +1,87 @@
+"""How K/V vectors are stored in a cache: one registry of KV dtypes, keyed by the torch dtype of
+the stored tensors (sequence caches, blobs and decode pools alike).
+
+- float32, bfloat16 (and float16): each slot's row holds its D values as they are.
+- int8: each slot's row holds D int8 codes and, after them, the row's float32 scale in 4 bytes
+  (a row of D + 4 int8): symmetric, ``scale = max |x| / 127``, ``code = round(x / scale)``,
+  ``x ~ code * scale`` (error at most ``scale / 2`` per value). The scale travels in the row, so
+  every slot-wise operation (placing, rolling a ring, copying into a pool, the blob's bytes)
+  moves codes and scale together and never re-quantizes a stored slot. The decode kernel
+  (snapstream/csrc/slot_attention.cpp) writes a step's new row with the same arithmetic, so a
+  row quantized there and one quantized here are the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SCALE_BYTES = 4  # a float32 scale after each int8 row's codes
+
+
+@dataclass(frozen=True)
+class PlainKV:
+    """Rows of D values in ``dtype``."""
+
+    dtype: torch.dtype
+
+    def row_width(self, head_dim: int) -> int:
+        return head_dim
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., D) float -> (..., D) in ``dtype``."""
+        return x.to(self.dtype)
+
+    def decode(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (..., D) -> the same values (no copy)."""
+        return rows
+
+
+@dataclass(frozen=True)
+class Int8KV:
+    """Rows of D int8 codes + a float32 scale (absmax / 127) per row, i.e. per slot and head."""
+
+    dtype: torch.dtype = torch.int8
+
+    def row_width(self, head_dim: int) -> int:
+        return head_dim + SCALE_BYTES
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., D) float -> rows (..., D + 4) int8: codes, then the scale's bytes."""
+        x = x.float()
+        scale = x.abs().amax(dim=-1, keepdim=True) / 127  # (..., 1)
+        codes = torch.where(scale > 0, x / scale, 0.0).round_().clamp_(-127, 127)  # (..., D)
+        return torch.cat((codes.to(torch.int8), scale.view(torch.int8)), dim=-1)
+
+    def decode(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (..., D + 4) int8 -> (..., D) float32."""
+        scale = rows[..., -SCALE_BYTES:].contiguous().view(torch.float32)  # (..., 1)
+        return rows[..., :-SCALE_BYTES].float() * scale
+
+
+KV_CODECS = {
+    torch.float32: PlainKV(torch.float32),
+    torch.bfloat16: PlainKV(torch.bfloat16),
+    torch.float16: PlainKV(torch.float16),
+    torch.int8: Int8KV(),
+}
+
+
+def kv_codec(dtype: torch.dtype) -> PlainKV | Int8KV:
+    if dtype not in KV_CODECS:
+        raise ValueError(f"KV dtype {dtype} is not one of {sorted(map(str, KV_CODECS))}")
+    return KV_CODECS[dtype]
+
+
+def to_kv(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """K or V rows in any KV dtype -> the same in ``dtype``: as they are when the dtypes agree
+    (an int8 row is never re-quantized), else through float32."""
+    if rows.dtype == dtype:
+        return rows
+    return kv_codec(dtype).encode(kv_float(rows))
+
+
+def kv_float(rows: torch.Tensor) -> torch.Tensor:
+    """K or V rows in any KV dtype -> their values (..., D) (float rows as they are)."""
+    return kv_codec(rows.dtype).decode(rows)
