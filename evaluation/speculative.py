@@ -1,16 +1,16 @@
 """Speculative prefill measured: a draft of one family cuts a document longer than the
 target's window (``compact`` positions) against the obvious truncations at the same target
-budget, and the time to first token of draft + target against the target alone.
+budget. (Time to first token: ``snapstream bench specprefill``; the grid of keep shares:
+``snapstream eval --draft-model``.)
 
-``python -m evaluation.speculative compact ...`` and ``... ttft ...`` print one table each;
-the figures in docs/accuracy.md and docs/speculative.md name their exact commands.
+``python -m evaluation.speculative compact ...`` prints one table; the figures in
+docs/accuracy.md name its exact command.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import time
 from collections.abc import Callable
 
 from evaldata import PromptSpec, Sample, TaskConfig, corpus, generate, verdict
@@ -113,32 +113,6 @@ def _answers(target: Engine, ids: list[int], sample, max_new_tokens: int) -> boo
     return bool(verdict(sample.answers, out.text, is_final=True))
 
 
-def run_ttft(args: argparse.Namespace) -> None:
-    target, draft = Engine.from_pretrained(args.target), Engine.from_pretrained(args.draft)
-    selector = DraftSelector(draft)
-    settings = SpeculativeSettings(keep=args.keep)
-    print("| length | target alone s | draft s | target on kept s | draft + target s | "
-          "ratio | target time saved |")
-    print("|---|---|---|---|---|---|---|")
-    for length in args.lengths:
-        sample = generate("passkey", random.Random(f"speculative-ttft/{length}"),
-                          TaskConfig(context_len=length), PromptSpec(target.tokenizer, "raw"))
-        ids = target.tokenizer.encode(sample.prompt)
-        whole = _prefill_s(target, ids, None)
-        selection = selector.select(sample.prompt, target.tokenizer, settings)
-        kept = _prefill_s(target, selection.ids, selection.positions)
-        both = selection.draft_s + kept
-        print(f"| {len(ids)} | {whole:.2f} | {selection.draft_s:.2f} | {kept:.2f} | "
-              f"{both:.2f} | {both / whole:.2f}x | {1 - kept / whole:.0%} |", flush=True)
-
-
-def _prefill_s(engine: Engine, ids: list[int], positions: list[int] | None) -> float:
-    """Wall time of the prefill and the first token's logits."""
-    start = time.perf_counter()
-    engine.prefill(ids, FULL, 1, positions=positions)
-    return time.perf_counter() - start
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m evaluation.speculative")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -150,15 +124,10 @@ def main(argv: list[str] | None = None) -> None:
     compact.add_argument("--samples", type=int, default=3, help="per task")
     compact.add_argument("--max-new-tokens", type=int, default=12)
     compact.add_argument("--seed", type=int, default=0)
-    ttft = commands.add_parser("ttft", help="draft + target prefill against the target alone")
-    ttft.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")],
-                      default=[4000, 8000])
-    ttft.add_argument("--keep", type=float, default=0.25)
-    for sub in (compact, ttft):
-        sub.add_argument("--target", default="smollm2-135m")
-        sub.add_argument("--draft", default="gemma3-270m")
+    compact.add_argument("--target", default="smollm2-135m")
+    compact.add_argument("--draft", default="gemma3-270m")
     args = parser.parse_args(argv)
-    {"compact": run_compact, "ttft": run_ttft}[args.command](args)
+    {"compact": run_compact}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,131 @@
+"""`snapstream eval --draft-model`: speculative rows beside the full baseline, the flags'
+validation, through the real CLI registry on tiny random checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from evaldata import Placement
+from evaluation.config import EvalConfig, SpeculativeGrid
+from tests.tiny_models import write_tiny_model
+
+GRID = ["--tasks", "passkey,niah", "--context-lens", "600", "--depths", "0.2,0.8",
+        "--placements", "after", "--policies", "full", "--n-per-cell", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> tuple[Path, Path]:
+    return (write_tiny_model(tmp_path_factory.mktemp("target"), context=1024),
+            write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9, context=1024))
+
+
+@pytest.fixture(scope="module")
+def result(models, tmp_path_factory) -> tuple[list[dict], dict, str]:
+    target, draft = models
+    out, stdout = tmp_path_factory.mktemp("eval"), io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["eval", "--model", str(target), "--draft-model", str(draft),
+                     "--keep", "0.25,1", "--chunk-size", "16", *GRID, "--out", str(out)]) == 0
+    with (out / "results.csv").open(newline="") as file:
+        records = list(csv.DictReader(file))
+    return records, json.loads((out / "summary.json").read_text()), stdout.getvalue()
+
+
+def test_each_sample_gets_a_row_per_keep_share_beside_full(result, models):
+    records, _, _ = result
+    runs = [(r["policy"], r["budget_label"]) for r in records]
+    assert {run: runs.count(run) for run in runs} == {
+        ("full", ""): 4, ("speculative", "keep 0.25"): 4, ("speculative", "keep 1"): 4}
+    for record in records:
+        if record["policy"] == "speculative":
+            assert record["draft"] == str(models[1])
+            assert float(record["keep"]) == float(record["budget_label"].split()[1])
+        else:
+            assert record["draft"] == "" and record["keep"] == ""
+
+
+def test_the_target_prefills_about_the_keep_share(result):
+    records, _, _ = result
+    full = {r["sample"]: r for r in records if r["policy"] == "full"}
+    for record in records:
+        if record["budget_label"] == "keep 0.25":
+            prompt = int(full[record["sample"]]["prompt_tokens"])
+            assert record["prompt_tokens"] == str(prompt)
+            # the ranked chunks fill a quarter; the first and last chunks and the question
+            # are kept on top of it
+            assert prompt * 0.2 < int(record["budget"]) < prompt * 0.6
+            assert float(record["budget_fraction"]) == pytest.approx(
+                int(record["budget"]) / prompt)
+
+
+def test_keeping_everything_answers_as_the_full_prompt(result):
+    records, _, _ = result
+    full = {r["sample"]: r for r in records if r["policy"] == "full"}
+    kept_all = [r for r in records if r["budget_label"] == "keep 1"]
+    for record in kept_all:
+        base = full[record["sample"]]
+        assert record["budget"] == base["prompt_tokens"]
+        assert (record["generated"], record["correct"]) == (base["generated"], base["correct"])
+        assert float(record["forced_nll"]) == pytest.approx(float(base["forced_nll"]),
+                                                            rel=1e-4)
+
+
+def test_summary_reports_speculative_runs_relative_to_full(result):
+    _, summary, stdout = result
+    assert summary["config"]["speculative"]["keeps"] == [0.25, 1.0]
+    assert summary["config"]["speculative"]["chunk_size"] == 16
+    entries = {(e["task"], e["policy"], e["budget_label"]): e for e in summary["by_task"]}
+    for task in ("passkey", "niah"):
+        spec = entries[task, "speculative", "keep 0.25"]
+        assert spec["n"] == 2
+        assert spec["full_accuracy"] == entries[task, "full", None]["accuracy"]
+    assert "| speculative | keep 0.25 |" in stdout
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--keep", "0"], "speculative.keep must be in (0, 1], got 0.0"),
+    (["--keep", "0.25,1.5"], "speculative.keep must be in (0, 1], got 1.5"),
+    (["--keep", "0.25,0.25"], "keep shares must be distinct"),
+    (["--keep", "a"], "expected comma-separated shares in (0, 1]"),
+    (["--chunk-size", "0"], "speculative.chunk_size must be >= 1"),
+    (["--placements", "after,before"], "a draft model needs placements=after"),
+])
+def test_bad_speculative_flags_are_one_line_errors(models, tmp_path, capsys, flags, message):
+    target, draft = models
+    args = ["eval", "--model", str(target), "--draft-model", str(draft), *GRID, *flags,
+            "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_speculative_flags_need_a_draft(models, tmp_path, capsys):
+    assert main(["eval", "--model", str(models[0]), "--keep", "0.25", "--positions", "compact",
+                 *GRID, "--out", str(tmp_path)]) == 2
+    assert "--keep, --positions need(s) --draft-model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"keeps": ()}, "keep shares must be distinct and not empty"),
+    ({"keeps": (0.1, -0.5)}, "speculative.keep"),
+    ({"positions": "sideways"}, "speculative.positions"),
+    ({"look_ahead": -1}, "speculative.look_ahead"),
+])
+def test_grid_validation_names_the_setting(fields, message):
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        SpeculativeGrid(draft="d", **fields)
+
+
+def test_a_grid_needs_the_question_after_the_context():
+    grid = SpeculativeGrid(draft="d")
+    assert EvalConfig(placements=(Placement.AFTER,), speculative=grid).speculative == grid
+    with pytest.raises(ValueError, match="placements=after and gaps=0"):
+        EvalConfig(placements=(Placement.AFTER,), gaps=(0, 64), speculative=grid)
