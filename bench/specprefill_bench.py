@@ -110,7 +110,8 @@ def render(cfg: SpecPrefillBenchConfig, measured: list[dict], projected: list[di
                     f"{draft * 1e3:.1f}", f"{r['target_kept_s'] * 1e3:.0f}",
                     f"{both * 1e3:.0f}", f"{both / r['target_full_s']:.2f}×"])
     return "\n\n".join([
-        "## Speculative prefill: time to first token",
+        f"## Speculative prefill: time to first token, {Path(cfg.draft).name} drafting for "
+        f"{Path(cfg.target).name}",
         f"Command: `{command}`  \nMachine: {machine_line()}; shared with other jobs (load "
         f"average at the end: {load}): compare ratios within a row only.",
         f"Measured: {cfg.draft} drafting for {cfg.target} at keep {cfg.keep:g} (passkey "
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     projected = project(cfg)
     measured = measure(cfg)
     results = {"measured": measured, "projected": projected}
-    publish(render(cfg, measured, projected, command_line()), "specprefill",
+    section = f"specprefill-{Path(cfg.draft).name}-{Path(cfg.target).name}"
+    publish(render(cfg, measured, projected, command_line()), section,
             None if args.no_doc else args.doc, results, args.json_out)
     return 0

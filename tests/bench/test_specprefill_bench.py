@@ -53,9 +53,11 @@ def test_the_projection_covers_every_length_and_keep_share(run):
 def test_the_doc_section_names_the_command_and_keeps_the_rest(run, models):
     _, doc = run
     assert doc.startswith("# Benchmarks\n\nkept text\n")
-    section = doc.split("<!-- bench:specprefill -->")[1].split("<!-- /bench:specprefill -->")[0]
+    name = f"specprefill-{models[1].name}-{models[0].name}"
+    section = doc.split(f"<!-- bench:{name} -->")[1].split(f"<!-- /bench:{name} -->")[0]
     assert "Command: `snapstream " in section  # the process's own arguments follow
-    assert "## Speculative prefill: time to first token" in section
+    assert (f"## Speculative prefill: time to first token, {models[1].name} drafting for "
+            f"{models[0].name}") in section
     assert "| prompt tokens | kept tokens | target alone s |" in section
     assert "llama-3.2-1b drafting for llama-3.1-70b" in section
     assert section.count("\n| 8192 | ") == 2

@@ -13,7 +13,9 @@ import pytest
 
 from cli.main import main
 from evaldata import Placement
+from evaluation import speculative
 from evaluation.config import EvalConfig, SpeculativeGrid
+from evaluation.speculative_report import verdict
 from tests.tiny_models import write_tiny_model
 
 GRID = ["--tasks", "passkey,niah", "--context-lens", "600", "--depths", "0.2,0.8",
@@ -27,9 +29,14 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def result(models, tmp_path_factory) -> tuple[list[dict], dict, str]:
+def out_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("eval")
+
+
+@pytest.fixture(scope="module")
+def result(models, out_dir) -> tuple[list[dict], dict, str]:
     target, draft = models
-    out, stdout = tmp_path_factory.mktemp("eval"), io.StringIO()
+    out, stdout = out_dir, io.StringIO()
     with contextlib.redirect_stdout(stdout):
         assert main(["eval", "--model", str(target), "--draft-model", str(draft),
                      "--keep", "0.25,1", "--chunk-size", "16", *GRID, "--out", str(out)]) == 0
@@ -87,6 +94,41 @@ def test_summary_reports_speculative_runs_relative_to_full(result):
         assert spec["n"] == 2
         assert spec["full_accuracy"] == entries[task, "full", None]["accuracy"]
     assert "| speculative | keep 0.25 |" in stdout
+
+
+def test_the_report_tables_every_pair_and_marks_the_target(result, out_dir, models, tmp_path,
+                                                          capsys):
+    records, _, _ = result
+    png = tmp_path / "keep.png"
+    speculative.main(["report", str(out_dir), str(out_dir), "--out", str(png)])
+    lines = capsys.readouterr().out.splitlines()
+    pair = f"{models[1].name} → {models[0].name}"
+    assert lines[0] == ("| draft → target | task | length | full | keep 25% | keep 100% | "
+                        "keep 25% ≥ 90% of full |")
+    right = {label: sum(r["correct"] == "True" for r in records
+                        if r["task"] == "passkey" and r["budget_label"] == label)
+             for label in ("", "keep 0.25", "keep 1")}
+    mark = ("n.a." if right[""] < 1 else "met" if right["keep 0.25"] >= 0.9 * right[""]
+            else "missed")
+    expected = (f"| {pair} | **passkey** | all | **{right['']}/2** | "
+                f"**{right['keep 0.25']}/2** | **{right['keep 1']}/2** | {mark} |")
+    assert [line for line in lines if "**passkey**" in line] == [expected, expected]
+    assert sum(f"| {pair} | niah | 600 |" in line for line in lines) == 2
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def _entry(correct: int, n: int) -> dict:
+    return {"correct": correct, "n": n, "accuracy": correct / n}
+
+
+@pytest.mark.parametrize(("full", "at_target", "expected"), [
+    (_entry(4, 4), _entry(4, 4), "met"), (_entry(4, 4), _entry(3, 4), "missed"),
+    (_entry(10, 10), _entry(9, 10), "met"), (_entry(2, 4), _entry(1, 4), "missed"),
+    (_entry(2, 4), _entry(2, 4), "met"), (_entry(1, 4), _entry(0, 4), "n.a."),
+    (_entry(4, 4), None, "n.a."),
+])
+def test_the_target_is_90_percent_of_full_where_full_answers_half(full, at_target, expected):
+    assert verdict(full, at_target) == expected
 
 
 @pytest.mark.parametrize(("flags", "message"), [
