@@ -4,7 +4,9 @@ Writes results.csv, summary.json, accuracy_vs_budget.png (per task), accuracy_vs
 several gaps) and heatmap_<policy>.png into --out and prints a summary table. Budgets:
 fractions of each sample's context length (``1/4``) or token counts (``256``), split into
 sinks, SnapKV picks and ring by the rule in :mod:`evaluation.budget`. Lengths are in
-tokens of the model's tokenizer.
+tokens of the model's tokenizer. With ``--draft-model``, each sample is also answered by the
+target prefilling only the tokens the draft keeps at each ``--keep`` share (policy
+``speculative`` in the tables; the grid's ``full`` run is its baseline).
 """
 
 from __future__ import annotations
