@@ -73,11 +73,11 @@ def plot_accuracy_vs_keep(pairs: list[dict], path: Path) -> None:
                                    layout="constrained", figsize=(4.2 * len(pairs), 3.2))
     for ax, pair in zip(axes[0], pairs, strict=True):
         keeps = pair["keeps"]
-        for task in pair["config"]["tasks"]:
+        for task, marker in zip(pair["config"]["tasks"], "os^vD", strict=False):
             full, cells = _cells([e for e in pair["by_task"] if e["task"] == task], keeps)
             xs = [k for k, c in zip(keeps, cells, strict=True) if c is not None] + [1.0]
             ys = [c["accuracy"] for c in cells if c is not None] + [full["accuracy"]]
-            ax.plot(xs, ys, marker="o", label=task)
+            ax.plot(xs, ys, marker=marker, alpha=0.7, label=task)  # equal lines overlap
         ax.axvline(TARGET_KEEP, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log")
         ax.set_xticks([*keeps, 1.0], [*(f"{k:.0%}" for k in keeps), "full"])
