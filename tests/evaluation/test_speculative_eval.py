@@ -117,6 +117,18 @@ def test_the_report_tables_every_pair_and_marks_the_target(result, out_dir, mode
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
+def test_the_kept_tokens_of_one_prompt_are_drawn(models, tmp_path, capsys):
+    png = tmp_path / "chunks.png"
+    speculative.main(["chunks", "--target", str(models[0]), "--draft", str(models[1]),
+                      "--task", "niah", "--length", "600", "--keeps", "0.25,1",
+                      "--out", str(png)])
+    quarter, everything, wrote = capsys.readouterr().out.splitlines()
+    kept, total = (int(n) for n in quarter.split()[2].split("/"))
+    assert quarter.startswith("keep 0.25: ") and kept < total / 2
+    assert everything == f"keep 1: {total}/{total} target tokens, needle 100% kept"
+    assert wrote == f"wrote {png}" and png.read_bytes().startswith(b"\x89PNG")
+
+
 def _entry(correct: int, n: int) -> dict:
     return {"correct": correct, "n": n, "accuracy": correct / n}
 
