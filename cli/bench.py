@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "kv": "bench.kv_cli",
     "kv-dtype": "bench.kv_dtype_bench",
     "prefill": "bench.prefill_bench",
+    "specprefill": "bench.specprefill_bench",
 }
 
 

@@ -4,7 +4,9 @@ Writes results.csv, summary.json, accuracy_vs_budget.png (per task), accuracy_vs
 several gaps) and heatmap_<policy>.png into --out and prints a summary table. Budgets:
 fractions of each sample's context length (``1/4``) or token counts (``256``), split into
 sinks, SnapKV picks and ring by the rule in :mod:`evaluation.budget`. Lengths are in
-tokens of the model's tokenizer.
+tokens of the model's tokenizer. With ``--draft-model``, each sample is also answered by the
+target prefilling only the tokens the draft keeps at each ``--keep`` share (policy
+``speculative`` in the tables; the grid's ``full`` run is its baseline).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from pathlib import Path
 
 from evaldata import PROMPT_FORMATS, model_format
 from evaluation.budget import Budget, SplitRule
-from evaluation.config import EvalConfig
+from evaluation.config import EvalConfig, SpeculativeGrid
 from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.policy import POOLINGS, CachePolicy
+from snapstream.specprefill.settings import POSITION_MODES
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
 
 
@@ -30,6 +33,11 @@ def _list_of(convert: Callable, what: str) -> Callable[[str], tuple]:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(f"expected comma-separated {what}: {exc}") from None
     return parse
+
+
+SPECULATIVE_DEFAULTS = SpeculativeGrid(draft="")
+SPECULATIVE_FLAGS = {"keep": "keeps", "positions": "positions", "chunk_size": "chunk_size",
+                     "look_ahead": "look_ahead"}  # flag -> SpeculativeGrid field
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +77,17 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--limit", type=int, default=None, help="evaluate only N samples spread over the grid")
     add("--max-group-tokens", type=int, default=d.max_group_tokens,
         help="prompt tokens prefilled and decoded together")
+    add("--draft-model", default=None,
+        help=f"speculative prefill: this draft picks the tokens the target prefills at each "
+        f"--keep share, beside the grid's policies (full: the baseline). {MODEL_HELP}")
+    add("--keep", type=_list_of(float, "shares in (0, 1]"), default=None,
+        help=f"keep shares of the target's prompt tokens (default: "
+        f"{','.join(f'{k:g}' for k in SPECULATIVE_DEFAULTS.keeps)})")
+    add("--positions", choices=POSITION_MODES, default=None,
+        help="original: kept tokens at their prompt positions; compact: renumbered")
+    add("--chunk-size", type=int, default=None, help="draft tokens per chunk")
+    add("--look-ahead", type=int, default=None,
+        help="draft tokens decoded after the prompt to score with")
     add("--out", type=Path, default=Path("eval_results"), help="output directory")
     add("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -88,7 +107,20 @@ def config_from_args(args: argparse.Namespace, model_policy: CachePolicy,
         prompt_format=args.prompt_format or model_prompt_format,
         num_distractors=args.num_distractors, num_hops=args.num_hops,
         num_values=args.num_values, gaps=args.gaps, split_rule=rule, limit=args.limit,
-        max_group_tokens=args.max_group_tokens)
+        max_group_tokens=args.max_group_tokens, speculative=speculative_from_args(args))
+
+
+def speculative_from_args(args: argparse.Namespace) -> SpeculativeGrid | None:
+    """None without --draft-model (ValueError when a speculative flag is given anyway)."""
+    given = {field: getattr(args, flag) for flag, field in SPECULATIVE_FLAGS.items()
+             if getattr(args, flag) is not None}
+    if args.draft_model is None:
+        if given:
+            flags = ", ".join(f"--{flag.replace('_', '-')}" for flag in SPECULATIVE_FLAGS
+                              if getattr(args, flag) is not None)
+            raise ValueError(f"{flags} need(s) --draft-model")
+        return None
+    return SpeculativeGrid(draft=args.draft_model, **given)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,7 +134,14 @@ def run(args: argparse.Namespace) -> int:
     if longest > engine.context_len:
         raise ValueError(f"context_lens: {max(cfg.context_lens)} + gap {max(cfg.gaps)} exceeds "
                          f"the model's context of {engine.context_len} tokens")
-    rows = evaluate(engine, cfg, cfg.samples(engine.tokenizer), progress=not args.no_progress)
+    samples = cfg.samples(engine.tokenizer)
+    rows = evaluate(engine, cfg, samples, progress=not args.no_progress)
+    if cfg.speculative is not None:
+        from evaluation.speculative_runs import evaluate_speculative
+
+        draft = Engine.from_pretrained(cfg.speculative.draft, dtype=args.dtype,
+                                       device=args.device)
+        rows += evaluate_speculative(engine, draft, cfg, samples, progress=not args.no_progress)
     write_outputs(rows, cfg.to_json(), str(args.model or engine.name), args.out)
     return 0
 

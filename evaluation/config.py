@@ -16,8 +16,38 @@ from evaldata import (
 from evaldata.sample import MIN_CONTEXT_LEN
 from evaluation.budget import Budget, SplitRule
 from snapstream.policy import POLICY_KINDS, CachePolicy
+from snapstream.specprefill.settings import SpeculativeSettings
 
 FULL = "full"
+SPECULATIVE = "speculative"  # the policy name of a speculative run's rows
+
+
+@dataclass(frozen=True)
+class SpeculativeGrid:
+    """Speculative prefill runs: ``draft`` (a model name or path) picks, for every sample,
+    the target tokens prefilled at each share in ``keeps``; the target prefills them with the
+    full cache, so the grid's ``full`` run is the baseline."""
+
+    draft: str
+    keeps: tuple[float, ...] = (0.1, 0.25, 0.5)
+    positions: str = "original"
+    chunk_size: int = 32
+    look_ahead: int = 8
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keeps", tuple(self.keeps))
+        if not self.keeps or len(set(self.keeps)) != len(self.keeps):
+            raise ValueError(f"keep shares must be distinct and not empty, got {self.keeps}")
+        for keep in self.keeps:
+            self.settings(keep)  # its checks name the bad value
+
+    def settings(self, keep: float) -> SpeculativeSettings:
+        return SpeculativeSettings(keep=keep, chunk_size=self.chunk_size,
+                                   look_ahead=self.look_ahead, positions=self.positions)
+
+    def to_json(self) -> dict:
+        return {"draft": self.draft, "keeps": list(self.keeps), "positions": self.positions,
+                "chunk_size": self.chunk_size, "look_ahead": self.look_ahead}
 
 
 @dataclass(frozen=True)
@@ -74,6 +104,7 @@ class EvalConfig:
     split_rule: SplitRule = field(default_factory=SplitRule)
     limit: int | None = None
     max_group_tokens: int = 16384
+    speculative: SpeculativeGrid | None = None
 
     def __post_init__(self) -> None:
         for name in ("tasks", "context_lens", "depths", "policies", "budgets", "gaps"):
@@ -108,6 +139,10 @@ class EvalConfig:
         if self.max_group_tokens < max(self.context_lens):
             raise ValueError(f"max_group_tokens must hold the longest context "
                              f"({max(self.context_lens)}), got {self.max_group_tokens}")
+        if self.speculative is not None and (self.placements != (Placement.AFTER,)
+                                             or self.gaps != (0,)):
+            raise ValueError("a draft model needs placements=after and gaps=0: the draft "
+                             "reads the context with the question after it")
         TaskConfig(context_len=MIN_CONTEXT_LEN, num_distractors=self.num_distractors,
                    num_hops=self.num_hops, num_values=self.num_values)  # its checks name it
         for context_len in self.context_lens:
@@ -148,4 +183,5 @@ class EvalConfig:
             "window": self.split_rule.window, "recent_fraction": self.split_rule.recent_fraction,
             "kernel": self.split_rule.kernel, "pooling": self.split_rule.pooling,
             "limit": self.limit,
+            "speculative": None if self.speculative is None else self.speculative.to_json(),
         }

@@ -31,7 +31,9 @@ class Row:
     ``budget_fraction`` are None for ``full``; ``generated`` is the text up to the point where
     its verdict was decided (``finish_reason`` "verdict"), a stop token or the token limit;
     ``forced_nll`` the mean negative log-likelihood (nats per token) of the tokens decoded as
-    given before it (the gap's prose, then the answer cue)."""
+    given before it (the gap's prose, then the answer cue). A speculative run's row (policy
+    ``speculative``) has the target tokens kept as ``budget`` and their share of the prompt
+    as ``budget_fraction``."""
 
     sample: int
     task: str
@@ -56,6 +58,8 @@ class Row:
     new_tokens: int
     finish_reason: str
     forced_nll: float | None
+    draft: str | None = None  # speculative rows: the draft model (the target is the run's)
+    keep: float | None = None  # speculative rows: the keep share asked for
 
 
 COLUMNS = tuple(f.name for f in fields(Row))

@@ -128,7 +128,7 @@ def model_inputs(engine: Engine, cfg: EvalConfig, gap: int, index: int,
     start of the answer, not something compression may look at. With a ``gap``, ``gap`` tokens
     of prose (drawn for this sample) come first, as if generated, then the cue."""
     head = sample.prompt.removesuffix(sample.cue)
-    prompt = head.rstrip(" ")  # raw's "Answer: ": the space starts the cue's first token
+    prompt = prompt_text(sample)
     no_bos = len(engine.tokenizer.encode(""))  # 1 when the tokenizer adds BOS
     if not gap:
         return engine.encode(prompt), engine.tokenizer.encode(head[len(prompt):] + sample.cue)[
@@ -139,6 +139,12 @@ def model_inputs(engine: Engine, cfg: EvalConfig, gap: int, index: int,
     gap_ids = engine.tokenizer.encode(text)[no_bos:][:gap]
     cue_ids = engine.tokenizer.encode(f"\n\n{sample.cue}")[no_bos:]
     return engine.encode(prompt), gap_ids + cue_ids
+
+
+def prompt_text(sample: Sample) -> str:
+    """The sample's prompt up to its answer cue: what the model reads before it answers."""
+    # raw's "Answer: ": the space starts the cue's first token
+    return sample.prompt.removesuffix(sample.cue).rstrip(" ")
 
 
 def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int, num_forced: int,

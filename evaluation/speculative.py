@@ -1,8 +1,10 @@
 """Speculative prefill measured: a draft of one family cuts a document longer than the
 target's window (``compact`` positions) against the obvious truncations at the same target
-budget, and the time to first token of draft + target against the target alone.
+budget. (Time to first token: ``snapstream bench specprefill``; the grid of keep shares:
+``snapstream eval --draft-model``.)
 
-``python -m evaluation.speculative compact ...`` and ``... ttft ...`` print one table each;
+``python -m evaluation.speculative compact ...`` prints one table, ``... report DIR...`` the
+grid's table across pairs with its figure, ``... chunks ...`` draws one prompt's kept tokens;
 the figures in docs/accuracy.md and docs/speculative.md name their exact commands.
 """
 
@@ -10,10 +12,22 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 from collections.abc import Callable
+from pathlib import Path
 
-from evaldata import PromptSpec, Sample, TaskConfig, corpus, generate, verdict
+from evaldata import (
+    Placement,
+    PromptSpec,
+    Sample,
+    TaskConfig,
+    corpus,
+    generate,
+    model_format,
+    verdict,
+)
+from evaluation.config import EvalConfig
+from evaluation.runner import prompt_text
+from evaluation.speculative_report import load_pair, plot_accuracy_vs_keep, plot_kept_chunks, table
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -113,30 +127,39 @@ def _answers(target: Engine, ids: list[int], sample, max_new_tokens: int) -> boo
     return bool(verdict(sample.answers, out.text, is_final=True))
 
 
-def run_ttft(args: argparse.Namespace) -> None:
+def run_chunks(args: argparse.Namespace) -> None:
+    """One grid sample (question after, the target's prompt format): the draft's kept tokens
+    at each keep share drawn over it, the needle and the question marked."""
     target, draft = Engine.from_pretrained(args.target), Engine.from_pretrained(args.draft)
-    selector = DraftSelector(draft)
-    settings = SpeculativeSettings(keep=args.keep)
-    print("| length | target alone s | draft s | target on kept s | draft + target s | "
-          "ratio | target time saved |")
-    print("|---|---|---|---|---|---|---|")
-    for length in args.lengths:
-        sample = generate("passkey", random.Random(f"speculative-ttft/{length}"),
-                          TaskConfig(context_len=length), PromptSpec(target.tokenizer, "raw"))
-        ids = target.tokenizer.encode(sample.prompt)
-        whole = _prefill_s(target, ids, None)
-        selection = selector.select(sample.prompt, target.tokenizer, settings)
-        kept = _prefill_s(target, selection.ids, selection.positions)
-        both = selection.draft_s + kept
-        print(f"| {len(ids)} | {whole:.2f} | {selection.draft_s:.2f} | {kept:.2f} | "
-              f"{both:.2f} | {both / whole:.2f}x | {1 - kept / whole:.0%} |", flush=True)
+    cfg = EvalConfig(tasks=(args.task,), context_lens=(args.length,), depths=(args.depth,),
+                     placements=(Placement.AFTER,), n_per_cell=1, seed=args.seed,
+                     prompt_format=model_format(target.tokenizer))
+    sample = cfg.samples(target.tokenizer)[0]
+    text = prompt_text(sample)
+    ranking = DraftSelector(draft).rank(text, SpeculativeSettings())
+    _, offsets = target.tokenizer.encode_with_offsets(text)
+    kept = {}
+    for keep in args.keeps:
+        selection = pick(ranking, target.tokenizer, SpeculativeSettings(keep=keep),
+                         text.rindex(sample.question))
+        mask = [False] * len(offsets)
+        for i in (selection.positions or range(len(selection.ids))):
+            mask[i] = True
+        kept[keep] = mask
+        print(f"keep {keep:g}: {len(selection.ids)}/{len(offsets)} target tokens, needle "
+              f"{_needle_kept(text, sample, offsets, selection.positions):.0%} kept")
+    needle = next(n for n in sample.needles if n.is_target)
+    marks = {"needle": _token_span(offsets, text.index(needle.text), len(needle.text)),
+             "question": _token_span(offsets, text.rindex(sample.question),
+                                     len(sample.question))}
+    plot_kept_chunks(kept, marks, f"{args.draft} drafting for {args.target}: {args.task}, "
+                     f"{len(offsets)} tokens, needle at depth {args.depth}", args.out)
+    print(f"wrote {args.out}")
 
 
-def _prefill_s(engine: Engine, ids: list[int], positions: list[int] | None) -> float:
-    """Wall time of the prefill and the first token's logits."""
-    start = time.perf_counter()
-    engine.prefill(ids, FULL, 1, positions=positions)
-    return time.perf_counter() - start
+def _token_span(offsets: list[tuple[int, int]], start: int, length: int) -> tuple[int, int]:
+    inside = [i for i, (a, b) in enumerate(offsets) if a < start + length and b > start]
+    return inside[0], inside[-1] + 1
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,15 +173,30 @@ def main(argv: list[str] | None = None) -> None:
     compact.add_argument("--samples", type=int, default=3, help="per task")
     compact.add_argument("--max-new-tokens", type=int, default=12)
     compact.add_argument("--seed", type=int, default=0)
-    ttft = commands.add_parser("ttft", help="draft + target prefill against the target alone")
-    ttft.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")],
-                      default=[4000, 8000])
-    ttft.add_argument("--keep", type=float, default=0.25)
-    for sub in (compact, ttft):
+    chunks = commands.add_parser("chunks", help="the kept tokens of one prompt, drawn")
+    chunks.add_argument("--task", default="niah")
+    chunks.add_argument("--length", type=int, default=4096, help="context tokens (target's)")
+    chunks.add_argument("--depth", type=float, default=0.5)
+    chunks.add_argument("--keeps", type=lambda s: [float(x) for x in s.split(",")],
+                        default=[0.1, 0.25, 0.5])
+    chunks.add_argument("--seed", type=int, default=0)
+    chunks.add_argument("--out", type=Path, default=Path("docs/img/speculative_kept_chunks.png"))
+    report = commands.add_parser("report", help="the grid's table and figure across pairs")
+    report.add_argument("dirs", nargs="+", type=Path, help="eval --draft-model outputs")
+    report.add_argument("--out", type=Path,
+                        default=Path("docs/img/speculative_accuracy_vs_keep.png"))
+    for sub in (compact, chunks):
         sub.add_argument("--target", default="smollm2-135m")
         sub.add_argument("--draft", default="gemma3-270m")
     args = parser.parse_args(argv)
-    {"compact": run_compact, "ttft": run_ttft}[args.command](args)
+    {"compact": run_compact, "chunks": run_chunks, "report": run_report}[args.command](args)
+
+
+def run_report(args: argparse.Namespace) -> None:
+    pairs = [load_pair(d) for d in args.dirs]
+    print(table(pairs))
+    plot_accuracy_vs_keep(pairs, args.out)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

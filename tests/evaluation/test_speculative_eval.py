@@ -1,0 +1,185 @@
+"""`snapstream eval --draft-model`: speculative rows beside the full baseline, the flags'
+validation, through the real CLI registry on tiny random checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from evaldata import Placement
+from evaluation import speculative
+from evaluation.config import EvalConfig, SpeculativeGrid
+from evaluation.speculative_report import verdict
+from tests.tiny_models import write_tiny_model
+
+GRID = ["--tasks", "passkey,niah", "--context-lens", "600", "--depths", "0.2,0.8",
+        "--placements", "after", "--policies", "full", "--n-per-cell", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> tuple[Path, Path]:
+    return (write_tiny_model(tmp_path_factory.mktemp("target"), context=1024),
+            write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9, context=1024))
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("eval")
+
+
+@pytest.fixture(scope="module")
+def result(models, out_dir) -> tuple[list[dict], dict, str]:
+    target, draft = models
+    out, stdout = out_dir, io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["eval", "--model", str(target), "--draft-model", str(draft),
+                     "--keep", "0.25,1", "--chunk-size", "16", *GRID, "--out", str(out)]) == 0
+    with (out / "results.csv").open(newline="") as file:
+        records = list(csv.DictReader(file))
+    return records, json.loads((out / "summary.json").read_text()), stdout.getvalue()
+
+
+def test_each_sample_gets_a_row_per_keep_share_beside_full(result, models):
+    records, _, _ = result
+    runs = [(r["policy"], r["budget_label"]) for r in records]
+    assert {run: runs.count(run) for run in runs} == {
+        ("full", ""): 4, ("speculative", "keep 0.25"): 4, ("speculative", "keep 1"): 4}
+    for record in records:
+        if record["policy"] == "speculative":
+            assert record["draft"] == str(models[1])
+            assert float(record["keep"]) == float(record["budget_label"].split()[1])
+        else:
+            assert record["draft"] == "" and record["keep"] == ""
+
+
+def test_the_target_prefills_about_the_keep_share(result):
+    records, _, _ = result
+    full = {r["sample"]: r for r in records if r["policy"] == "full"}
+    for record in records:
+        if record["budget_label"] == "keep 0.25":
+            prompt = int(full[record["sample"]]["prompt_tokens"])
+            assert record["prompt_tokens"] == str(prompt)
+            # the ranked chunks fill a quarter; the first and last chunks and the question
+            # are kept on top of it
+            assert prompt * 0.2 < int(record["budget"]) < prompt * 0.6
+            assert float(record["budget_fraction"]) == pytest.approx(
+                int(record["budget"]) / prompt)
+
+
+def test_keeping_everything_answers_as_the_full_prompt(result):
+    records, _, _ = result
+    full = {r["sample"]: r for r in records if r["policy"] == "full"}
+    kept_all = [r for r in records if r["budget_label"] == "keep 1"]
+    for record in kept_all:
+        base = full[record["sample"]]
+        assert record["budget"] == base["prompt_tokens"]
+        assert (record["generated"], record["correct"]) == (base["generated"], base["correct"])
+        assert float(record["forced_nll"]) == pytest.approx(float(base["forced_nll"]),
+                                                            rel=1e-4)
+
+
+def test_summary_reports_speculative_runs_relative_to_full(result):
+    _, summary, stdout = result
+    assert summary["config"]["speculative"]["keeps"] == [0.25, 1.0]
+    assert summary["config"]["speculative"]["chunk_size"] == 16
+    entries = {(e["task"], e["policy"], e["budget_label"]): e for e in summary["by_task"]}
+    for task in ("passkey", "niah"):
+        spec = entries[task, "speculative", "keep 0.25"]
+        assert spec["n"] == 2
+        assert spec["full_accuracy"] == entries[task, "full", None]["accuracy"]
+    assert "| speculative | keep 0.25 |" in stdout
+
+
+def test_the_report_tables_every_pair_and_marks_the_target(result, out_dir, models, tmp_path,
+                                                          capsys):
+    records, _, _ = result
+    png = tmp_path / "keep.png"
+    speculative.main(["report", str(out_dir), str(out_dir), "--out", str(png)])
+    lines = capsys.readouterr().out.splitlines()
+    pair = f"{models[1].name} → {models[0].name}"
+    assert lines[0] == ("| draft → target | task | length | full | keep 25% | keep 100% | "
+                        "keep 25% ≥ 90% of full |")
+    right = {label: sum(r["correct"] == "True" for r in records
+                        if r["task"] == "passkey" and r["budget_label"] == label)
+             for label in ("", "keep 0.25", "keep 1")}
+    mark = ("n.a." if right[""] < 1 else "met" if right["keep 0.25"] >= 0.9 * right[""]
+            else "missed")
+    expected = (f"| {pair} | **passkey** | all | **{right['']}/2** | "
+                f"**{right['keep 0.25']}/2** | **{right['keep 1']}/2** | {mark} |")
+    assert [line for line in lines if "**passkey**" in line] == [expected, expected]
+    assert sum(f"| {pair} | niah | 600 |" in line for line in lines) == 2
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_kept_tokens_of_one_prompt_are_drawn(models, tmp_path, capsys):
+    png = tmp_path / "chunks.png"
+    speculative.main(["chunks", "--target", str(models[0]), "--draft", str(models[1]),
+                      "--task", "niah", "--length", "600", "--keeps", "0.25,1",
+                      "--out", str(png)])
+    quarter, everything, wrote = capsys.readouterr().out.splitlines()
+    kept, total = (int(n) for n in quarter.split()[2].split("/"))
+    assert quarter.startswith("keep 0.25: ") and kept < total / 2
+    assert everything == f"keep 1: {total}/{total} target tokens, needle 100% kept"
+    assert wrote == f"wrote {png}" and png.read_bytes().startswith(b"\x89PNG")
+
+
+def _entry(correct: int, n: int) -> dict:
+    return {"correct": correct, "n": n, "accuracy": correct / n}
+
+
+@pytest.mark.parametrize(("full", "at_target", "expected"), [
+    (_entry(4, 4), _entry(4, 4), "met"), (_entry(4, 4), _entry(3, 4), "missed"),
+    (_entry(10, 10), _entry(9, 10), "met"), (_entry(2, 4), _entry(1, 4), "missed"),
+    (_entry(2, 4), _entry(2, 4), "met"), (_entry(1, 4), _entry(0, 4), "n.a."),
+    (_entry(4, 4), None, "n.a."),
+])
+def test_the_target_is_90_percent_of_full_where_full_answers_half(full, at_target, expected):
+    assert verdict(full, at_target) == expected
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--keep", "0"], "speculative.keep must be in (0, 1], got 0.0"),
+    (["--keep", "0.25,1.5"], "speculative.keep must be in (0, 1], got 1.5"),
+    (["--keep", "0.25,0.25"], "keep shares must be distinct"),
+    (["--keep", "a"], "expected comma-separated shares in (0, 1]"),
+    (["--chunk-size", "0"], "speculative.chunk_size must be >= 1"),
+    (["--placements", "after,before"], "a draft model needs placements=after"),
+])
+def test_bad_speculative_flags_are_one_line_errors(models, tmp_path, capsys, flags, message):
+    target, draft = models
+    args = ["eval", "--model", str(target), "--draft-model", str(draft), *GRID, *flags,
+            "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_speculative_flags_need_a_draft(models, tmp_path, capsys):
+    assert main(["eval", "--model", str(models[0]), "--keep", "0.25", "--positions", "compact",
+                 *GRID, "--out", str(tmp_path)]) == 2
+    assert "--keep, --positions need(s) --draft-model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"keeps": ()}, "keep shares must be distinct and not empty"),
+    ({"keeps": (0.1, -0.5)}, "speculative.keep"),
+    ({"positions": "sideways"}, "speculative.positions"),
+    ({"look_ahead": -1}, "speculative.look_ahead"),
+])
+def test_grid_validation_names_the_setting(fields, message):
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        SpeculativeGrid(draft="d", **fields)
+
+
+def test_a_grid_needs_the_question_after_the_context():
+    grid = SpeculativeGrid(draft="d")
+    assert EvalConfig(placements=(Placement.AFTER,), speculative=grid).speculative == grid
+    with pytest.raises(ValueError, match="placements=after and gaps=0"):
+        EvalConfig(placements=(Placement.AFTER,), gaps=(0, 64), speculative=grid)
