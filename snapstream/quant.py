@@ -131,12 +131,6 @@ def to_blocks(q: torch.Tensor) -> torch.Tensor:
     return padded.view(-1, BLOCK, K // 2, 2).transpose(1, 2).contiguous()
 
 
-def from_blocks(blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``to_blocks``'s input rows back: rows (...) int64 -> (..., K)."""
-    picked = blocks[rows // BLOCK, :, rows % BLOCK]  # (..., K/2, 2)
-    return picked.reshape(*rows.shape, -1)
-
-
 def exact_dtype(values: torch.Tensor) -> torch.dtype:
     """float16 when every float32 value of ``values`` survives the round trip, else float32."""
     return torch.float16 if torch.equal(values.half().float(), values) else torch.float32
@@ -222,8 +216,9 @@ class QuantizedLinear(nn.Module):
         """``to_blocks``'s (N/16, K/2, 16, 2) codes -> the kernel's weight buffer."""
         raise NotImplementedError
 
-    def unpacked_codes(self) -> torch.Tensor:
-        """The weight buffer back as (N/16, K/2, 16, 2) codes."""
+    def codes_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """The codes of output rows ``ids`` (...) int64, (..., K), read from the weight buffer
+        (only those rows: an embedding lookup reads the LM head's rows this way)."""
         raise NotImplementedError
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
@@ -233,7 +228,7 @@ class QuantizedLinear(nn.Module):
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The weight's rows ``ids`` (...) as the layer computes with them, (..., K) float32."""
         groups = self.scales.shape[1]
-        q = from_blocks(self.unpacked_codes(), ids).float()  # (..., K)
+        q = self.codes_of(ids).float()  # (..., K)
         q = q.view(*ids.shape, groups, -1)  # (..., G, group)
         scale_offset = self.scales[ids // BLOCK, :, :, ids % BLOCK].float()  # (..., G, S)
         out = q * scale_offset[..., 0:1]
@@ -275,10 +270,9 @@ class Int8Linear(QuantizedLinear):
         quads = pairs.view(NB, half // 2, 2, BLOCK, 2).transpose(2, 3)  # (NB, K/4, 16, 2, 2)
         return quads.reshape(NB, half // 2, BLOCK, 4).view(torch.uint8) ^ 128  # (NB, K/4, 16, 4)
 
-    def unpacked_codes(self) -> torch.Tensor:
-        NB, quarter, _, _ = self.weight.shape
-        quads = (self.weight ^ 128).view(torch.int8).view(NB, quarter, BLOCK, 2, 2)
-        return quads.transpose(2, 3).reshape(NB, 2 * quarter, BLOCK, 2)  # (NB, K/2, 16, 2)
+    def codes_of(self, ids: torch.Tensor) -> torch.Tensor:
+        quads = self.weight[ids // BLOCK, :, ids % BLOCK]  # (..., K/4, 4) biased
+        return (quads ^ 128).view(torch.int8).reshape(*ids.shape, -1)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         return int8_matmul(x, self.weight, self.scales, self.out_features)
@@ -294,8 +288,9 @@ class Int4Linear(QuantizedLinear):
     def pack_codes(pairs: torch.Tensor) -> torch.Tensor:
         return pairs[..., 0] | pairs[..., 1] << 4  # (N/16, K/2, 16) uint8
 
-    def unpacked_codes(self) -> torch.Tensor:
-        return torch.stack([self.weight & 15, self.weight >> 4], dim=-1)  # (N/16, K/2, 16, 2)
+    def codes_of(self, ids: torch.Tensor) -> torch.Tensor:
+        pairs = self.weight[ids // BLOCK, :, ids % BLOCK]  # (..., K/2)
+        return torch.stack([pairs & 15, pairs >> 4], dim=-1).reshape(*ids.shape, -1)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         return int4_matmul(x, self.weight, self.scales, self.out_features)
