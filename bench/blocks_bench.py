@@ -8,7 +8,9 @@ it changes, each figure against a baseline measured in the same run.
 - ``decode``: ms per decode step (batch 1 and 16, 1,024 tokens of context in the model's default
   policy) of two source trees (e.g. before and after a change), in fresh processes taking turns.
 - ``agreement``: dtype gguf against the float32 dequantized model: perplexity, KL and top-1
-  agreement teacher-forced over a held-out text (docs shipped in the repo), and greedy parity of
+  agreement teacher-forced over a held-out text (docs shipped in the repo), through the prompt's
+  bfloat16 GEMM and through the decode kernels on every row (what a decode step computes: the
+  int8 kernel also rounds activations to 8 bits), and greedy parity of
   32 tokens on the 8 chat prompts of ``bench.quant_bench`` (as raw text for a base model);
   llama.cpp's perplexity and top-1 on the same GGUF and the same token ids beside them
   (``bench.llamacpp_ppl``; ``--no-llamacpp`` leaves it out, the table says why it is missing).
@@ -24,11 +26,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20
+DECODE_PATH = "gguf-decode"  # the gguf model with every row through the decode kernels
 
 LOAD_PEAK = """
 import json, sys
@@ -136,7 +140,7 @@ from bench.engine_bench import ours_stepper
 from snapstream.engine import Engine
 torch.set_grad_enabled(False)
 torch.set_num_threads(int(sys.argv[1]))
-engine = Engine.from_pretrained(None)
+engine = Engine.from_pretrained(sys.argv[2] if sys.argv[2] else None)
 out = {}
 for batch in (1, 16):
     layout = engine.default_policy.layout(1024, 64)
@@ -153,14 +157,15 @@ print(json.dumps(out))
 """
 
 
-def run_decode(trees: list[str], rounds: int, threads: int) -> dict[str, dict[str, list[float]]]:
-    """Each tree's default-model decode steps, ``rounds`` fresh processes each, in turns,
-    ``threads`` torch threads each."""
+def run_decode(trees: list[str], rounds: int, threads: int,
+               model: str | None) -> dict[str, dict[str, list[float]]]:
+    """Each tree's decode steps of ``model`` (None: the default), ``rounds`` fresh processes
+    each, in turns, ``threads`` torch threads each."""
     times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
     for _ in range(rounds):
         for tree in trees:
-            run = subprocess.run([sys.executable, "-c", DECODE_STEPS, str(threads)], cwd=tree,
-                                 check=True, capture_output=True, text=True)
+            run = subprocess.run([sys.executable, "-c", DECODE_STEPS, str(threads), model or ""],
+                                 cwd=tree, check=True, capture_output=True, text=True)
             got = json.loads(run.stdout.splitlines()[-1])
             print(f"{tree}: {got}", flush=True)  # each round as it comes
             for batch, seconds in got.items():
@@ -208,12 +213,16 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
            else {"missing": "not run (--no-llamacpp)"})
     engines = {fmt: Engine.from_pretrained(model, dtype=fmt) for fmt in ("float32", "gguf")}
     stats = {fmt: _forced(engine, ids, kl_positions) for fmt, engine in engines.items()}
-    ref, got = stats["float32"], stats["gguf"]
+    with mock.patch("snapstream.quant.GEMM_MIN_ROWS", sys.maxsize):  # every row: the kernels
+        stats[DECODE_PATH] = _forced(engines["gguf"], ids, kl_positions)
+    ref = stats["float32"]
     out = {"tokens": len(ids), "ppl": {f: float(np.exp(s["nll"].mean())) for f, s in stats.items()},
-           "kl": float(F.kl_div(got["logp"], ref["logp"], log_target=True,
-                                reduction="batchmean")) if ref["logp"] is not None else None,
-           "top1": float((got["top1"] == ref["top1"]).float().mean())}
-    out["ppl_ratio"] = out["ppl"]["gguf"] / out["ppl"]["float32"]
+           "kl": {f: float(F.kl_div(stats[f]["logp"], ref["logp"], log_target=True,
+                                    reduction="batchmean")) if ref["logp"] is not None else None
+                  for f in ("gguf", DECODE_PATH)},
+           "top1": {f: float((stats[f]["top1"] == ref["top1"]).float().mean())
+                    for f in ("gguf", DECODE_PATH)}}
+    out["ppl_ratio"] = {f: out["ppl"][f] / out["ppl"]["float32"] for f in ("gguf", DECODE_PATH)}
     out["llama.cpp"] = llamacpp_agreement(cpp, {f: s["nll"] for f, s in stats.items()},
                                           {f: s["top1"].numpy() for f, s in stats.items()})
     if chat:
@@ -232,14 +241,18 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
 def agreement_table(out: dict) -> str:
     """The perplexities of :func:`run_agreement`'s ``out`` and their ratios, one row each."""
     ppl, cpp = out["ppl"], out["llama.cpp"]
-    lines = [f"{'':26} {'perplexity':>10} {'vs float32':>10} {'vs gguf':>8} "
-             f"{'top-1 = float32':>15}  ({out['tokens']} tokens)",
-             f"{'float32 (snapstream)':26} {ppl['float32']:10.3f} {1:10.4f}",
-             f"{'gguf (snapstream)':26} {ppl['gguf']:10.3f} {out['ppl_ratio']:10.4f} {1:8.4f} "
-             f"{out['top1']:15.1%}"]
+    lines = [f"{'':30} {'perplexity':>10} {'vs float32':>10} {'vs gguf':>8} "
+             f"{'top-1 = float32':>15} {'KL':>8}  ({out['tokens']} tokens)",
+             f"{'float32 (snapstream)':30} {ppl['float32']:10.3f} {1:10.4f}"]
+    for fmt, name in (("gguf", "gguf prompt GEMM (snapstream)"),
+                      (DECODE_PATH, "gguf decode kernels (snapstream)")):
+        kl = out["kl"][fmt]
+        lines.append(f"{name:30} {ppl[fmt]:10.3f} {out['ppl_ratio'][fmt]:10.4f} "
+                     f"{ppl[fmt] / ppl['gguf']:8.4f} {out['top1'][fmt]:15.1%} "
+                     f"{'' if kl is None else f'{kl:8.5f}'}")
     if "missing" in cpp:
-        return "\n".join([*lines, f"{'llama.cpp (same GGUF)':26} not measured: {cpp['missing']}"])
-    return "\n".join([*lines, f"{'llama.cpp (same GGUF)':26} {cpp['ppl']:10.3f} "
+        return "\n".join([*lines, f"{'llama.cpp (same GGUF)':30} not measured: {cpp['missing']}"])
+    return "\n".join([*lines, f"{'llama.cpp (same GGUF)':30} {cpp['ppl']:10.3f} "
                               f"{cpp['ppl_vs_float32']:10.4f} {cpp['ppl_vs_gguf']:8.4f} "
                               f"{cpp['top1_vs_float32']:15.1%}"])
 
@@ -275,6 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     decode.add_argument("trees", nargs="+")
     decode.add_argument("--rounds", type=int, default=3)
     decode.add_argument("--threads", type=int, default=2)
+    decode.add_argument("--model", default=None, help="a registry name or path (default: the "
+                        "default model)")
     agree = sub.add_parser("agreement")
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
@@ -291,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "load":
         run_load(args.models, args.synthetic_1b)
     elif args.what == "decode":
-        run_decode(args.trees, args.rounds, args.threads)
+        run_decode(args.trees, args.rounds, args.threads, args.model)
     else:
         run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions,
                       not args.no_llamacpp, args.text_at)

@@ -5,8 +5,9 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``slot_attention(q, k, v, k_new, v_new, slots, empty)``: writes each row's new key and value
   into its slot of the cache (in place), then one query per row attends over every slot.
 - ``rms_norm(x, weight, eps)``: ``F.rms_norm`` in one pass per row.
-- ``int4_matmul(x, weight, scales, n)``, ``int8_matmul(x, weight, scales, n)``: weight-only
-  quantized matmul (codes in groups with float16/float32 scales and offsets) in the blocked
+- ``int4_matmul(x, weight, scales, n)``, ``int8_matmul(x, weight, scales, n)``:
+  quantized matmul (codes in groups with float16/float32 scales and offsets; int8 also rounds
+  x to 8-bit codes) in the blocked
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
 """

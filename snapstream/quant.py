@@ -1,4 +1,4 @@
-"""Weight-only quantized linear layers for CPU inference: int4 or int8 codes in groups of
+"""Quantized linear layers for CPU inference: int4 or int8 codes in groups of
 inputs, each group of each output with a scale and an offset, ``w = q * scale + offset``.
 
 Two ways in, one layer: a GGUF's blocks map onto the codes exactly (Q4_0/Q4_1/Q4_K as int4
@@ -11,16 +11,18 @@ reproduced bit for bit. The LM head is int8 (a tied embedding looks its rows up 
 
 The matmul is the project's kernel (``snapstream::int4_matmul``, ``int8_matmul``,
 snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block of 16 outputs
-is read and unpacked once per call for every row of the input (rounded to bfloat16, products
-summed in float32), so a decode batch reads the weights once (torch's
-``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 1.7x slower at 16 rows,
-docs/benchmarks.md "Quantized matmul kernels"). Layers return their input's dtype: float32 in
-decode, bfloat16 in a quantized model's prompt forward.
+is read once per call for every row of the input, so a decode batch reads the weights once
+(torch's ``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 1.7x slower at 16
+rows, docs/benchmarks.md "Quantized matmul kernels"). int4 layers take the input rounded to
+bfloat16 and sum products in float32; int8 layers also round the input to 8 bits (codes per
+sub-group of up to 32 inputs with one scale each, as llama.cpp's Q8_0 activations) and sum
+code products exactly in int32 (AVX512-VNNI): widening int8 weights to bfloat16 cost more than
+reading them. Layers return their input's dtype: float32 in decode, bfloat16 in a quantized
+model's prompt forward.
 
 From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's bfloat16 GEMM is as fast or faster: a layer
-then multiplies by its weight dequantized to bfloat16, made on the first such call (the kernel
-applied to the identity, so it is the weight the kernel computes with, rounded to bfloat16)
-and kept outside the state dict: a decode worker never makes it, and it does not change the
+then multiplies by its weight dequantized to bfloat16, made on the first such call and kept
+outside the state dict: a decode worker never makes it, and it does not change the
 model's fingerprint.
 """
 
@@ -129,12 +131,6 @@ def to_blocks(q: torch.Tensor) -> torch.Tensor:
     return padded.view(-1, BLOCK, K // 2, 2).transpose(1, 2).contiguous()
 
 
-def from_blocks(blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``to_blocks``'s input rows back: rows (...) int64 -> (..., K)."""
-    picked = blocks[rows // BLOCK, :, rows % BLOCK]  # (..., K/2, 2)
-    return picked.reshape(*rows.shape, -1)
-
-
 def exact_dtype(values: torch.Tensor) -> torch.dtype:
     """float16 when every float32 value of ``values`` survives the round trip, else float32."""
     return torch.float16 if torch.equal(values.half().float(), values) else torch.float32
@@ -220,8 +216,9 @@ class QuantizedLinear(nn.Module):
         """``to_blocks``'s (N/16, K/2, 16, 2) codes -> the kernel's weight buffer."""
         raise NotImplementedError
 
-    def unpacked_codes(self) -> torch.Tensor:
-        """The weight buffer back as (N/16, K/2, 16, 2) codes."""
+    def codes_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """The codes of output rows ``ids`` (...) int64, (..., K), read from the weight buffer
+        (only those rows: an embedding lookup reads the LM head's rows this way)."""
         raise NotImplementedError
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
@@ -231,7 +228,7 @@ class QuantizedLinear(nn.Module):
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The weight's rows ``ids`` (...) as the layer computes with them, (..., K) float32."""
         groups = self.scales.shape[1]
-        q = from_blocks(self.unpacked_codes(), ids).float()  # (..., K)
+        q = self.codes_of(ids).float()  # (..., K)
         q = q.view(*ids.shape, groups, -1)  # (..., G, group)
         scale_offset = self.scales[ids // BLOCK, :, :, ids % BLOCK].float()  # (..., G, S)
         out = q * scale_offset[..., 0:1]
@@ -245,9 +242,10 @@ class QuantizedLinear(nn.Module):
 
     @cached_property
     def gemm_weight(self) -> torch.Tensor:
-        """(N, K) bfloat16: the kernel's weight, read back through the identity."""
-        identity = torch.eye(self.in_features, dtype=MATMUL_DTYPE)  # (K, K)
-        return self.kernel(identity).T.to(MATMUL_DTYPE).contiguous()  # (N, K)
+        """(N, K) bfloat16: the dequantized weight, made in chunks of rows (an LM head's float32
+        copy would be 4x the layer)."""
+        ids = torch.arange(self.out_features)
+        return torch.cat([self.rows(chunk).to(MATMUL_DTYPE) for chunk in ids.split(4096)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., K) -> (..., N) in x's dtype."""
@@ -258,17 +256,23 @@ class QuantizedLinear(nn.Module):
 
 
 class Int8Linear(QuantizedLinear):
-    """int8 codes; requantized from floats with one scale per output row."""
+    """int8 codes, held biased (128 + q) in runs of 4 inputs, the kernel's layout; requantized
+    from floats with one scale per output row."""
 
     bits = 8
     requantize = staticmethod(quantize_int8_rows)
 
     @staticmethod
     def pack_codes(pairs: torch.Tensor) -> torch.Tensor:
-        return pairs  # (N/16, K/2, 16, 2) int8
+        NB, half, _, _ = pairs.shape
+        if half % 2:
+            raise ValueError(f"int8 weights need in_features divisible by 4, got {2 * half}")
+        quads = pairs.view(NB, half // 2, 2, BLOCK, 2).transpose(2, 3)  # (NB, K/4, 16, 2, 2)
+        return quads.reshape(NB, half // 2, BLOCK, 4).view(torch.uint8) ^ 128  # (NB, K/4, 16, 4)
 
-    def unpacked_codes(self) -> torch.Tensor:
-        return self.weight
+    def codes_of(self, ids: torch.Tensor) -> torch.Tensor:
+        quads = self.weight[ids // BLOCK, :, ids % BLOCK]  # (..., K/4, 4) biased
+        return (quads ^ 128).view(torch.int8).reshape(*ids.shape, -1)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         return int8_matmul(x, self.weight, self.scales, self.out_features)
@@ -284,8 +288,9 @@ class Int4Linear(QuantizedLinear):
     def pack_codes(pairs: torch.Tensor) -> torch.Tensor:
         return pairs[..., 0] | pairs[..., 1] << 4  # (N/16, K/2, 16) uint8
 
-    def unpacked_codes(self) -> torch.Tensor:
-        return torch.stack([self.weight & 15, self.weight >> 4], dim=-1)  # (N/16, K/2, 16, 2)
+    def codes_of(self, ids: torch.Tensor) -> torch.Tensor:
+        pairs = self.weight[ids // BLOCK, :, ids % BLOCK]  # (..., K/2)
+        return torch.stack([pairs & 15, pairs >> 4], dim=-1).reshape(*ids.shape, -1)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         return int4_matmul(x, self.weight, self.scales, self.out_features)

@@ -1,23 +1,34 @@
-// Weight-only quantized matmul on the CPU for decode-sized batches: out (M, N) float32 =
-// x (M, K) bfloat16 @ W^T, W stored as int4 or int8 codes q in groups of G inputs, each group
-// of each output with a scale and (optionally) an offset: w = q * scale + offset. int4 codes
-// are in [0, 16), int8 codes signed. Scales and offsets are float16 or float32, so that the
-// blocks of a GGUF file (Q4_0/Q4_1/Q4_K, Q5_*/Q6_K/Q8_0) are held exactly (snapstream/quant.py,
+// Quantized matmul on the CPU for decode-sized batches: out (M, N) float32 = x (M, K) bfloat16
+// @ W^T, W stored as int4 or int8 codes q in groups of G inputs, each group of each output with
+// a scale and (optionally) an offset: w = q * scale + offset. int4 codes are in [0, 16), int8
+// codes signed. Scales and offsets are float16 or float32, so that the blocks of a GGUF file
+// (Q4_0/Q4_1/Q4_K, Q5_*/Q6_K/Q8_0) are held exactly (snapstream/quant.py,
 // snapstream/checkpoints/gguf_blocks.py); G is K / (the scales' second dimension).
 //
-// The weights are read and unpacked once per call for all rows of x, up to kRowTile rows at a
-// time in registers (a matrix-vector kernel unpacks them again for every row), and multiplied
-// with AVX512-BF16 pair dot products (vdpbf16ps, float32 accumulation). An int4 value q becomes
-// the bfloat16 128 + q by bit operations alone (0x4300 | q); int8 values are widened to
-// bfloat16 exactly (|q| <= 128). A group's dot product sum x c (c the code as multiplied) then
-// takes the group's scale and offset once per group and row:
-//   sum x w = scale * sum x c + (offset - bias scale) * sum x,  bias = 128 (int4) or 0 (int8).
-// CPUs without AVX512-BF16 (or SNAPSTREAM_GENERIC_KERNELS=1) take plain C++ loops over the
-// float32 weights; the two differ only by float32 rounding.
+// The weights are read once per call for all rows of x, up to kRowTile rows at a time in
+// registers (a matrix-vector kernel reads them again for every row).
 //
-// Packed layout, block b holding outputs 16b + j, j in [0, 16), for input pair p (2p, 2p + 1):
-//   int4: weight (N/16, K/2, 16) uint8, byte j = q(2p) | q(2p + 1) << 4;
-//   int8: weight (N/16, K/2, 16, 2) int8, [b, p, j, t] = q(2p + t);
+// int4 (weight-only): codes unpacked to bfloat16 and multiplied with AVX512-BF16 pair dot
+// products (vdpbf16ps, float32 accumulation). An int4 value q becomes the bfloat16 128 + q by
+// bit operations alone (0x4300 | q). A group's dot product sum x c (c = 128 + q) then takes the
+// group's scale and offset once per group and row:
+//   sum x w = scale * sum x c + (offset - 128 scale) * sum x.
+// int8 (weights and activations in 8 bits, as llama.cpp multiplies its Q8_0 blocks): widening
+// 8-bit codes to bfloat16 costs five instructions per 32 weights, more than reading them, so
+// each row of x is quantized per sub-group of A = gcd(G, 32) inputs to int8 codes a with one
+// float scale (x ~ a * dx, dx = max |x| / 127, a rounded to nearest) and the codes are
+// multiplied exactly in int32 with AVX512-VNNI (vpdpbusd: 4 byte products per lane). The
+// weights are held biased as bytes u = q + 128, so per sub-group
+//   sum x w ~ dx * scale * (sum u a - 128 sum a) + offset * sum x,
+// the integer part exact whatever the order; a row's result never depends on its batch-mates
+// (a stream resumed on another decode worker stays token-identical).
+// CPUs without these instructions (or SNAPSTREAM_GENERIC_KERNELS=1) take plain C++ loops: the
+// int8 one computes the very same integers and float operations, the int4 one the float32
+// weights (the two differ only by float32 rounding).
+//
+// Packed layout, block b holding outputs 16b + j, j in [0, 16):
+//   int4: weight (N/16, K/2, 16) uint8, byte j of pair p = q(2p) | q(2p + 1) << 4;
+//   int8: weight (N/16, K/4, 16, 4) uint8, [b, r, j, t] = 128 + q(4r + t);
 //   both: scales (N/16, K/G, S, 16) float16 or float32, [b, g, 0, j] the scale and, when S is
 //         2, [b, g, 1, j] the offset of output 16b + j in group g (S = 1: offsets are 0).
 
@@ -29,7 +40,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -39,6 +52,7 @@ namespace {
 
 constexpr int64_t kBlock = 16;  // outputs per block
 constexpr int kRowTile = 8;     // rows of x per register tile
+constexpr int64_t kActGroup = 32;  // inputs per activation scale (int8), at most
 
 enum class Format { kInt4, kInt8 };
 enum class ScaleType { kHalf, kFloat };
@@ -54,7 +68,7 @@ inline float bf16_to_float(uint16_t bits) {
 struct Block {
   Format format;
   ScaleType scale_type;
-  const uint8_t* weight;  // int4 (K/2, 16) or int8 (K/2, 16, 2)
+  const uint8_t* weight;  // int4 (K/2, 16) or int8 (K/4, 16, 4)
   const void* scales;     // (K/G, S, 16) float16 or float32
   int64_t k, group, stride;  // stride: scale entries per group (S * 16)
   bool has_offset;
@@ -64,37 +78,98 @@ struct Block {
     return static_cast<float>(static_cast<const c10::Half*>(scales)[index]);
   }
 
-  float at(int64_t j, int64_t i) const {  // the float32 weight of output j at input i
-    int q;
-    if (format == Format::kInt8) {
-      q = reinterpret_cast<const int8_t*>(weight)[(i / 2) * 2 * kBlock + j * 2 + i % 2];
-    } else {
-      const uint8_t byte = weight[(i / 2) * kBlock + j];
-      q = i % 2 ? byte >> 4 : byte & 15;
-    }
+  int int8_byte(int64_t j, int64_t i) const {  // 128 + q of output j at input i (int8)
+    return weight[(i / 4) * 4 * kBlock + j * 4 + i % 4];
+  }
+
+  float int4_at(int64_t j, int64_t i) const {  // the float32 weight of output j at input i
+    const uint8_t byte = weight[(i / 2) * kBlock + j];
+    const int q = i % 2 ? byte >> 4 : byte & 15;
     const int64_t g = (i / group) * stride;
     const float offset = has_offset ? scale_at(g + kBlock + j) : 0.f;
     return static_cast<float>(q) * scale_at(g + j) + offset;
   }
 };
 
+// The rows of x as the kernels take them (pointers at row 0 of a tile).
+struct Rows {
+  const uint16_t* x;          // (M, K) bfloat16
+  const float* sums;          // (M, K/G) each group's sum of x
+  const int8_t* codes;        // int8 only: (M, K) x's codes a
+  const float* code_scales;   // int8 only: (M, K/A) each sub-group's dx
+  const int32_t* code_bias;   // int8 only: (M, K/A) 128 * each sub-group's sum of a
+  int64_t k, groups, subs;    // K, K/G, K/A
+
+  Rows from(int64_t m) const {
+    return {x + m * k, sums + m * groups, codes ? codes + m * k : nullptr,
+            code_scales ? code_scales + m * subs : nullptr,
+            code_bias ? code_bias + m * subs : nullptr, k, groups, subs};
+  }
+};
+
+// What Rows points at, computed once per call.
+struct RowData {
+  std::vector<float> sums, code_scales;
+  std::vector<int8_t> codes;
+  std::vector<int32_t> code_bias;
+};
+
+// x's group sums and, for int8, its 8-bit codes per sub-group of ``sub`` inputs.
+Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, int64_t sub,
+                  RowData& data) {
+  const int64_t groups = k / group, subs = sub ? k / sub : 0;
+  data.sums.resize(rows * groups);
+  for (int64_t i = 0; i < rows * groups; ++i) {
+    float sum = 0.f;
+    for (int64_t d = 0; d < group; ++d) sum += bf16_to_float(x[i * group + d]);
+    data.sums[i] = sum;
+  }
+  if (sub) {
+    data.codes.resize(rows * k);
+    data.code_scales.resize(rows * subs);
+    data.code_bias.resize(rows * subs);
+    for (int64_t i = 0; i < rows * subs; ++i) {
+      const uint16_t* values = x + i * sub;
+      float amax = 0.f;
+      for (int64_t d = 0; d < sub; ++d) amax = std::max(amax, std::fabs(bf16_to_float(values[d])));
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      int32_t total = 0;
+      for (int64_t d = 0; d < sub; ++d) {
+        const int a = std::clamp(static_cast<int>(std::nearbyint(bf16_to_float(values[d]) * inv)),
+                                 -127, 127);
+        data.codes[i * sub + d] = static_cast<int8_t>(a);
+        total += a;
+      }
+      data.code_scales[i] = amax / 127.f;
+      data.code_bias[i] = 128 * total;
+    }
+  }
+  return {x, data.sums.data(), sub ? data.codes.data() : nullptr,
+          sub ? data.code_scales.data() : nullptr, sub ? data.code_bias.data() : nullptr, k,
+          groups, subs};
+}
+
 // Where a block's (rows, 16) results go: the first ``cols`` columns (fewer in the last block
 // when N is not a multiple of 16) of rows of ``stride`` floats.
 struct BlockOut {
   float* ptr;
   int64_t stride, cols;
+
+  BlockOut from(int64_t m) const { return {ptr + m * stride, stride, cols}; }
 };
 
-// Generic path: the block as float32 (K, 16), then float32 dot products.
-void block_generic(const Block& block, const uint16_t* x, int64_t rows, const BlockOut& out) {
+using BlockKernel = void (*)(const Block&, const Rows&, int64_t, const BlockOut&);
+
+// Generic int4: the block as float32 (K, 16), then float32 dot products.
+void int4_generic(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
   const int64_t k = block.k;
   std::vector<float> tile(k * kBlock);
   for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < kBlock; ++j) tile[i * kBlock + j] = block.at(j, i);
+    for (int64_t j = 0; j < kBlock; ++j) tile[i * kBlock + j] = block.int4_at(j, i);
   for (int64_t m = 0; m < rows; ++m) {
     float acc[kBlock] = {};
     for (int64_t i = 0; i < k; ++i) {
-      const float xi = bf16_to_float(x[m * k + i]);
+      const float xi = bf16_to_float(x.x[m * k + i]);
 #pragma omp simd
       for (int64_t j = 0; j < kBlock; ++j) acc[j] += xi * tile[i * kBlock + j];
     }
@@ -102,13 +177,38 @@ void block_generic(const Block& block, const uint16_t* x, int64_t rows, const Bl
   }
 }
 
+// Generic int8: the integers and float operations of the VNNI kernel, one output at a time.
+void int8_generic(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
+  const int64_t sub = block.k / x.subs, per_group = block.group / sub;
+  for (int64_t m = 0; m < rows; ++m) {
+    const Rows row = x.from(m);
+    for (int64_t j = 0; j < out.cols; ++j) {
+      float acc = 0.f;
+      for (int64_t g = 0; g < x.groups; ++g) {
+        const float scale = block.scale_at(g * block.stride + j);
+        for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
+          int32_t dot = 0;
+          for (int64_t i = s * sub; i < (s + 1) * sub; ++i) dot += block.int8_byte(j, i) * row.codes[i];
+          acc = std::fma(static_cast<float>(dot - row.code_bias[s]), scale * row.code_scales[s],
+                         acc);
+        }
+        if (block.has_offset)
+          acc = std::fma(row.sums[g], block.scale_at(g * block.stride + kBlock + j), acc);
+      }
+      out.ptr[m * out.stride + j] = acc;
+    }
+  }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define SNAPSTREAM_BF16_KERNEL 1
+#define SNAPSTREAM_AVX512_KERNELS 1
+#define SNAPSTREAM_AVX512 __attribute__((target("avx512f,avx512bw,f16c")))
 #define SNAPSTREAM_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,f16c")))
+#define SNAPSTREAM_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,f16c")))
 
 // 16 scales (or offsets) of a block from entry ``index`` on, as float32.
-SNAPSTREAM_BF16 inline __m512 load_scales(const Block& block, int64_t index) {
+SNAPSTREAM_AVX512 inline __m512 load_scales(const Block& block, int64_t index) {
   if (block.scale_type == ScaleType::kFloat)
     return _mm512_loadu_ps(static_cast<const float*>(block.scales) + index);
   const auto* half = static_cast<const uint16_t*>(block.scales) + index;
@@ -124,20 +224,6 @@ SNAPSTREAM_BF16 inline __m512bh int4_pairs(const uint8_t* weight, int64_t p) {
                                              _mm512_set1_epi32(0x43004300), 0xEA);  // a & b | c
 }
 
-// Pair p of an int8 block as bfloat16 pairs: lane j = (q_j(2p), q_j(2p + 1)).
-SNAPSTREAM_BF16 inline __m512bh int8_pairs(const uint8_t* weight, int64_t p) {
-  const auto* src = reinterpret_cast<const __m128i*>(weight + p * 32);
-  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src)));
-  const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src + 1)));
-  return _mm512_cvtne2ps_pbh(hi, lo);
-}
-
-template <Format F>
-SNAPSTREAM_BF16 inline __m512bh pairs_at(const uint8_t* weight, int64_t p) {
-  if constexpr (F == Format::kInt4) return int4_pairs(weight, p);
-  return int8_pairs(weight, p);
-}
-
 template <int ROWS>
 SNAPSTREAM_BF16 inline void dot(__m512* acc, __m512bh w, const uint32_t* x_pairs, int64_t pairs,
                                 int64_t p) {
@@ -148,21 +234,17 @@ SNAPSTREAM_BF16 inline void dot(__m512* acc, __m512bh w, const uint32_t* x_pairs
 
 // Two independent accumulators per row (even and odd pairs), so that few rows do not wait on
 // vdpbf16ps's latency. The same for every tile size: a row's sums are added in one order
-// whatever else is in the batch, so a sequence's tokens do not depend on its batch-mates
-// (a stream resumed on another decode worker stays token-identical).
+// whatever else is in the batch.
 constexpr int kChains = 2;
 
-// ROWS rows of x (bfloat16 pairs as uint32, (ROWS, K/2); x_sums (ROWS, K/G) their group sums)
-// times a block.
-template <Format F, int ROWS>
-SNAPSTREAM_BF16 void rows_block(const Block& block, const uint32_t* x_pairs, const float* x_sums,
-                                const BlockOut& out) {
-  constexpr float bias = F == Format::kInt4 ? 128.f : 0.f;
-  const int64_t pairs = block.k / 2, groups = block.k / block.group, per_group = block.group / 2;
-  const bool has_sum_term = F == Format::kInt4 || block.has_offset;
+// ROWS rows of x times an int4 block.
+template <int ROWS>
+SNAPSTREAM_BF16 void int4_rows_block(const Block& block, const Rows& x, const BlockOut& out) {
+  const auto* x_pairs = reinterpret_cast<const uint32_t*>(x.x);  // (ROWS, K/2)
+  const int64_t pairs = block.k / 2, per_group = block.group / 2;
   __m512 acc[ROWS];
   for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
+  for (int64_t g = 0; g < x.groups; ++g) {
     __m512 partial[kChains][ROWS];
     for (int c = 0; c < kChains; ++c)
       for (int m = 0; m < ROWS; ++m) partial[c][m] = _mm512_setzero_ps();
@@ -170,54 +252,87 @@ SNAPSTREAM_BF16 void rows_block(const Block& block, const uint32_t* x_pairs, con
     int64_t p = first;
     for (; p + kChains <= last; p += kChains)
       for (int c = 0; c < kChains; ++c)
-        dot<ROWS>(partial[c], pairs_at<F>(block.weight, p + c), x_pairs, pairs, p + c);
-    for (; p < last; ++p) dot<ROWS>(partial[0], pairs_at<F>(block.weight, p), x_pairs, pairs, p);
+        dot<ROWS>(partial[c], int4_pairs(block.weight, p + c), x_pairs, pairs, p + c);
+    for (; p < last; ++p) dot<ROWS>(partial[0], int4_pairs(block.weight, p), x_pairs, pairs, p);
     const __m512 scale = load_scales(block, g * block.stride);
     __m512 offset = block.has_offset ? load_scales(block, g * block.stride + kBlock)
                                      : _mm512_setzero_ps();
-    offset = _mm512_fnmadd_ps(_mm512_set1_ps(bias), scale, offset);  // offset - bias scale
+    offset = _mm512_fnmadd_ps(_mm512_set1_ps(128.f), scale, offset);  // offset - 128 scale
     for (int m = 0; m < ROWS; ++m) {
       __m512 sum = partial[0][m];
       for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, partial[c][m]);
       acc[m] = _mm512_fmadd_ps(sum, scale, acc[m]);
-      if (has_sum_term)
-        acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x_sums[m * groups + g]), offset, acc[m]);
+      acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
     }
   }
   const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
   for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
 }
 
-using RowsKernel = void (*)(const Block&, const uint32_t*, const float*, const BlockOut&);
+// ROWS rows of x's 8-bit codes times an int8 block: per sub-group, int32 sums of 4-byte
+// products (exact, so one chain per row is as deterministic as any), then the scales in float.
+template <int ROWS>
+SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const BlockOut& out) {
+  const auto* x_quads = reinterpret_cast<const int32_t*>(x.codes);  // (ROWS, K/4) 4 codes each
+  const int64_t quads = block.k / 4, sub_quads = block.k / x.subs / 4;
+  const int64_t per_group = x.subs / x.groups;
+  __m512 acc[ROWS];
+  for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < x.groups; ++g) {
+    const __m512 scale = load_scales(block, g * block.stride);
+    for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
+      __m512i dots[ROWS];
+      for (int m = 0; m < ROWS; ++m) dots[m] = _mm512_setzero_si512();
+      for (int64_t r = s * sub_quads; r < (s + 1) * sub_quads; ++r) {
+        const __m512i w = _mm512_loadu_si512(block.weight + r * 4 * kBlock);  // (16, 4) bytes
+        for (int m = 0; m < ROWS; ++m)
+          dots[m] = _mm512_dpbusd_epi32(dots[m], w, _mm512_set1_epi32(x_quads[m * quads + r]));
+      }
+      for (int m = 0; m < ROWS; ++m) {
+        const __m512 dot = _mm512_cvtepi32_ps(
+            _mm512_sub_epi32(dots[m], _mm512_set1_epi32(x.code_bias[m * x.subs + s])));
+        const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
+        acc[m] = _mm512_fmadd_ps(dot, step, acc[m]);
+      }
+    }
+    if (block.has_offset) {
+      const __m512 offset = load_scales(block, g * block.stride + kBlock);
+      for (int m = 0; m < ROWS; ++m)
+        acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
+    }
+  }
+  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
+  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+}
+
+using TileKernel = void (*)(const Block&, const Rows&, const BlockOut&);
 
 template <int... R>
-constexpr std::array<std::array<RowsKernel, sizeof...(R) + 1>, 2> row_kernels(
+constexpr std::array<std::array<TileKernel, sizeof...(R) + 1>, 2> tile_kernels(
     std::integer_sequence<int, R...>) {
-  return {{{nullptr, &rows_block<Format::kInt4, R + 1>...},
-           {nullptr, &rows_block<Format::kInt8, R + 1>...}}};
+  return {{{nullptr, &int4_rows_block<R + 1>...}, {nullptr, &int8_rows_block<R + 1>...}}};
 }
-constexpr auto kRowKernels = row_kernels(std::make_integer_sequence<int, kRowTile>{});
+constexpr auto kTileKernels = tile_kernels(std::make_integer_sequence<int, kRowTile>{});
 
-void block_bf16(const Block& block, const uint16_t* x, const float* x_sums, int64_t rows,
-                const BlockOut& out) {
-  const auto* x_pairs = reinterpret_cast<const uint32_t*>(x);
-  const int64_t pairs = block.k / 2, groups = block.k / block.group;
-  const auto& kernels = kRowKernels[block.format == Format::kInt4 ? 0 : 1];
-  for (int64_t m = 0; m < rows; m += kRowTile) {
-    const int64_t count = std::min<int64_t>(kRowTile, rows - m);
-    kernels[count](block, x_pairs + m * pairs, x_sums + m * groups,
-                   BlockOut{out.ptr + m * out.stride, out.stride, out.cols});
-  }
+template <Format F>
+void block_avx512(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
+  const auto& kernels = kTileKernels[F == Format::kInt4 ? 0 : 1];
+  for (int64_t m = 0; m < rows; m += kRowTile)
+    kernels[std::min<int64_t>(kRowTile, rows - m)](block, x.from(m), out.from(m));
 }
 #endif
 
-bool use_bf16_kernel() {
-#if SNAPSTREAM_BF16_KERNEL
-  static const bool supported = __builtin_cpu_supports("avx512bf16");
-  return supported && !snapstream::generic_kernels_requested();
-#else
-  return false;
+// The block kernel for a format on this CPU: AVX512-BF16 (int4) / AVX512-VNNI (int8) where
+// the CPU has them, unless SNAPSTREAM_GENERIC_KERNELS=1.
+BlockKernel block_kernel(Format format) {
+  const bool generic = snapstream::generic_kernels_requested();
+#if SNAPSTREAM_AVX512_KERNELS
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (format == Format::kInt4 && bf16 && !generic) return &block_avx512<Format::kInt4>;
+  if (format == Format::kInt8 && vnni && !generic) return &block_avx512<Format::kInt8>;
 #endif
+  return format == Format::kInt4 ? &int4_generic : &int8_generic;
 }
 
 void check_shapes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
@@ -237,14 +352,16 @@ void check_shapes(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
                     weight.size(1) * 2 == k && weight.size(2) == kBlock,
                 "quant_matmul: int4 weight must be (N/16, K/2, 16) uint8");
   } else {
-    TORCH_CHECK(weight.dim() == 4 && weight.scalar_type() == at::kChar &&
-                    weight.size(1) * 2 == k && weight.size(2) == kBlock && weight.size(3) == 2,
-                "quant_matmul: int8 weight must be (N/16, K/2, 16, 2) int8");
+    TORCH_CHECK(weight.dim() == 4 && weight.scalar_type() == at::kByte &&
+                    weight.size(1) * 4 == k && weight.size(2) == kBlock && weight.size(3) == 4,
+                "quant_matmul: int8 weight must be (N/16, K/4, 16, 4) uint8");
   }
+  const int64_t multiple = format == Format::kInt4 ? 2 : 4;
   TORCH_CHECK(scales.dim() == 4 && scales.size(0) == blocks && scales.size(1) > 0 &&
-                  k % scales.size(1) == 0 && (k / scales.size(1)) % 2 == 0 &&
+                  k % scales.size(1) == 0 && (k / scales.size(1)) % multiple == 0 &&
                   (scales.size(2) == 1 || scales.size(2) == 2) && scales.size(3) == kBlock,
-              "quant_matmul: scales must be (N/16, K/G, 1 or 2, 16) with G even");
+              "quant_matmul: scales must be (N/16, K/G, 1 or 2, 16) with G a multiple of ",
+              multiple);
 }
 
 // x (M, K) bfloat16, the packed weight of n outputs (padded to whole blocks) -> (M, n) float32.
@@ -258,33 +375,22 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
       scales.scalar_type() == at::kFloat ? ScaleType::kFloat : ScaleType::kHalf;
   const at::Tensor xc = x.contiguous();
   at::Tensor out = at::empty({rows, n}, x.options().dtype(at::kFloat));
-  const auto* x_ptr = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
   const auto* w_ptr = static_cast<const uint8_t*>(weight.data_ptr());
   const auto* s_ptr = static_cast<const uint8_t*>(scales.data_ptr());
   float* out_ptr = out.data_ptr<float>();
   const int64_t block_bytes = k * kBlock / (format == Format::kInt4 ? 2 : 1);
   const int64_t block_scale_bytes = groups * stride * scales.element_size();
-  const bool fast = use_bf16_kernel();
-  // the group sums of x: (M, K/G) float32
-  std::vector<float> x_sums(rows * groups);
-  for (int64_t i = 0; i < rows * groups; ++i) {
-    float sum = 0.f;
-    for (int64_t d = 0; d < group; ++d) sum += bf16_to_float(x_ptr[i * group + d]);
-    x_sums[i] = sum;
-  }
+  RowData data;
+  const Rows x_rows =
+      prepare_rows(reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>()), rows, k,
+                   group, format == Format::kInt8 ? std::gcd(group, kActGroup) : 0, data);
+  const BlockKernel kernel = block_kernel(format);
 
   at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
     for (int64_t b = first; b < last; ++b) {
       const Block block{format, scale_type, w_ptr + b * block_bytes,
                         s_ptr + b * block_scale_bytes, k, group, stride, has_offset};
-      const BlockOut block_out{out_ptr + b * kBlock, n, std::min(kBlock, n - b * kBlock)};
-#if SNAPSTREAM_BF16_KERNEL
-      if (fast) {
-        block_bf16(block, x_ptr, x_sums.data(), rows, block_out);
-        continue;
-      }
-#endif
-      block_generic(block, x_ptr, rows, block_out);
+      kernel(block, x_rows, rows, BlockOut{out_ptr + b * kBlock, n, std::min(kBlock, n - b * kBlock)});
     }
   });
   return out;

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.blocks_bench import agreement_table, held_out_text
+from bench.blocks_bench import DECODE_PATH, agreement_table, held_out_text
 from bench.llamacpp_ppl import llamacpp_agreement, llamacpp_scores
 from bench.peers.runners.ppl_llamacpp import ROWS_AT_ONCE, next_token_nll, score_ids
 
@@ -89,8 +89,10 @@ def test_ratios_against_each_format_and_a_position_mismatch_raises():
 
 
 def _out(cpp: dict) -> dict:
-    return {"tokens": 4, "ppl": {"float32": 10.0, "gguf": 10.1}, "ppl_ratio": 1.01,
-            "top1": 0.98, "llama.cpp": cpp}
+    return {"tokens": 4, "ppl": {"float32": 10.0, "gguf": 10.1, DECODE_PATH: 10.3},
+            "ppl_ratio": {"gguf": 1.01, DECODE_PATH: 1.03},
+            "kl": {"gguf": 0.001, DECODE_PATH: None},
+            "top1": {"gguf": 0.98, DECODE_PATH: 0.97}, "llama.cpp": cpp}
 
 
 def test_the_table_has_a_llamacpp_row_or_says_why_not():
@@ -99,9 +101,13 @@ def test_the_table_has_a_llamacpp_row_or_says_why_not():
     row = table.splitlines()[-1].split()
     assert row[:3] == ["llama.cpp", "(same", "GGUF)"]
     assert row[3:] == ["10.200", "1.0200", "1.0099", "97.0%"]
+    decode = table.splitlines()[-2].split()
+    assert decode[:4] == ["gguf", "decode", "kernels", "(snapstream)"]
+    assert decode[4:] == ["10.300", "1.0300", "1.0198", "97.0%"]  # no KL measured: none shown
+    assert table.splitlines()[-3].split()[-1] == "0.00100"
     missing = agreement_table(_out({"missing": "not run (--no-llamacpp)"}))
     assert missing.splitlines()[-1].endswith("not measured: not run (--no-llamacpp)")
-    assert len(missing.splitlines()) == 4
+    assert len(missing.splitlines()) == 5
 
 
 def test_the_held_out_text_at_a_revision_and_a_bad_revision():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 import torch
@@ -258,14 +259,28 @@ GROUPINGS = [  # (bits, group, offsets, float16 scales): the GGUF types' and req
     (8, 32, False, True), (8, 32, True, False), (8, 16, False, False), (8, 96, False, False)]
 
 
-@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX512-BF16 kernel where the CPU has it
+def activation_codes(x: torch.Tensor, group: int) -> torch.Tensor:
+    """What the int8 kernel multiplies for x (M, K) bfloat16 with weight groups of ``group``:
+    each sub-group of gcd(group, 32) inputs rounded to int8 codes times max |x| / 127, as
+    float32 (M, K)."""
+    sub = math.gcd(group, 32)
+    values = x.float().view(len(x), -1, sub)  # (M, K/A, A)
+    amax = values.abs().amax(-1, keepdim=True)  # (M, K/A, 1)
+    # 127 / amax as the kernel divides (a Python number over a tensor is a reciprocal times 127)
+    inv = torch.where(amax > 0, torch.full_like(amax, 127) / amax, torch.zeros_like(amax))
+    codes = torch.round(values * inv).clamp_(-127, 127)
+    return (codes * (amax / 127)).view_as(x.float())
+
+
+@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 kernels where the CPU has them
 @pytest.mark.parametrize("grouping", GROUPINGS)
 @pytest.mark.parametrize("n", [24, 50, 64])  # outputs filling part of the last block of 16
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17])  # register tiles of 8, chains for few
 def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, generic,
                                                                   grouping, n, rows):
-    """The kernels give x (rounded to bfloat16) @ the float32 weight up to float32 rounding
-    (a weight off by one int4 step, a swapped pair or a wrong scale is off by >1e-2)."""
+    """int4: x (rounded to bfloat16) @ the float32 weight; int8: x's 8-bit codes (per
+    sub-group of up to 32 inputs) @ the float32 weight; both up to float32 rounding (a weight
+    off by one int4 step, a swapped pair, a wrong scale or unscaled codes are off by >1e-2)."""
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
     bits, group, offsets, half = grouping
     codes = grouped_codes(n, 96, bits, group, offsets, half, seed=n)
@@ -277,10 +292,36 @@ def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, g
     assert torch.equal(layer.dequantized(), want_weight.view(n, 96))
     x = torch.randn(rows, 96, dtype=torch.bfloat16)
     got = layer.kernel(x)
-    want = F.linear(x.float(), layer.dequantized())
+    x_used = activation_codes(x, group) if bits == 8 else x.float()
+    want = F.linear(x_used, layer.dequantized())
+    if offsets:  # an offset multiplies the sum of x itself, not of its codes
+        sums = (x.float() - x_used).view(rows, groups, group).sum(-1)  # (M, G)
+        want = want + sums @ codes.offsets.T
     assert got.shape == (rows, n) and got.dtype == torch.float32
     # float32 rounding, amplified where a group's offset cancels most of its sum: ~1e-5
     assert rel_error(got, want) < 1e-4
+
+
+def test_int8_kernel_paths_agree_bit_for_bit(monkeypatch):
+    """The generic int8 loop does the VNNI kernel's integer sums and float operations in the
+    same order: the same floats, so a stream moved between CPUs keeps its tokens."""
+    codes = grouped_codes(50, 192, 8, 64, offsets=True, half=False, seed=3)
+    layer = Int8Linear(codes)
+    x = torch.randn(9, 192, dtype=torch.bfloat16)
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "0")
+    fast = layer.kernel(x)
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
+    assert torch.equal(layer.kernel(x), fast)
+
+
+def test_int8_kernel_takes_a_zero_row():
+    layer = Int8Linear(grouped_codes(16, 64, 8, 32, offsets=False, half=True))
+    assert torch.equal(layer.kernel(torch.zeros(2, 64, dtype=torch.bfloat16)), torch.zeros(2, 16))
+
+
+def test_int8_weights_need_inputs_in_fours():
+    with pytest.raises(ValueError, match="divisible by 4"):
+        Int8Linear(grouped_codes(16, 66, 8, 66, offsets=False, half=True))
 
 
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
