@@ -241,18 +241,18 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
 def agreement_table(out: dict) -> str:
     """The perplexities of :func:`run_agreement`'s ``out`` and their ratios, one row each."""
     ppl, cpp = out["ppl"], out["llama.cpp"]
-    lines = [f"{'':30} {'perplexity':>10} {'vs float32':>10} {'vs gguf':>8} "
+    lines = [f"{'':33} {'perplexity':>10} {'vs float32':>10} {'vs gguf':>8} "
              f"{'top-1 = float32':>15} {'KL':>8}  ({out['tokens']} tokens)",
-             f"{'float32 (snapstream)':30} {ppl['float32']:10.3f} {1:10.4f}"]
+             f"{'float32 (snapstream)':33} {ppl['float32']:10.3f} {1:10.4f}"]
     for fmt, name in (("gguf", "gguf prompt GEMM (snapstream)"),
                       (DECODE_PATH, "gguf decode kernels (snapstream)")):
         kl = out["kl"][fmt]
-        lines.append(f"{name:30} {ppl[fmt]:10.3f} {out['ppl_ratio'][fmt]:10.4f} "
+        lines.append(f"{name:33} {ppl[fmt]:10.3f} {out['ppl_ratio'][fmt]:10.4f} "
                      f"{ppl[fmt] / ppl['gguf']:8.4f} {out['top1'][fmt]:15.1%} "
                      f"{'' if kl is None else f'{kl:8.5f}'}")
     if "missing" in cpp:
-        return "\n".join([*lines, f"{'llama.cpp (same GGUF)':30} not measured: {cpp['missing']}"])
-    return "\n".join([*lines, f"{'llama.cpp (same GGUF)':30} {cpp['ppl']:10.3f} "
+        return "\n".join([*lines, f"{'llama.cpp (same GGUF)':33} not measured: {cpp['missing']}"])
+    return "\n".join([*lines, f"{'llama.cpp (same GGUF)':33} {cpp['ppl']:10.3f} "
                               f"{cpp['ppl_vs_float32']:10.4f} {cpp['ppl_vs_gguf']:8.4f} "
                               f"{cpp['top1_vs_float32']:15.1%}"])
 
