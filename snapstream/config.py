@@ -159,7 +159,10 @@ class ModelConfig:
         extra: dict[str, Any] = {}
         if self.model_type == "gemma3":
             local = self.local_rope or self.rope
-            extra = {"query_pre_attn_scalar": (self.query_scale or self.head_dim ** -0.5) ** -2,
+            scalar = (self.query_scale or self.head_dim ** -0.5) ** -2
+            # an integer in Gemma 3's own configs, and transformers >= 5.5 checks its type
+            scalar = round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar
+            extra = {"query_pre_attn_scalar": scalar,
                      "sliding_window": self.sliding_window, "layer_types": list(self.layer_types),
                      "rope_parameters": {FULL: rope, SLIDING: {"rope_type": "default",
                                                                "rope_theta": local.theta}}}

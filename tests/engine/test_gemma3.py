@@ -66,6 +66,8 @@ def test_config_reads_the_layer_pattern_and_both_rope_bases(engine):
     assert config.query_scale == pytest.approx(24**-0.5)
     assert config.embed_scale == pytest.approx(64**0.5)
     assert ModelConfig.from_dict(config.to_hf_dict()) == config
+    # an int, as in Gemma 3's own configs (transformers >= 5.5 refuses a float here)
+    assert type(config.to_hf_dict()["query_pre_attn_scalar"]) is int
 
 
 @pytest.mark.parametrize("seed", range(3))
