@@ -94,14 +94,14 @@ struct Block {
 // The rows of x as the kernels take them (pointers at row 0 of a tile).
 struct Rows {
   const uint16_t* x;          // (M, K) bfloat16
-  const float* sums;          // (M, K/G) each group's sum of x
+  const float* sums;          // (M, K/G) each group's sum of x (int4, or weights with offsets)
   const int8_t* codes;        // int8 only: (M, K) x's codes a
   const float* code_scales;   // int8 only: (M, K/A) each sub-group's dx
   const int32_t* code_bias;   // int8 only: (M, K/A) 128 * each sub-group's sum of a
   int64_t k, groups, subs;    // K, K/G, K/A
 
   Rows from(int64_t m) const {
-    return {x + m * k, sums + m * groups, codes ? codes + m * k : nullptr,
+    return {x + m * k, sums ? sums + m * groups : nullptr, codes ? codes + m * k : nullptr,
             code_scales ? code_scales + m * subs : nullptr,
             code_bias ? code_bias + m * subs : nullptr, k, groups, subs};
   }
@@ -114,12 +114,13 @@ struct RowData {
   std::vector<int32_t> code_bias;
 };
 
-// x's group sums and, for int8, its 8-bit codes per sub-group of ``sub`` inputs.
+// x's group sums (when a kernel reads them) and, for int8, its 8-bit codes per sub-group of
+// ``sub`` inputs.
 Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, int64_t sub,
-                  RowData& data) {
+                  bool need_sums, RowData& data) {
   const int64_t groups = k / group, subs = sub ? k / sub : 0;
-  data.sums.resize(rows * groups);
-  for (int64_t i = 0; i < rows * groups; ++i) {
+  data.sums.resize(need_sums ? rows * groups : 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(data.sums.size()); ++i) {
     float sum = 0.f;
     for (int64_t d = 0; d < group; ++d) sum += bf16_to_float(x[i * group + d]);
     data.sums[i] = sum;
@@ -144,7 +145,7 @@ Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, int
       data.code_bias[i] = 128 * total;
     }
   }
-  return {x, data.sums.data(), sub ? data.codes.data() : nullptr,
+  return {x, need_sums ? data.sums.data() : nullptr, sub ? data.codes.data() : nullptr,
           sub ? data.code_scales.data() : nullptr, sub ? data.code_bias.data() : nullptr, k,
           groups, subs};
 }
@@ -383,7 +384,8 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
   RowData data;
   const Rows x_rows =
       prepare_rows(reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>()), rows, k,
-                   group, format == Format::kInt8 ? std::gcd(group, kActGroup) : 0, data);
+                   group, format == Format::kInt8 ? std::gcd(group, kActGroup) : 0,
+                   format == Format::kInt4 || has_offset, data);
   const BlockKernel kernel = block_kernel(format);
 
   at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
