@@ -140,4 +140,10 @@ def _describe(engine: Engine, cfg: ServeBenchConfig,
             "num_kv_heads": config.num_kv_heads, "head_dim": config.head_dim,
             "context_len": engine.context_len, "prompt_tokens": (min(lengths), max(lengths)),
             "blob_bytes": spec.blob_size(spec.model_layout(layout)),
+            "dtype": _name(engine.dtype), "prefill_dtype": _name(engine.prefill_dtype),
+            "kv_dtype": _name(engine.kv_dtype),
             "torch_threads": torch.get_num_threads()}
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
