@@ -68,8 +68,9 @@ def kv_rows(windows: tuple[int | None, ...], default: CachePolicy, slot_bytes: i
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from kvstore.codec import POSITION_BYTES
     from snapstream.checkpoints import open_checkpoint
-    from snapstream.kvquant import kv_codec
+    from snapstream.kvquant import kv_codec, kv_slot_bytes
     from snapstream.policy import load_default_policy
 
     checkpoint = open_checkpoint(args.model)
@@ -77,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     token = config.num_kv_heads * 2 * config.head_dim * 2  # K and V in f16
     dtype = getattr(torch, args.kv_dtype)
     row = kv_codec(dtype).row_width(config.head_dim) * dtype.itemsize  # one K (or V) row
-    slot = config.num_kv_heads * (2 * row + 4)  # + snapstream's int32 position per KV head
+    # a slot of every KV head: K and V + snapstream's int32 position (the blob's layout)
+    slot = config.num_kv_heads * (kv_slot_bytes(dtype, config.head_dim) + POSITION_BYTES)
     lengths = tuple(n for n in args.lengths if n <= config.max_position_embeddings)
     if not lengths:
         raise SystemExit(f"--lengths: every length exceeds the model's context of "
