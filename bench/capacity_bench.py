@@ -18,6 +18,7 @@ at start, so the whole cache is resident).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import socket
 import subprocess
 import time
@@ -103,7 +104,8 @@ def _hold(model: str, kv_dtype: str, prompt_len: int, new_tokens: int, budget: i
     per_stream = pool_row_bytes(engine.config, result.cache.layout, engine.kv_dtype)
     counted = (budget - weights) // per_stream
     streams = max(1, int(counted * fraction))
-    base = _rss()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # the prompt's freed buffers: a decode worker
+    base = _rss()  # never prefills, its blobs come from the store
     decoder = engine.new_decoder(result.cache.layout, streams)
     for row in range(streams):
         decoder.cache.insert(row, result.cache)
@@ -198,7 +200,9 @@ def _render(rows: list[Row], args: argparse.Namespace, budget: int) -> str:
         "policy's fixed rows; llama.cpp: slots of n_ctx cells) that one process holds in "
         f"{args.budget_gib:g} GiB. Layout: (budget − weights) // KV per stream. Measured: "
         "snapstream, a process that loads the engine as a decode worker does, prefills one "
-        "prompt, copies its compressed cache into every row of a pool of 'streams held' rows "
+        "prompt (its freed buffers handed back to the OS with `malloc_trim` before 'RSS "
+        "without them': a decode worker gets its caches from the store), copies its "
+        "compressed cache into every row of a pool of 'streams held' rows "
         f"and runs {args.steps} decode steps over all of them (RSS before the pool / after); "
         f"llama-server started with `--parallel N --ctx-size N × n_ctx` (RSS with one slot of "
         f"{BASE_N_CTX} cells / at N, once /health answers). 'measured RSS' = (budget − RSS "
