@@ -50,7 +50,7 @@ def _workload_text(serve: dict) -> list[str]:
     cfg, model = serve["config"], serve["model"]
     policy, slo = cfg["policy"], cfg["slo"]
     return [
-        f"Model: `{model['path']}`, {model['params'] / 1e6:.2f}M parameters, "
+        f"Model: `{model['path']}`, weights {model['weight_bytes'] / 2**20:.0f} MiB as held, "
         f"{model['num_layers']} layers, hidden {model['hidden_size']}, {model['num_kv_heads']} KV "
         f"heads × {model['head_dim']}, prompt activations {model['prefill_dtype']}, decode "
         f"activations {model['dtype']}, KV cache {model['kv_dtype']}, context "
