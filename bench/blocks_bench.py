@@ -30,6 +30,8 @@ from unittest import mock
 
 import numpy as np
 
+from bench.limits import share_of_limit
+
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20
 DECODE_PATH = "gguf-decode"  # the gguf model with every row through the decode kernels
@@ -137,12 +139,17 @@ def run_load(models: list[str], synthetic: bool) -> list[dict]:
 DECODE_STEPS = """
 import json, statistics, sys, time, torch
 from bench.engine_bench import ours_stepper
+from bench.limits import decode_step_bytes, memory_bandwidth, model_bytes
 from snapstream.engine import Engine
+from snapstream.kvcache import pool_row_bytes
 torch.set_grad_enabled(False)
 torch.set_num_threads(int(sys.argv[1]))
 engine = Engine.from_pretrained(sys.argv[2] if sys.argv[2] else None)
-out = {}
+out, moved = {}, {}
+row = pool_row_bytes(engine.config, engine.model_layout(engine.default_policy.layout(1024, 64)),
+                     engine.kv_dtype)
 for batch in (1, 16):
+    moved[batch] = decode_step_bytes(model_bytes(engine.model), row, batch)
     layout = engine.default_policy.layout(1024, 64)
     step = ours_stepper(engine.model, layout, batch, 1024, dtype=engine.kv_dtype)
     for i in range(3):
@@ -153,7 +160,7 @@ for batch in (1, 16):
         step(i)
         times.append(time.perf_counter() - start)
     out[batch] = statistics.median(times)
-print(json.dumps(out))
+print(json.dumps({"step_s": out, "bytes": moved, "bandwidth_gb_s": memory_bandwidth()}))
 """
 
 
@@ -162,21 +169,29 @@ def run_decode(trees: list[str], rounds: int, threads: int,
     """Each tree's decode steps of ``model`` (None: the default), ``rounds`` fresh processes
     each, in turns, ``threads`` torch threads each."""
     times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
+    moved: dict[str, dict[str, int]] = {}
+    bandwidth: list[float] = []  # GB/s, measured in each process after its steps
     for _ in range(rounds):
         for tree in trees:
             run = subprocess.run([sys.executable, "-c", DECODE_STEPS, str(threads), model or ""],
                                  cwd=tree, check=True, capture_output=True, text=True)
             got = json.loads(run.stdout.splitlines()[-1])
             print(f"{tree}: {got}", flush=True)  # each round as it comes
-            for batch, seconds in got.items():
+            for batch, seconds in got["step_s"].items():
                 times[tree].setdefault(batch, []).append(seconds)
-    base = trees[0]
-    print(f"{'tree':28} {'batch':>5} {'ms/step (median of rounds)':>27} {'vs first':>9}")
+            moved[tree] = got["bytes"]
+            bandwidth.append(got["bandwidth_gb_s"])
+    base, limit = trees[0], max(bandwidth)
+    print(f"memory bandwidth (torch.sum over 1 GiB, best of every process): {limit:.1f} GB/s")
+    print(f"{'tree':28} {'batch':>5} {'ms/step (median of rounds)':>27} {'vs first':>9} "
+          f"{'MB read/step':>13} {'% of bandwidth':>15}")
     for tree in trees:
         for batch, values in times[tree].items():
-            ms = float(np.median(values)) * 1e3
-            ref = float(np.median(times[base][batch])) * 1e3
-            print(f"{tree:28} {batch:>5} {ms:27.2f} {ms / ref:9.3f}")
+            seconds = float(np.median(values))
+            ref = float(np.median(times[base][batch]))
+            share = share_of_limit(seconds, moved[tree][batch], limit * 1e9)
+            print(f"{tree:28} {batch:>5} {seconds * 1e3:27.2f} {seconds / ref:9.3f} "
+                  f"{moved[tree][batch] / 1e6:13.1f} {share:15.0%}")
     return times
 
 

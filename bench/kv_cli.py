@@ -39,6 +39,13 @@ def _pad(value: int, to: int) -> int:
     return (value + to - 1) // to * to
 
 
+def llama_cpp_kv_bytes(windows: tuple[int | None, ...], token_bytes: int, n_ctx: int) -> int:
+    """llama.cpp's K/V cells for one sequence of ``n_ctx``: every global layer ``n_ctx``, a
+    sliding one its SWA cache. ``token_bytes``: one token's K and V in one layer (f16)."""
+    swa = _pad(min(n_ctx, max(w or 0 for w in windows) + LLAMA_CPP_UBATCH), LLAMA_CPP_SWA_PAD)
+    return sum(n_ctx if w is None else swa for w in windows) * token_bytes
+
+
 def kv_rows(windows: tuple[int | None, ...], default: CachePolicy, slot_bytes: int,
             token_bytes: int, lengths: tuple[int, ...]) -> list[tuple[str, list[int]]]:
     """(system, bytes per sequence at each length). ``windows``: per layer, None for a global
@@ -51,16 +58,12 @@ def kv_rows(windows: tuple[int | None, ...], default: CachePolicy, slot_bytes: i
         layout = ModelLayout.build(windows, policy.layout(length, 0))
         return layout.num_slots * slot_bytes
 
-    def llama_cpp(length: int) -> int:
-        swa = _pad(min(length, max(w or 0 for w in windows) + LLAMA_CPP_UBATCH),
-                   LLAMA_CPP_SWA_PAD)
-        return sum(length if w is None else swa for w in windows) * token_bytes
-
     return [
         (f"snapstream, default policy (global budget {default.budget})",
          [snapstream(default, n) for n in lengths]),
         ("snapstream, `full`", [snapstream(CachePolicy(kind="full"), n) for n in lengths]),
-        ("llama.cpp SWA cache (f16, n_ctx = prompt)", [llama_cpp(n) for n in lengths]),
+        ("llama.cpp SWA cache (f16, n_ctx = prompt)",
+         [llama_cpp_kv_bytes(windows, token_bytes, n) for n in lengths]),
         ("full cache, every layer x prompt", [len(windows) * n * token_bytes for n in lengths]),
     ]
 
@@ -68,8 +71,9 @@ def kv_rows(windows: tuple[int | None, ...], default: CachePolicy, slot_bytes: i
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from kvstore.codec import POSITION_BYTES
     from snapstream.checkpoints import open_checkpoint
-    from snapstream.kvquant import kv_codec
+    from snapstream.kvquant import kv_codec, kv_slot_bytes
     from snapstream.policy import load_default_policy
 
     checkpoint = open_checkpoint(args.model)
@@ -77,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     token = config.num_kv_heads * 2 * config.head_dim * 2  # K and V in f16
     dtype = getattr(torch, args.kv_dtype)
     row = kv_codec(dtype).row_width(config.head_dim) * dtype.itemsize  # one K (or V) row
-    slot = config.num_kv_heads * (2 * row + 4)  # + snapstream's int32 position per KV head
+    # a slot of every KV head: K and V + snapstream's int32 position (the blob's layout)
+    slot = config.num_kv_heads * (kv_slot_bytes(dtype, config.head_dim) + POSITION_BYTES)
     lengths = tuple(n for n in args.lengths if n <= config.max_position_embeddings)
     if not lengths:
         raise SystemExit(f"--lengths: every length exceeds the model's context of "

@@ -22,13 +22,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bench.limits import GEMM_SHAPES, gemm_peak, share_of_limit
 from bench.peers.prompts import EngineTokenizer, filler_text, passkey_prompt
 from bench.report import command_line, machine_line, markdown_table, parse_ints, publish
 from snapstream.engine import Engine, PrefillResult
 from snapstream.model import Attention
 from snapstream.quant import QuantizedLinear
 
-GEMM_SHAPES = ((2048, 576, 1536), (4096, 1536, 576), (8192, 576, 3072))  # (M, K, N)
 VARIANTS = (torch.float32, torch.bfloat16)  # prompt activations: today's, then the new one
 
 
@@ -39,25 +39,6 @@ class PrefillBenchConfig:
     new_tokens: int = 32  # greedy tokens decoded after each variant's prefill, compared
     dtype: str = "auto"  # the served format; it must quantize the linear layers
     gemm_shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES
-
-
-def gemm_peak(shapes=GEMM_SHAPES, calls: int = 5) -> dict[str, dict[str, float]]:
-    """GFLOP/s of a plain ``torch.mm`` per shape and dtype (best of ``calls``)."""
-    out = {}
-    for m, k, n in shapes:
-        for dtype in VARIANTS:
-            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-            torch.mm(a, b)
-            best = min(_timed(lambda a=a, b=b: torch.mm(a, b)) for _ in range(calls))
-            out.setdefault(f"{m}x{k}x{n}", {})[str(dtype).removeprefix("torch.")] = (
-                2 * m * k * n / best / 1e9)
-    return out
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def prefill_flops(engine: Engine, prompt_len: int) -> tuple[float, float]:
@@ -219,12 +200,13 @@ def render(results: dict, command: str) -> str:
         base = row["split"]["float32"]["total"]
         for name, s in row["split"].items():
             rate = flops / s["total"] / 1e9
+            share = share_of_limit(s["total"], flops, peak * 1e9)
             timing.append([row["prompt_tokens"], name, f"{s['total']:.2f}",
                            f"{s['total'] / base:.2f}×", f"{s['linear']:.2f}",
                            f"{s['attention']:.2f}", f"{s['select']:.2f}", f"{s['rest']:.2f}",
                            f"{row['linear_flops'] / 1e12:.2f} + "
                            f"{row['attention_flops'] / 1e12:.2f}",
-                           f"{rate:.0f}", f"{100 * rate / peak:.0f}%"])
+                           f"{rate:.0f}", f"{share:.0%}"])
         accuracy.append([row["prompt_tokens"],
                          f"{row['logits_max_abs_diff']:.3f} (of {row['logits_max_abs']:.1f})",
                          "yes" if row["top1_same"] else "no",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shlex
@@ -25,8 +26,10 @@ def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
 
 def machine_line() -> str:
     threads = torch.get_num_threads()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"{platform.processor() or platform.machine()}, {threads} torch threads, "
-            f"torch {torch.__version__}, Python {platform.python_version()}")
+            f"torch {torch.__version__}, Python {platform.python_version()}, load average "
+            f"{load} (1, 5, 15 min) as the run ended")
 
 
 def command_line() -> str:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 import openai
 import torch
 
+from bench.limits import model_bytes
 from bench.serve_inprocess import InProcessServer
 from bench.serve_openai import API_KEY, OpenAIClient, served_model
 from bench.serve_profile import Usage, usage_now
@@ -135,9 +136,15 @@ def _describe(engine: Engine, cfg: ServeBenchConfig,
     lengths = [len(ids) for ids in prompts]
     layout = cfg.policy.layout(max(lengths), cfg.max_new_tokens, engine.context_len)
     spec = BlobSpec.for_model(config, bytes(32), engine.kv_dtype)  # size ignores the fingerprint
-    return {"path": engine.name, "params": sum(p.numel() for p in engine.model.parameters()),
+    return {"path": engine.name, "weight_bytes": model_bytes(engine.model),
             "num_layers": config.num_layers, "hidden_size": config.hidden_size,
             "num_kv_heads": config.num_kv_heads, "head_dim": config.head_dim,
             "context_len": engine.context_len, "prompt_tokens": (min(lengths), max(lengths)),
             "blob_bytes": spec.blob_size(spec.model_layout(layout)),
+            "dtype": _name(engine.dtype), "prefill_dtype": _name(engine.prefill_dtype),
+            "kv_dtype": _name(engine.kv_dtype),
             "torch_threads": torch.get_num_threads()}
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from bench.report import parse_ints
@@ -36,7 +36,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--slots", type=int, default=32,
                         help="slots of the decode worker and of the in-process loop")
-    parser.add_argument("--store", default="redis", help="KV store of the cluster")
+    parser.add_argument("--stores", type=_names, default=("redis", "nats"),
+                        help="KV stores: the serving part runs once per store, each run with "
+                        "its own in-process baseline")
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch threads of the in-process engine and of each cluster "
                         "worker (0: torch's default, one per core)")
@@ -56,8 +58,13 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(args.parts) - set(PARTS)
     if unknown or not args.parts:
         raise ValueError(f"--parts: choose from {', '.join(PARTS)}, got {','.join(args.parts)}")
+    from cluster import STORE_SERVERS
+
+    if not args.stores or set(args.stores) - set(STORE_SERVERS):
+        raise ValueError(f"--stores: choose from {', '.join(STORE_SERVERS)}, got "
+                         f"{','.join(args.stores)}")
     from bench.report import write_section
-    from bench.serve_report import plot
+    from bench.serve_report import image_name, plot
     from bench.serve_workload import DEFAULT_SYSTEMS
 
     cfg = serve_config(args)
@@ -70,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if "serve" in args.parts:
         from bench.serve_bench import run_serve_bench
 
-        results["serve"] = run_serve_bench(cfg, args.model)
+        results["serve"] = [run_serve_bench(replace(cfg, store=store), args.model)
+                            for store in args.stores]
     if "blob" in args.parts:
         from bench.blob_bench import BlobBenchConfig, run_blob_bench
 
@@ -81,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     section, body = _render(results, cfg.systems, is_default)
     print(body)
     write_section(args.doc, section, body)
-    if "serve" in results:
-        plot(results["serve"], args.doc.parent / "img" / f"{section}_latency.png")
+    for serve in results.get("serve", []):
+        plot(serve, args.doc.parent / "img" / image_name(section, serve))
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2))
     return 0
@@ -95,10 +103,9 @@ def _render(results: dict, systems: tuple[str, ...], is_default: bool) -> tuple[
 
     is_default = is_default or "serve" not in results
     section = "serve" if is_default else serve_compare.section_name(systems)
-    image = Path("img") / f"{section}_latency.png" if "serve" in results else None
     if is_default:
-        return section, serve_report.render(results, image)
-    return section, serve_compare.render(results["serve"], image)
+        return section, serve_report.render(results, section)
+    return section, serve_compare.render(results["serve"], section)
 
 
 def serve_config(args: argparse.Namespace):
@@ -106,7 +113,7 @@ def serve_config(args: argparse.Namespace):
 
     return ServeBenchConfig(
         concurrency=args.concurrency, requests=args.requests, prompt_len=args.prompt_len,
-        max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.store,
+        max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.stores[0],
         torch_threads=args.torch_threads,
         rounds=args.rounds, warmup=args.warmup,
         systems=args.systems or ServeBenchConfig.systems, openai_url=args.openai_url,

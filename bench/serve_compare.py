@@ -3,10 +3,8 @@ each system against the first one listed, measured in the same run, as markdown.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from bench.report import command_line, machine_line, markdown_table
-from bench.serve_report import PROCESS_LABELS, PROCESSES, latency_table
+from bench.serve_report import PROCESS_LABELS, PROCESSES, image_name, latency_table
 
 DESCRIPTIONS = {
     "in-process": "the engine and a `DecodeLoop` in the benchmark's process, no gRPC, no store",
@@ -22,8 +20,9 @@ def section_name(systems: tuple[str, ...]) -> str:
     return "serve-" + "-".join(systems)
 
 
-def render(serve: dict, image: Path | None) -> str:
-    cfg, model, levels = serve["config"], serve["model"], serve["levels"]
+def render(serves: list[dict], section: str) -> str:
+    """One subsection per KV store, the systems measured against the first one listed."""
+    cfg, model = serves[0]["config"], serves[0]["model"]
     systems = tuple(cfg["systems"])
     target = cfg["openai_url"] or "the local cluster's router (the same process as gRPC's)"
     lines = [f"## Serving: {', '.join(systems[1:])} against {systems[0]}", "",
@@ -34,15 +33,18 @@ def render(serve: dict, image: Path | None) -> str:
              f"{cfg['max_new_tokens']} new tokens, policy {cfg['policy']['kind']}; closed loop "
              f"at each concurrency, {cfg['rounds']} rounds with the systems taking turns "
              f"(alternating which goes first), after {cfg['warmup']} warm-up requests each. "
-             f"Local cluster: {cfg['store']} store, 1 prefill worker, 1 decode worker with "
-             f"{cfg['slots']} slots, router; each a process.", ""]
+             f"Local cluster: the store named in each subsection, 1 prefill worker, 1 decode "
+             f"worker with {cfg['slots']} slots, router; each a process.", ""]
     lines += [f"- {name}: {DESCRIPTIONS[name]}" + (f"; server: {target}" if name == "openai"
                                                     else "") for name in systems]
     lines += ["", "ITL = gaps between token arrivals (the tokens of one chunk or event arrive "
-              "together).", "", latency_table(levels, systems), "",
-              _overhead_table(levels, systems), "", _cpu_table(levels, systems)]
-    if image is not None:
-        lines += ["", f"![latency and throughput vs concurrency]({image})"]
+              "together)."]
+    for serve in serves:
+        levels = serve["levels"]
+        lines += ["", f"### {serve['config']['store']} store", "",
+                  latency_table(levels, systems), "", _overhead_table(levels, systems), "",
+                  _cpu_table(levels, systems), "",
+                  f"![latency and throughput vs concurrency](img/{image_name(section, serve)})"]
     return "\n".join(lines)
 
 

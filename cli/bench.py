@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "kernels": "bench.kernel_bench",
     "kv": "bench.kv_cli",
     "kv-dtype": "bench.kv_dtype_bench",
+    "capacity": "bench.capacity_bench",
     "prefill": "bench.prefill_bench",
     "specprefill": "bench.specprefill_bench",
 }

@@ -12,6 +12,10 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from snapstream.checkpoints import Checkpoint
 
 MODULE = "statistics"
 FACT = "The statistics module was reviewed by the team in room 5820."
@@ -63,6 +67,7 @@ class DemoReport:
     prompt_tokens: int
     policy: str  # the layout asked for, e.g. "snapstream 0 + 931 + 310"
     kept_tokens: int
+    kv_dtype: str  # what the served KV cache holds (bfloat16, int8, ...)
     kv_bytes_kept: int  # the compressed cache as served (its blob: K/V in the served dtype)
     kv_bytes_full: int  # the same per token, for every prompt token
     ttft_s: float
@@ -77,8 +82,9 @@ class DemoReport:
             f"prompt: {self.prompt_tokens} tokens; KV cache kept: {self.kept_tokens} tokens per "
             f"layer and head ({self.kept_tokens / self.prompt_tokens:.0%} of the prompt; the "
             f"model's default policy at a quarter of the prompt: {self.policy})",
-            f"KV bytes as served: {self.kv_bytes_kept / mib:.1f} MiB kept vs "
-            f"{self.kv_bytes_full / mib:.1f} MiB for the full cache "
+            f"KV bytes as served (the blob: K/V in {self.kv_dtype} + a position per slot): "
+            f"{self.kv_bytes_kept / mib:.1f} MiB kept vs {self.kv_bytes_full / mib:.1f} MiB "
+            f"for the full cache in {self.kv_dtype} "
             f"({self.kv_bytes_full / self.kv_bytes_kept:.1f}x smaller)",
             f"time to first token: {self.ttft_s:.2f} s; decode: "
             f"{self.decode_tokens / max(self.decode_s, 1e-9):.1f} tokens/s over "
@@ -86,14 +92,25 @@ class DemoReport:
         ]
 
 
-def run_demo(router_address: str, model: str | None, timeout_s: float) -> DemoReport:
+def served_kv_dtype(checkpoint: Checkpoint, kv_dtype: str | None) -> str:
+    """The KV dtype the workers serve ``checkpoint`` with: ``kv_dtype`` (their --kv-dtype),
+    or when None the one of the checkpoint's own weight format (bfloat16 for a GGUF)."""
+    from snapstream.weight_formats import AUTO, kv_dtype_name, weight_format
+
+    return kv_dtype_name(kv_dtype, weight_format(AUTO, checkpoint.native_format))
+
+
+def run_demo(router_address: str, model: str | None, kv_dtype: str | None,
+             timeout_s: float) -> DemoReport:
     """Sends the demo request through the router and measures it. ``model``: the served
-    checkpoint, read here (torch-free) for the prompt's length in tokens."""
+    checkpoint, read here (torch-free) for the prompt's length in tokens; ``kv_dtype``: the
+    workers' ``--kv-dtype`` (None: the checkpoint's format's own)."""
     from snapstream.checkpoints import open_checkpoint
     from snapstream.client import SnapstreamClient
 
     prompt = demo_prompt()
     checkpoint = open_checkpoint(model)
+    kv_dtype = served_kv_dtype(checkpoint, kv_dtype)
     budget = len(checkpoint.tokenizer().encode(prompt)) // BUDGET_FRACTION
     with SnapstreamClient(router_address, timeout_s=timeout_s) as client:
         default = client.info().default_policy
@@ -111,7 +128,8 @@ def run_demo(router_address: str, model: str | None, timeout_s: float) -> DemoRe
         answer=answer, is_correct=answer.startswith(ANSWER),
         prompt_tokens=completion.prompt_tokens,
         policy=f"{default.kind} {' + '.join(str(size) for size in sizes.values())}",
-        kept_tokens=completion.kv_cache_slots, kv_bytes_kept=completion.kv_cache_bytes,
+        kept_tokens=completion.kv_cache_slots, kv_dtype=kv_dtype,
+        kv_bytes_kept=completion.kv_cache_bytes,
         kv_bytes_full=round(completion.prompt_tokens * per_token),
         ttft_s=completion.time_to_first_token_s,
         decode_tokens=max(completion.completion_tokens - 1, 0),

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             cluster.start()
             _print_endpoints(cluster)
             if args.demo:
-                _demo(cluster.endpoints["router"], model)
+                _demo(cluster.endpoints["router"], model, args.kv_dtype)
             return 0 if args.exit_after_demo else _watch(cluster)
         except ClusterError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -155,12 +155,12 @@ def _watch(cluster: LocalCluster) -> int:
         time.sleep(WATCH_INTERVAL_S)
 
 
-def _demo(router_address: str, model: Path) -> None:
+def _demo(router_address: str, model: Path, kv_dtype: str | None) -> None:
     from cli.demo import QUESTION, demo_prompt, run_demo
 
     print(f"demo: a {len(demo_prompt())}-character document (the statistics module's "
           f"documentation) with a fact in its middle; the question at its end: {QUESTION!r}",
           flush=True)
-    report = run_demo(router_address, str(model), DEMO_TIMEOUT_S)
+    report = run_demo(router_address, str(model), kv_dtype, DEMO_TIMEOUT_S)
     for line in report.lines():
         print(f"demo: {line}", flush=True)

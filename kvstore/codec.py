@@ -23,7 +23,7 @@ import torch
 
 from snapstream.config import ModelConfig
 from snapstream.kvcache import GroupKV, LayerGroup, ModelLayout, SequenceCache
-from snapstream.kvquant import kv_codec, to_kv
+from snapstream.kvquant import kv_codec, kv_slot_bytes, to_kv
 from snapstream.policy import CacheLayout
 
 MAGIC = b"SNAPKV\x00\x00"
@@ -37,6 +37,7 @@ _FIXED = struct.Struct("<8sHI32s3IBxHQQQI")
 _GROUP = struct.Struct("<5IH")
 _LAYER = struct.Struct("<H")
 _HEADER_CRC = struct.Struct("<I")
+POSITION_BYTES = 4  # each slot's absolute position (int32), per layer and KV head
 DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.int8: 4}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
@@ -94,7 +95,7 @@ class BlobSpec:
 
     def payload_size(self, layout: ModelLayout) -> int:
         slots = layout.num_slots * self.num_kv_heads
-        return 2 * slots * self.row_width * self.dtype.itemsize + slots * 4
+        return slots * (kv_slot_bytes(self.dtype, self.head_dim) + POSITION_BYTES)
 
     def blob_size(self, layout: ModelLayout) -> int:
         return header_size(layout) + self.payload_size(layout)

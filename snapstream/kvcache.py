@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from snapstream.config import ModelConfig
-from snapstream.kvquant import kv_codec, to_kv
+from snapstream.kvquant import kv_codec, kv_slot_bytes, to_kv
 from snapstream.policy import CacheLayout
 
 EMPTY = -1
@@ -137,6 +137,13 @@ class BatchGroupKV:
     k: torch.Tensor  # (Lg, B, Hkv, S, W)
     v: torch.Tensor  # (Lg, B, Hkv, S, W)
     filled: torch.Tensor  # (B, S) bool, True where a slot holds a token
+
+
+def pool_row_bytes(config: ModelConfig, layout: ModelLayout, dtype: torch.dtype) -> int:
+    """Bytes one row (one sequence) of a :class:`BatchCache` in KV dtype ``dtype`` holds: K and
+    V of every layer, KV head and slot, and its slot mask per layer group."""
+    kv = layout.num_slots * config.num_kv_heads * kv_slot_bytes(dtype, config.head_dim)
+    return kv + sum(group.layout.budget for group in layout.groups)
 
 
 class BatchCache:

@@ -74,6 +74,12 @@ def kv_codec(dtype: torch.dtype) -> PlainKV | Int8KV:
     return KV_CODECS[dtype]
 
 
+def kv_slot_bytes(dtype: torch.dtype, head_dim: int) -> int:
+    """Bytes of one slot of one layer and KV head in a cache of KV dtype ``dtype``: its K row
+    and its V row (an int8 row's scale included)."""
+    return 2 * kv_codec(dtype).row_width(head_dim) * dtype.itemsize
+
+
 def to_kv(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """K or V rows in any KV dtype -> the same in ``dtype``: as they are when the dtypes agree
     (an int8 row is never re-quantized), else through float32."""

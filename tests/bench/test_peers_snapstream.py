@@ -45,6 +45,9 @@ def test_snapstream_keeps_one_kv_size_and_matches_the_engine(runner, tiny_dir):
                                sampling=SamplingParams(temperature=0, ignore_eos=True))
     assert second["token_ids"] == expected.token_ids
     assert len(second["token_ids"]) == 6 and second["decode_ms_per_token"] > 0
+    # KV bytes: what the sequence's row of a decode pool really holds
+    pool = engine.new_decoder(engine.model_layout(policy.layout(300, 6)), 1).cache
+    assert second["kv_bytes"] == sum(t.nbytes for g in pool.groups for t in (g.k, g.v, g.filled))
 
 
 def test_full_policy_kv_grows_with_the_prompt(runner):

@@ -21,7 +21,8 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(tiny_model_dir
     doc.write_text("# Benchmarks\n\n<!-- bench:engine -->\nkept\n<!-- /bench:engine -->\n")
     code = main(["bench", "serve", "--model", str(tiny_model_dir), "--concurrency", "1,2",
                  "--requests", "2,2", "--prompt-len", "300", "--max-new-tokens", "8",
-                 "--slots", "2", "--rounds", "2", "--warmup", "1", "--blob-stores", "redis",
+                 "--slots", "2", "--rounds", "2", "--warmup", "1", "--stores", "redis",
+                 "--blob-stores", "redis",
                  "--blob-sizes-mib", "1", "--blob-repeats", "1", "--doc", str(doc),
                  "--json-out", str(out)])
 
@@ -29,8 +30,9 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(tiny_model_dir
     results = json.loads(out.read_text())
     # no policy asked for: both systems run the model's default, as the router serves it
     default = load_default_policy(tiny_model_dir / POLICY_FILE)
-    assert results["serve"]["config"]["policy"] == asdict(default)
-    levels = results["serve"]["levels"]
+    [serve] = results["serve"]  # one run per store
+    assert serve["config"]["policy"] == asdict(default)
+    levels = serve["levels"]
     assert [level["concurrency"] for level in levels] == [1, 2]
     for level in levels:
         for system in ("in-process", "router"):
@@ -58,8 +60,11 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(tiny_model_dir
     assert "<!-- bench:engine -->\nkept" in text
     assert "<!-- bench:serve -->" in text and "<!-- /bench:serve -->" in text
     assert "| redis | 1 MiB |" in text and "throughput router / in-process" in text
-    assert re.search(r"\| 2 \| [+-]\d+\.\d\d \([+-]\d+, [+-]\d+\) \|", text)  # per round
-    assert (doc.parent / "img" / "serve_latency.png").stat().st_size > 0
+    assert "### redis store" in text and "load average" in text
+    # the router's CPU overhead per token: its processes' CPU minus the in-process engine's
+    assert re.search(r"\| 2 \| [+-]\d+\.\d\d \(\d+\.\d\d − \d+\.\d\d\) \| "
+                     r"[+-]\d+\.\d\d \([+-]\d+, [+-]\d+\) \|", text)  # per round
+    assert (doc.parent / "img" / "serve-redis_latency.png").stat().st_size > 0
 
 
 def test_bench_serve_compares_the_openai_api_with_grpc_in_its_own_section(tiny_model_dir,
@@ -70,10 +75,13 @@ def test_bench_serve_compares_the_openai_api_with_grpc_in_its_own_section(tiny_m
     code = main(["bench", "serve", "--parts", "serve", "--systems", "router,openai",
                  "--model", str(tiny_model_dir), "--concurrency", "1,3", "--requests", "2,3",
                  "--prompt-len", "300", "--max-new-tokens", "8", "--slots", "3", "--rounds",
-                 "2", "--warmup", "1", "--doc", str(doc), "--json-out", str(out)])
+                 "2", "--warmup", "1", "--stores", "nats", "--doc", str(doc),
+                 "--json-out", str(out)])
 
     assert code == 0
-    levels = json.loads(out.read_text())["serve"]["levels"]
+    [serve] = json.loads(out.read_text())["serve"]
+    assert serve["config"]["store"] == "nats"
+    levels = serve["levels"]
     for level, requests in zip(levels, (4, 6), strict=True):
         assert "in-process" not in level
         for system in ("router", "openai"):
@@ -83,10 +91,17 @@ def test_bench_serve_compares_the_openai_api_with_grpc_in_its_own_section(tiny_m
     text = doc.read_text()
     assert "<!-- bench:serve -->\nkept" in text
     assert "<!-- bench:serve-router-openai -->" in text and "ITL p50 / base" in text
-    assert (doc.parent / "img" / "serve-router-openai_latency.png").stat().st_size > 0
+    assert "### nats store" in text
+    assert (doc.parent / "img" / "serve-router-openai-nats_latency.png").stat().st_size > 0
 
 
 def test_blob_transfer_goes_with_the_default_systems_only(tmp_path, capsys):
     code = main(["bench", "serve", "--systems", "router,openai", "--doc", str(tmp_path / "b.md")])
     assert code == 2 and "--parts blob goes with the default --systems" in capsys.readouterr().err
+    assert not (tmp_path / "b.md").exists()
+
+
+def test_bench_serve_names_the_stores_it_knows(tmp_path, capsys):
+    code = main(["bench", "serve", "--stores", "redis,etcd", "--doc", str(tmp_path / "b.md")])
+    assert code == 2 and "--stores: choose from" in capsys.readouterr().err
     assert not (tmp_path / "b.md").exists()

@@ -4,8 +4,9 @@ router, no store; the prefill -> SequenceCache -> static decode path the service
 ``load`` options: ``dtype`` (a name of ``weight_formats.DTYPE_CHOICES``; default ``auto``, the
 format the service runs). ``generate`` options: ``policy`` = the
 fields of a ``CachePolicy`` (kind, n_sink, n_topk, n_recent, window...) laid over the model's
-default policy. KV bytes are the decode pool's row for this sequence: K and V of every layer
-and KV head over the layout's slots, plus the int32 slot positions.
+default policy. KV bytes are the decode pool's row for this sequence
+(``snapstream.kvcache.pool_row_bytes``: K and V of every layer and KV head over the layout's
+slots in the served KV dtype, and the row's slot mask).
 
 ``generate_batch`` prefills the prompts one by one (each first token stamped as its prefill
 ends), puts them into one decode pool of as many rows, and runs the static decode step over
@@ -54,12 +55,14 @@ class SnapstreamRunner:
         return replace(self.engine.default_policy, **args.get("options", {}).get("policy", {}))
 
     def _kv(self, layout) -> tuple[int, str]:
-        config, kv_dtype = self.engine.config, self.engine.kv_dtype
-        slots = layout.num_slots  # over every layer, per KV head
-        per_slot = config.num_kv_heads * (2 * config.head_dim * kv_dtype.itemsize + 4)
-        return slots * per_slot, (
-            f"the decode row: {slots} slots over the layers × KV heads × (K and V in "
-            f"{str(kv_dtype).removeprefix('torch.')} + an int32 position)")
+        from snapstream.kvcache import pool_row_bytes
+
+        kv_dtype = self.engine.kv_dtype
+        return pool_row_bytes(self.engine.config, layout, kv_dtype), (
+            f"the decode pool's row: {layout.num_slots} slots over the layers × KV heads × K "
+            f"and V in {str(kv_dtype).removeprefix('torch.')}"
+            f"{' (codes + a float32 scale per row)' if kv_dtype.itemsize == 1 else ''}, and "
+            "a slot mask")
 
     def generate(self, args: dict) -> dict:
         from snapstream.sampling_params import SamplingParams
