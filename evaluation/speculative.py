@@ -27,7 +27,12 @@ from evaldata import (
 )
 from evaluation.config import EvalConfig
 from evaluation.runner import prompt_text
-from evaluation.speculative_report import load_pair, plot_accuracy_vs_keep, plot_kept_chunks, table
+from evaluation.speculative_report import (
+    load_pairs,
+    plot_accuracy_vs_keep,
+    plot_kept_chunks,
+    table,
+)
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -182,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     chunks.add_argument("--seed", type=int, default=0)
     chunks.add_argument("--out", type=Path, default=Path("docs/img/speculative_kept_chunks.png"))
     report = commands.add_parser("report", help="the grid's table and figure across pairs")
-    report.add_argument("dirs", nargs="+", type=Path, help="eval --draft-model outputs")
+    report.add_argument("dirs", nargs="+", type=Path,
+                        help="eval --draft-model outputs (those of one pair are merged)")
     report.add_argument("--out", type=Path,
                         default=Path("docs/img/speculative_accuracy_vs_keep.png"))
     for sub in (compact, chunks):
@@ -193,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_report(args: argparse.Namespace) -> None:
-    pairs = [load_pair(d) for d in args.dirs]
+    pairs = load_pairs(args.dirs)
     print(table(pairs))
     plot_accuracy_vs_keep(pairs, args.out)
     print(f"wrote {args.out}")

@@ -28,6 +28,43 @@ def load_pair(out_dir: Path) -> dict:
                       "keeps": spec["keeps"]}
 
 
+# what tells one accuracy entry of a summary from another (the grouping's keys, the run's)
+_ENTRY_KEYS = ("task", "context_len", "placement", "gap", "policy", "budget_label")
+
+
+def load_pairs(out_dirs: list[Path]) -> list[dict]:
+    """:func:`load_pair` of each directory, those of one pair merged (e.g. one run per length):
+    their tasks, lengths and keep shares joined, the answers of equal cells added up."""
+    pairs: dict[str, list[dict]] = {}
+    for out_dir in out_dirs:
+        summary = load_pair(out_dir)
+        pairs.setdefault(summary["pair"], []).append(summary)
+    return [_merged(runs) for runs in pairs.values()]
+
+
+def _merged(runs: list[dict]) -> dict:
+    config = runs[0]["config"] | {
+        key: list(dict.fromkeys(v for run in runs for v in run["config"][key]))
+        for key in ("tasks", "context_lens")}
+    return runs[0] | {
+        "config": config, "keeps": sorted({k for run in runs for k in run["keeps"]}),
+        **{name: _added([e for run in runs for e in run[name]])
+           for name in ("by_task", "by_task_length")}}
+
+
+def _added(entries: list[dict]) -> list[dict]:
+    """Entries of equal keys summed (answers right, samples), their accuracy recomputed."""
+    cells: dict[tuple, dict] = {}
+    for entry in entries:
+        key = tuple(entry.get(k) for k in _ENTRY_KEYS)
+        if key in cells:
+            cell = cells[key]
+            cell["correct"], cell["n"] = cell["correct"] + entry["correct"], cell["n"] + entry["n"]
+        else:
+            cells[key] = dict(entry)
+    return [cell | {"accuracy": cell["correct"] / cell["n"]} for cell in cells.values()]
+
+
 def _cells(entries: list[dict], keeps: list[float]) -> tuple[dict | None, list[dict | None]]:
     by_keep = {e["budget_label"]: e for e in entries if e["policy"] == SPECULATIVE}
     full = next((e for e in entries if e["policy"] == FULL), None)

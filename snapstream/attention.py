@@ -40,10 +40,12 @@ class PrefillRecorder:
     as soon as the layer has run, scoring the global layers with SnapKV when ``window`` > 0 (the
     window queries are never stored): a prompt holds one layer's whole K/V at a time, beside the
     compressed layers. A sliding-window layer attends within its window and keeps the last
-    ``window`` tokens (its group's ring), never scored."""
+    ``window`` tokens (its group's ring), never scored. ``positions``: the prompt tokens'
+    positions when they are the kept part of a longer prompt (a window is one of positions)."""
 
     layout: ModelLayout
     dtype: torch.dtype  # of the compressed K/V
+    positions: torch.Tensor | None = None  # (P,) ascending; None: 0..P-1
     window: int = 0  # 0: no SnapKV scores
     kernel: int = 1
     pooling: str = "avg"
@@ -55,7 +57,7 @@ class PrefillRecorder:
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
         group = self._group_of[layer_idx]
-        out = causal_attention(q, k, v, group.window)
+        out = causal_attention(q, k, v, group.window, self.positions)
         start = time.perf_counter()
         scores = None
         if self.window and group.window is None:

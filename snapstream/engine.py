@@ -153,13 +153,14 @@ class Engine:
         policy.check_context(self.context_len)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
-        recorder = PrefillRecorder(self.model_layout(layout), self.kv_dtype,
-                                   window=policy.window if selects else 0,
-                                   kernel=policy.kernel, pooling=policy.pooling)
-        start = time.perf_counter()
-        input_ids = torch.tensor([ids], device=self.device)  # (1, P)
         at = (torch.arange(len(ids)) if positions is None else torch.tensor(positions)
               ).to(self.device)  # (P,)
+        recorder = PrefillRecorder(self.model_layout(layout), self.kv_dtype,
+                                   window=policy.window if selects else 0,
+                                   kernel=policy.kernel, pooling=policy.pooling,
+                                   positions=None if positions is None else at)
+        start = time.perf_counter()
+        input_ids = torch.tensor([ids], device=self.device)  # (1, P)
         hidden = self.model(input_ids, at[None], recorder, self.prefill_dtype)
         logits = self.model.logits(hidden[0, -1].to(self.dtype))  # (V,)
         cache = recorder.cache(len(ids))

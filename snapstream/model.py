@@ -226,18 +226,23 @@ class Transformer(nn.Module):
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     window: int | None = None) -> torch.Tensor:
+                     window: int | None = None, positions: torch.Tensor | None = None
+                     ) -> torch.Tensor:
     """q (B, Hq, T, D), k/v (B, Hkv, T, D) of one forward -> (B, Hq, T, D): each query over the
-    keys up to its own, at most ``window`` of them (None: all). A window runs block by block,
-    so no (T, T) mask is ever made."""
+    keys up to its own; with a ``window``, only the keys whose position lies within it
+    (q_pos - window < k_pos <= q_pos). ``positions`` (T,) ascending: the tokens' positions when
+    they are not 0..T-1 (kept tokens of a longer prompt). A window runs block by block, so no
+    (T, T) mask is ever made."""
     num_tokens = q.shape[2]
-    if window is None or window >= num_tokens:
+    at = torch.arange(num_tokens, device=q.device) if positions is None else positions  # (T,)
+    if window is None or int(at[-1] - at[0]) < window:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    starts = torch.arange(0, num_tokens, window, device=q.device)  # (Nb,)
+    lows = torch.searchsorted(at, at[starts] - window + 1)  # first key in each block's window
     out = torch.empty_like(q)
-    for start in range(0, num_tokens, window):  # queries [start, end), keys [low, end)
-        end, low = min(start + window, num_tokens), max(0, start - window + 1)
-        query_pos = torch.arange(start, end, device=q.device)[:, None]  # (Tq, 1)
-        key_pos = torch.arange(low, end, device=q.device)[None]  # (1, Tk)
+    for start, low in zip(starts.tolist(), lows.tolist(), strict=True):
+        end = min(start + window, num_tokens)  # queries [start, end), keys [low, end)
+        query_pos, key_pos = at[start:end, None], at[None, low:end]  # (Tq, 1), (1, Tk)
         mask = (key_pos <= query_pos) & (key_pos > query_pos - window)  # (Tq, Tk)
         out[:, :, start:end] = F.scaled_dot_product_attention(
             q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], attn_mask=mask,

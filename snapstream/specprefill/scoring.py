@@ -1,11 +1,14 @@
 """The draft's side of speculative prefill: how much each prompt token matters to what comes
 next, from the draft's attention.
 
-The draft prefills the whole prompt, then greedily decodes ``look_ahead`` tokens (stopping at
-an end token). The query of the last prompt token and of each look-ahead token score every
-prompt key: softmax per head (causal, over the prompt and the look-ahead tokens before the
-query), an average pool along positions, the max over heads and layers, the mean over queries.
-Only those few query rows are ever formed: no (P, P) matrix.
+The draft prefills the whole prompt (in its engine's prefill dtype: bfloat16 for the quantized
+formats, as any prompt of theirs), then greedily decodes ``look_ahead`` tokens (stopping at an
+end token) in the model's own dtype over the prompt's stored K/V, as the engine's decode does.
+The query of the last prompt token and of each look-ahead token score every prompt key: softmax
+per head (causal, over the prompt and the look-ahead tokens before the query), an average pool
+along positions, the max over heads and layers, the mean over queries.
+Only those few query rows are ever formed: no (P, P) matrix; the scores are computed in float32
+whatever the activations' dtype.
 
 Sliding-window layers do not vote: they were trained to attend within their window only, so
 their queries' softmax over a whole long prompt is not attention the model ever pays; their
@@ -39,10 +42,12 @@ class _DraftAttention:
     windows: tuple[int | None, ...]  # per layer; None: global
     voting: frozenset[int]
     capacity: int  # look-ahead tokens that may be appended
-    keys: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (Hkv, S, D)
+    keys: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (Hkv, S, D), the
+    # prompt's dtype (a look-ahead step's K/V are stored in it, as a KV cache holds them)
     values: dict[int, torch.Tensor] = field(default_factory=dict)
     lengths: dict[int, int] = field(default_factory=dict)  # filled slots per layer
     queries: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # layer -> [(Hq, 1, D)]
+    # float32
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
         if layer_idx not in self.keys:
@@ -60,7 +65,7 @@ class _DraftAttention:
         self.values[layer_idx][:, : held.shape[1]] = v[0, :, -held.shape[1]:]
         self.lengths[layer_idx] = held.shape[1]
         if layer_idx in self.voting:
-            self.queries[layer_idx] = [q[0, :, -1:]]  # (Hq, 1, D)
+            self.queries[layer_idx] = [q[0, :, -1:].float()]  # (Hq, 1, D)
         return out
 
     def _decode(self, layer_idx: int, q, k, v) -> torch.Tensor:
@@ -70,10 +75,10 @@ class _DraftAttention:
         self.lengths[layer_idx] = end + 1
         window = self.windows[layer_idx]
         start = max(0, end + 1 - window) if window else 0
-        keys = self.keys[layer_idx][None, :, start : end + 1]  # (1, Hkv, S, D)
-        values = self.values[layer_idx][None, :, start : end + 1]
+        keys = self.keys[layer_idx][None, :, start : end + 1].to(q.dtype)  # (1, Hkv, S, D)
+        values = self.values[layer_idx][None, :, start : end + 1].to(q.dtype)
         if layer_idx in self.voting:
-            self.queries[layer_idx].append(q[0])  # (Hq, 1, D)
+            self.queries[layer_idx].append(q[0].float())  # (Hq, 1, D)
         return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
 
 
@@ -88,15 +93,17 @@ def voting_layers(windows: tuple[int | None, ...]) -> frozenset[int]:
 
 @torch.no_grad()
 def score_prompt(model: Transformer, ids: list[int], look_ahead: int, kernel: int,
-                 stop_ids: set[int]) -> DraftScores:
+                 stop_ids: set[int], prefill_dtype: torch.dtype | None = None) -> DraftScores:
     """Importance of every token of ``ids`` (the draft's own tokens) to the draft's next
-    ``look_ahead`` greedy tokens (fewer when one of ``stop_ids`` comes first)."""
+    ``look_ahead`` greedy tokens (fewer when one of ``stop_ids`` comes first).
+    ``prefill_dtype``: the prompt forward's activations (an Engine's ``prefill_dtype``; None:
+    the model's own)."""
     windows = model.config.attention_windows
     attention = _DraftAttention(windows, voting_layers(windows), capacity=look_ahead)
     device = model.lm_head.weight.device
-    hidden = model(torch.tensor([ids], device=device),
-                   torch.arange(len(ids), device=device)[None], attention)  # (1, P, hidden)
-    token = int(model.logits(hidden[0, -1]).argmax())
+    hidden = model(torch.tensor([ids], device=device), torch.arange(len(ids), device=device)[None],
+                   attention, prefill_dtype)  # (1, P, hidden)
+    token = int(model.logits(hidden[0, -1].to(model.model.norm.weight.dtype)).argmax())
     generated: list[int] = []
     while len(generated) < look_ahead and token not in stop_ids:
         generated.append(token)
@@ -117,7 +124,7 @@ def _layer_scores(q: torch.Tensor, k: torch.Tensor, prompt_len: int, kernel: int
     num_q_heads, num_queries, head_dim = q.shape
     num_kv_heads, num_keys = k.shape[0], k.shape[1]
     group = num_q_heads // num_kv_heads
-    grouped = q.float().reshape(num_kv_heads, group * num_queries, head_dim)  # (Hkv, G*Q, D)
+    grouped = q.reshape(num_kv_heads, group * num_queries, head_dim)  # (Hkv, G*Q, D)
     logits = grouped @ k.float().transpose(1, 2) / math.sqrt(head_dim)  # (Hkv, G*Q, S)
     logits = logits.view(num_q_heads, num_queries, num_keys)  # (Hq, Q, S)
     query_pos = torch.arange(prompt_len - 1, prompt_len - 1 + num_queries, device=k.device)

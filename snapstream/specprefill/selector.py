@@ -81,7 +81,8 @@ class DraftSelector:
             raise ValueError(f"prompt has {len(draft_ids)} draft tokens; the draft's context "
                              f"is {self.draft.context_len}: shorten it")
         scores = score_prompt(self.draft.model, draft_ids, settings.look_ahead, settings.kernel,
-                              set(self.draft.tokenizer.eos_token_ids)).scores  # (N,)
+                              set(self.draft.tokenizer.eos_token_ids),
+                              self.draft.prefill_dtype).scores  # (N,)
         order = rank_chunks(scores, settings.chunk_size)  # (C,)
         hulls = chunk_spans(draft_offsets, chunk_bounds(len(draft_ids), settings.chunk_size))
         return DraftRanking(text, hulls[order], time.perf_counter() - start)

@@ -75,3 +75,18 @@ def test_bad_settings_are_one_line_errors(models, tmp_path, capsys, flags, messa
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not doc.exists()
+
+
+def test_the_draft_dtype_ab_prints_a_row_of_both_timings(tmp_path, capsys):
+    """A tiny int8 draft: its bfloat16 prompt forward against float32, one table row."""
+    from bench.specprefill_draft_dtype import main as draft_dtype_main
+
+    draft = write_tiny_model(tmp_path / "draft", context=1024)
+    draft_dtype_main(["--draft", str(draft), "--dtype", "int8", "--length", "600",
+                      "--rounds", "1"])
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header.startswith("| draft | prefill dtype | prompt tokens | float32 s |")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:2] == [str(draft), "bfloat16"]
+    assert 500 < int(cells[2]) <= 600 and float(cells[3]) > 0 and float(cells[4]) > 0
+    assert int(cells[6].rstrip("%")) >= 75  # the chunks kept at 25% barely move

@@ -8,8 +8,8 @@ import torch
 
 from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
-from tests.engine.helpers import engine_for
-from tests.tiny_models import random_model, tiny_config
+from tests.engine.helpers import engine_for, greedy_with_logits
+from tests.tiny_models import random_model, tiny_config, tiny_gemma3_config
 
 PROMPT_LEN = 96
 KEPT = [*range(0, 16), *range(40, 56), *range(80, 96)]  # three of six chunks of 16
@@ -64,3 +64,48 @@ def test_positions_are_checked():
         engine.prefill([1, 2, 3], policy, 1, positions=[0, 2, 2])
     with pytest.raises(ValueError, match="context"):
         engine.prefill([1, 2, 3], policy, 1, positions=[0, 5, 128])
+
+
+# a hybrid (Gemma-like) target: kept tokens spread over ~4 windows of the sliding layers
+HYBRID_PROMPT_LEN = 200
+HYBRID_KEPT = [p for start in range(0, HYBRID_PROMPT_LEN, 24) for p in range(start, start + 8)]
+
+
+def _windowed_logits(model, ids: list[int], positions: list[int]) -> torch.Tensor:
+    """(T, V) logits of a forward over ``ids`` at ``positions`` (ascending) where a global
+    layer's query sees every earlier token and a sliding layer's only those whose original
+    position lies in its window: q_pos - window < k_pos <= q_pos."""
+    at = torch.tensor(positions)  # (T,)
+    before = at[None] <= at[:, None]  # (T, T) [query, key]
+
+    def attend(layer_idx: int, q, k, v):
+        window = model.config.attention_windows[layer_idx]
+        allowed = before if window is None else before & (at[None] > at[:, None] - window)
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, enable_gqa=True)  # (1, Hq, T, D)
+
+    hidden = model(torch.tensor([ids]), at[None], attend)  # (1, T, hidden)
+    return model.logits(hidden[0])
+
+
+@pytest.mark.parametrize("kind", ["full", "snapkv"])
+def test_hybrid_kept_tokens_see_their_window_by_original_position(kind):
+    """Gemma 3's sliding layers: in the prefill and in every decode step a query sees the kept
+    keys within its window of original positions (not the last ``window`` kept tokens, which
+    span ~3x as many positions here), as the full forward over the kept tokens does."""
+    model = random_model(tiny_gemma3_config(), seed=5)
+    window = model.config.sliding_window
+    prompt = torch.randint(0, 250, (HYBRID_PROMPT_LEN,), generator=torch.Generator().manual_seed(3))
+    kept_ids = prompt[HYBRID_KEPT].tolist()
+    policy = CachePolicy(kind=kind, n_sink=4, n_topk=64, n_recent=32, window=8)  # holds all 72
+    steps = 2 * window + 3  # the ring wraps past the prompt's last window twice
+    tokens, logits, result = greedy_with_logits(engine_for(model), kept_ids, policy, steps,
+                                                positions=HYBRID_KEPT)
+    sliding = result.cache.groups[1]
+    held = sliding.positions[0, 0]  # (window,)
+    in_window = [p for p in HYBRID_KEPT if p > HYBRID_PROMPT_LEN - 1 - window]
+    assert sorted(p for p in held.tolist() if p != EMPTY) == in_window
+    assert all(held[p % window] == p for p in in_window)  # slot = position % window
+    positions = HYBRID_KEPT + list(range(HYBRID_PROMPT_LEN, HYBRID_PROMPT_LEN + steps - 1))
+    reference = _windowed_logits(model, kept_ids + tokens[:-1], positions)[len(kept_ids) - 1 :]
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from snapstream.config import FULL, SLIDING
+from snapstream.engine import Engine
 from snapstream.model import causal_attention
 from snapstream.policy import CachePolicy
 from snapstream.specprefill.chunks import chunk_bounds, rank_chunks
@@ -83,3 +84,26 @@ def test_chunks_rank_first_and_last_ahead_then_by_mean_score():
     tail = torch.tensor([1.0] * 4 + [3.0] * 4 + [2.0] * 4 + [0.0] * 4 + [4.0])
     assert rank_chunks(tail, 4).tolist()[:2] == [0, 4]
     assert rank_chunks(tail, 4).tolist()[2:] == [1, 2, 3]
+
+
+def test_a_bfloat16_prompt_forward_keeps_the_chunks_float32_keeps(tiny_model_dir):
+    """A quantized draft scores its prompt in its engine's prefill dtype (bfloat16), the
+    look-ahead decode in float32 over the prompt's bfloat16 K/V: the chunks kept at 25% are
+    those of a float32 prompt forward over the same weights."""
+    draft = Engine.from_pretrained(tiny_model_dir, dtype="int8")
+    assert (draft.prefill_dtype, draft.dtype) == (torch.bfloat16, torch.float32)
+    ids = torch.randint(5, 250, (640,), generator=torch.Generator().manual_seed(1)).tolist()
+    seen = []
+    hook = draft.model.model.layers[0].self_attn.register_forward_pre_hook(
+        lambda _module, args: seen.append(args[0].dtype))
+    try:
+        half = score_prompt(draft.model, ids, 8, 13, set(), draft.prefill_dtype)
+    finally:
+        hook.remove()
+    assert seen == [torch.bfloat16] + [torch.float32] * 8  # the prompt, then 8 look-ahead steps
+    full = score_prompt(draft.model, ids, 8, 13, set(), torch.float32)
+    assert half.scores.dtype == torch.float32 and half.look_ahead_ids == full.look_ahead_ids
+    assert torch.corrcoef(torch.stack([half.scores, full.scores]))[0, 1] > 0.999
+    num_kept = len(ids) // 32 // 4  # chunks of 32, keep 25%
+    assert rank_chunks(half.scores, 32)[:num_kept].tolist() == \
+        rank_chunks(full.scores, 32)[:num_kept].tolist()
