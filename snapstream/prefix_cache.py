@@ -1,11 +1,10 @@
 """Compress once, ask many: a document's question-agnostic cache, and prompts prefilled on it.
 
 Store time (:func:`compress_document`): the document is prefilled, then scored without any
-question by a repeat pass (KVzip, Kim et al. 2025): the model is asked to repeat the document,
-chunk by chunk, over the document's whole K/V, and each document key scores the highest
-attention any repeating query (of its GQA group) gives it, avg-pooled along positions. The
-cache keeps a *superset* of what a request's layout holds (:func:`store_layout`): its sinks,
-``SUPERSET_FACTOR`` x its ``n_topk`` by that score, and the document's last ``n_recent`` tokens.
+question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``;
+surprisal by default). The cache keeps a *superset* of what a request's layout holds
+(:func:`store_layout`): its sinks, ``superset`` x its ``n_topk`` by that score, and the
+document's last ``n_recent`` tokens.
 
 Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suffix) runs; its
 queries attend to the stored keys (at their original positions, already rotated) and causally
@@ -17,30 +16,24 @@ among them. A document short enough to be stored whole gives the same cache as a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CacheLayout, CachePolicy
-from snapstream.snapkv import pool_votes, snapkv_scores
-
-SUPERSET_FACTOR = 2  # stored picks per request pick
-REPEAT_CHUNK = 512  # document tokens repeated per forward of the repeat pass
-REPEAT_KERNEL = 7  # avg pooling of the repeat scores (kernel 31 lost needles: docs/accuracy.md)
-REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly.\n\n"
+from snapstream.prefix_scores import SCORERS, DocumentCacheConfig, DocumentPass, attend_with_prefix
+from snapstream.snapkv import snapkv_scores
 
 
-def store_layout(layout: CacheLayout) -> CacheLayout:
+def store_layout(layout: CacheLayout, config: DocumentCacheConfig) -> CacheLayout:
     """What a document's stored cache holds for requests of ``layout``: its sinks, a superset
     of its SnapKV picks, and the last ``n_recent`` document tokens (the ring's reach when the
     question is short)."""
-    return CacheLayout(layout.n_sink, SUPERSET_FACTOR * layout.n_topk, layout.n_recent,
+    return CacheLayout(layout.n_sink, config.superset * layout.n_topk, layout.n_recent,
                        layout.n_recent)
 
 
@@ -56,23 +49,9 @@ def check_policy(policy: CachePolicy) -> None:
                          f"snapkv, streaming), not {policy.kind!r}")
 
 
-def attend_with_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix_k: torch.Tensor,
-                       prefix_v: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-    """q (1, Hq, T, D), k/v (1, Hkv, T, D) of this forward; prefix_k/v (Hkv, M, D) of earlier
-    positions, present (M,) bool -> (1, Hq, T, D): every query over the present prefix keys and
-    causally over this forward's."""
-    num_tokens = q.shape[2]
-    keys = torch.cat((prefix_k[None].to(k.dtype), k), dim=2)  # (1, Hkv, M + T, D)
-    values = torch.cat((prefix_v[None].to(v.dtype), v), dim=2)
-    causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=q.device).tril()
-    mask = torch.cat((present.expand(num_tokens, -1), causal), dim=1)  # (T, M + T)
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-
-
 @dataclass
 class _FullRecorder:
-    """Causal attention that keeps every layer's whole K/V (the document's, for the repeat
-    pass)."""
+    """Causal attention that keeps every layer's whole K/V (the document's, for scoring)."""
 
     keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
     values: list[torch.Tensor] = field(default_factory=list)
@@ -83,72 +62,25 @@ class _FullRecorder:
         return causal_attention(q, k, v)
 
 
-@dataclass
-class _RepeatScorer:
-    """Attention of one repeat chunk over the document (+ itself); records, per layer and KV
-    head, the highest attention any of the chunk's last ``num_scoring`` queries (the repeated
-    text, not the instruction) gives each document key."""
-
-    doc: _FullRecorder
-    num_scoring: int
-    scores: list[torch.Tensor]  # L x (Hkv, P), running max over chunks
-
-    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        doc_k, doc_v = self.doc.keys[layer_idx], self.doc.values[layer_idx]  # (Hkv, P, D)
-        present = torch.ones(doc_k.shape[1], dtype=torch.bool, device=q.device)
-        out = attend_with_prefix(q, k, v, doc_k, doc_v, present)
-        num_kv_heads, doc_len, head_dim = doc_k.shape
-        num_tokens = q.shape[2]
-        group = q.shape[1] // num_kv_heads
-        q_rep = q[0, :, -self.num_scoring:].float().reshape(
-            num_kv_heads, group * self.num_scoring, head_dim)  # (Hkv, G*T', D)
-        keys = torch.cat((doc_k, k[0]), dim=1).float()  # (Hkv, P + T, D)
-        logits = q_rep @ keys.transpose(1, 2) / math.sqrt(head_dim)  # (Hkv, G*T', P + T)
-        logits = logits.view(num_kv_heads, group, self.num_scoring, doc_len + num_tokens)
-        query_pos = torch.arange(num_tokens - self.num_scoring, num_tokens, device=q.device)
-        future = torch.arange(num_tokens, device=q.device)[None] > query_pos[:, None]  # (T', T)
-        logits[..., doc_len:] = logits[..., doc_len:].masked_fill(future, float("-inf"))
-        probs = logits.softmax(dim=-1)[..., :doc_len]  # (Hkv, G, T', P)
-        best = probs.amax(dim=(1, 2))  # (Hkv, P)
-        self.scores[layer_idx] = torch.maximum(self.scores[layer_idx], best)
-        return out
-
-
-@torch.no_grad()
-def repeat_scores(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
-                  doc: _FullRecorder) -> torch.Tensor:
-    """Question-agnostic importance (L, Hkv, P) float32 of every document key, from the
-    document's recorded K/V: one forward per ``REPEAT_CHUNK`` of the document, at the
-    positions after it, of the instruction + the chunk."""
-    device = doc.keys[0].device
-    doc_len = len(doc_ids)
-    shape = (doc.keys[0].shape[0], doc_len)
-    scorer = _RepeatScorer(doc, 0, [torch.zeros(shape, device=device) for _ in doc.keys])
-    for start in range(0, doc_len, REPEAT_CHUNK):
-        chunk = doc_ids[start : start + REPEAT_CHUNK]
-        ids = torch.tensor([instruction_ids + chunk], device=device)  # (1, T)
-        positions = torch.arange(doc_len, doc_len + ids.shape[1], device=device)[None]
-        scorer.num_scoring = len(chunk)
-        model(ids, positions, scorer)
-    votes = torch.stack(scorer.scores)  # (L, Hkv, P)
-    return pool_votes(votes.flatten(0, 1), REPEAT_KERNEL, "avg").view_as(votes)
-
-
 @torch.no_grad()
 def compress_document(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
-                      layout: CacheLayout, kv_dtype: torch.dtype) -> SequenceCache:
+                      layout: CacheLayout, config: DocumentCacheConfig, kv_dtype: torch.dtype,
+                      dtype: torch.dtype | None = None) -> SequenceCache:
     """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits,
-    else scored by the repeat pass. Slots past a short document's tokens stay EMPTY."""
+    else scored by ``config.score``. Slots past a short document's tokens stay EMPTY.
+    ``dtype``: the activations of the document's forward (the engine's prefill dtype)."""
     check_model(model)
-    stored = store_layout(layout)
+    stored = store_layout(layout, config)
     device = model.lm_head.weight.device
-    doc = _FullRecorder()
-    model(torch.tensor([doc_ids], device=device),
-          torch.arange(len(doc_ids), device=device)[None], doc)
-    k, v = torch.stack(doc.keys), torch.stack(doc.values)  # (L, Hkv, P, D)
+    recorder = _FullRecorder()
+    hidden = model(torch.tensor([doc_ids], device=device),
+                   torch.arange(len(doc_ids), device=device)[None], recorder, dtype)
+    k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
     scores = None
     if stored.compresses(len(doc_ids)) and stored.n_topk > 0:
-        scores = repeat_scores(model, doc_ids, instruction_ids, doc)
+        doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
+                           instruction_ids)
+        scores = SCORERS[config.score](doc)  # (L, Hkv, P)
     out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
     return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))
 
@@ -183,9 +115,9 @@ class _SuffixRecorder:
         present = stored_pos[0] != EMPTY  # (M,): the same for every head
         # (Hkv, M, D); an int8 document's values (re-quantizing them gives the same codes)
         stored_k, stored_v = kv_float(stored.k[layer_idx]), kv_float(stored.v[layer_idx])
-        out = attend_with_prefix(q, k, v, stored_k, stored_v, present)
-        dense_k, dense_v, known = self._dense(stored_k[:, present], stored_v[:, present],
-                                              stored_pos[:, present], k, v)
+        stored_k, stored_v = stored_k[:, present], stored_v[:, present]  # (Hkv, M', D)
+        out = attend_with_prefix(q, k, v, stored_k, stored_v)
+        dense_k, dense_v, known = self._dense(stored_k, stored_v, stored_pos[:, present], k, v)
         scores = None
         if self.window:
             q_window = q[0, :, -min(self.window, q.shape[2]):]  # (Hq, W, D)
@@ -220,14 +152,16 @@ class _SuffixRecorder:
 
 @torch.no_grad()
 def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: list[int],
-                      policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
+                      policy: CachePolicy, layout: CacheLayout, config: DocumentCacheConfig,
+                      kv_dtype: torch.dtype, dtype: torch.dtype | None = None
                       ) -> tuple[SequenceCache, torch.Tensor]:
-    """The prompt ``prefix`` (a stored document) + ``suffix_ids`` in ``layout`` -> its cache and
-    the next-token logits (V,) float32; only the suffix runs through the model."""
+    """The prompt ``prefix`` (a stored document, compressed under ``config``) + ``suffix_ids``
+    in ``layout`` -> its cache and the final hidden state (hidden,) of the last token; only the
+    suffix runs through the model, its activations in ``dtype``."""
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
-    if stored != store_layout(layout):
+    if stored != store_layout(layout, config):
         raise ValueError(f"the stored document's layout {stored} is not the one of "
                          f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
@@ -237,5 +171,5 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     device = model.lm_head.weight.device
     ids = torch.tensor([suffix_ids], device=device)  # (1, T)
     positions = torch.arange(prefix.prompt_len, prompt_len, device=device)[None]
-    hidden = model(ids, positions, recorder)
-    return recorder.cache(prompt_len), model.logits(hidden[0, -1])
+    hidden = model(ids, positions, recorder, dtype)
+    return recorder.cache(prompt_len), hidden[0, -1]
