@@ -31,7 +31,7 @@ from evaluation.results import markdown_header, markdown_row
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
 from snapstream.policy import CachePolicy
-from snapstream.prefix_scores import SCORERS, DocumentCacheConfig
+from snapstream.prefix_config import SCORES, DocumentCacheConfig
 
 NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
     "niah": values.label, "realtext": values.function_name}
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-doc-len", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prefix-score", default=DocumentCacheConfig.score,
-                        choices=sorted(SCORERS), help="the store-time scorer")
+                        choices=SCORES, help="the store-time scorer")
     parser.add_argument("--prefix-superset", type=int, default=DocumentCacheConfig.superset,
                         help="stored picks per request pick")
     parser.add_argument("--no-baselines", action="store_true",

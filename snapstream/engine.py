@@ -25,11 +25,8 @@ from snapstream.loader import load_model
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.prefix_cache import check_policy, compress_document, prefill_on_prefix
-from snapstream.prefix_scores import (
-    DEFAULT_DOCUMENT_CACHE,
-    REPEAT_INSTRUCTION,
-    DocumentCacheConfig,
-)
+from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
+from snapstream.prefix_scores import REPEAT_INSTRUCTION
 from snapstream.quant import QUANT_SCHEMES, quantize_model
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams

@@ -19,13 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CacheLayout, CachePolicy
-from snapstream.prefix_scores import SCORERS, DocumentCacheConfig, DocumentPass, attend_with_prefix
+from snapstream.prefix_config import DocumentCacheConfig
+from snapstream.prefix_scores import SCORERS, DocumentPass
 from snapstream.snapkv import snapkv_scores
 
 
@@ -94,66 +96,77 @@ def _one_group(layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, positions:
 
 
 @dataclass
-class _SuffixRecorder:
-    """Attention of the suffix over the stored document + itself, compressing each layer into
-    ``layout`` from the stored keys and the suffix's (a dense prompt with the absent keys
-    zeroed and never picked)."""
+class _SuffixAttention:
+    """The suffix's attention, layer by layer, over the stored keys and causally over itself;
+    keeps what the selection after the forward needs (the suffix's K/V, its last queries)."""
 
-    prefix: SequenceCache
-    layout: CacheLayout
-    dtype: torch.dtype
-    window: int  # 0: no SnapKV scores
-    kernel: int
-    pooling: str
-    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S, D)
-    values: list[torch.Tensor] = field(default_factory=list)
-    positions: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S) int32
+    keys: torch.Tensor  # (L, Hkv, M + T, D): the stored keys, then the suffix's (per layer)
+    values: torch.Tensor  # (L, Hkv, M + T, D)
+    mask: torch.Tensor  # (T, M + T) bool: every stored key, the suffix causally
+    window: int  # the last queries kept for SnapKV's scores; 0: none
+    q_windows: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, W, D)
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        (stored,) = self.prefix.groups
-        stored_pos = stored.positions[layer_idx].long()  # (Hkv, M)
-        present = stored_pos[0] != EMPTY  # (M,): the same for every head
-        # (Hkv, M, D); an int8 document's values (re-quantizing them gives the same codes)
-        stored_k, stored_v = kv_float(stored.k[layer_idx]), kv_float(stored.v[layer_idx])
-        stored_k, stored_v = stored_k[:, present], stored_v[:, present]  # (Hkv, M', D)
-        out = attend_with_prefix(q, k, v, stored_k, stored_v)
-        dense_k, dense_v, known = self._dense(stored_k, stored_v, stored_pos[:, present], k, v)
-        scores = None
+        num_prefix = self.keys.shape[2] - k.shape[2]
+        self.keys[layer_idx, :, num_prefix:] = k[0]
+        self.values[layer_idx, :, num_prefix:] = v[0]
         if self.window:
-            q_window = q[0, :, -min(self.window, q.shape[2]):]  # (Hq, W, D)
-            scores = snapkv_scores(q_window, dense_k[0], self.kernel, self.pooling, known)[None]
-        kept_k, kept_v, kept_pos = compress_kv(self.layout, dense_k, dense_v, scores, self.dtype)
-        self.keys.append(kept_k[0])
-        self.values.append(kept_v[0])
-        self.positions.append(kept_pos[0])
-        return out
+            self.q_windows.append(q[0, :, -self.window:])
+        return F.scaled_dot_product_attention(
+            q, self.keys[layer_idx, None], self.values[layer_idx, None], attn_mask=self.mask,
+            enable_gqa=True)
 
-    def _dense(self, stored_k, stored_v, stored_pos, k, v):
-        """The whole prompt's K/V (1, Hkv, P, D), zero where the store has no key, and which
-        keys are known (Hkv, P) bool."""
-        num_kv_heads, head_dim = k.shape[1], k.shape[3]
-        doc_len, prompt_len = self.prefix.prompt_len, self.prefix.prompt_len + k.shape[2]
-        dense_k = k.new_zeros(1, num_kv_heads, prompt_len, head_dim)
-        dense_v = v.new_zeros(1, num_kv_heads, prompt_len, head_dim)
-        index = stored_pos[None, :, :, None].expand(1, -1, -1, head_dim)  # (1, Hkv, M', D)
-        dense_k.scatter_(2, index, stored_k[None].to(k.dtype))
-        dense_v.scatter_(2, index, stored_v[None].to(v.dtype))
-        dense_k[:, :, doc_len:] = k
-        dense_v[:, :, doc_len:] = v
-        known = torch.zeros(num_kv_heads, prompt_len, dtype=torch.bool, device=k.device)
-        known.scatter_(1, stored_pos, True)
-        known[:, doc_len:] = True
-        return dense_k, dense_v, known
 
-    def cache(self, prompt_len: int) -> SequenceCache:
-        return _one_group(self.layout, torch.stack(self.keys), torch.stack(self.values),
-                          torch.stack(self.positions), prompt_len)
+def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int,
+                      dtype: torch.dtype) -> tuple[_SuffixAttention, torch.Tensor]:
+    """The attention of a ``num_tokens`` suffix on ``prefix``, and the positions (L, Hkv,
+    M + T) of its keys: the stored document's present slots, then the suffix's."""
+    (stored,) = prefix.groups
+    present = stored.positions != EMPTY  # (L, Hkv, S): the same count in every row
+    num_layers, num_kv_heads, _ = present.shape
+    stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
+    num_prefix = stored_pos.shape[2]
+    suffix_pos = torch.arange(prefix.prompt_len, prefix.prompt_len + num_tokens,
+                              device=stored_pos.device)  # (T,)
+    positions = torch.cat((stored_pos, suffix_pos.expand(num_layers, num_kv_heads, -1)), dim=2)
+    keys, values = (_with_room(kv_float(rows[present]).view(num_layers, num_kv_heads,
+                                                             num_prefix, -1).to(dtype),
+                               num_tokens) for rows in (stored.k, stored.v))
+    mask = torch.ones(num_tokens, num_prefix + num_tokens, dtype=torch.bool,
+                      device=keys.device).tril(num_prefix)  # (T, M + T)
+    return _SuffixAttention(keys, values, mask, window), positions
+
+
+def _with_room(rows: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """rows (L, Hkv, M, D) -> (L, Hkv, M + num_tokens, D), the new rows zero."""
+    return torch.cat((rows, rows.new_zeros(*rows.shape[:2], num_tokens, rows.shape[3])), dim=2)
+
+
+def _select(attention: _SuffixAttention, positions: torch.Tensor, prompt_len: int,
+            policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
+            ) -> SequenceCache:
+    """Every layer compressed at once into ``layout`` from the stored keys and the suffix's,
+    as a whole prompt would be (a dense prompt with the absent keys zeroed, never picked)."""
+    num_layers, num_kv_heads, _, head_dim = attention.keys.shape
+    shape = (num_layers, num_kv_heads, prompt_len, head_dim)
+    index = positions[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, M + T, D)
+    dense_k = attention.keys.new_zeros(shape).scatter_(2, index, attention.keys)
+    dense_v = attention.values.new_zeros(shape).scatter_(2, index, attention.values)
+    known = torch.zeros(shape[:3], dtype=torch.bool, device=positions.device)
+    known.scatter_(2, positions, True)  # (L, Hkv, P)
+    scores = None
+    if attention.window:  # every layer's heads as one batch of L x Hkv heads
+        q_windows = torch.stack(attention.q_windows).flatten(0, 1)  # (L*Hq, W, D)
+        scores = snapkv_scores(q_windows, dense_k.flatten(0, 1), policy.kernel, policy.pooling,
+                               known.flatten(0, 1)).view(shape[:3])  # (L, Hkv, P)
+    out_k, out_v, out_pos = compress_kv(layout, dense_k, dense_v, scores, kv_dtype)
+    return _one_group(layout, out_k, out_v, out_pos, prompt_len)
 
 
 @torch.no_grad()
 def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: list[int],
                       policy: CachePolicy, layout: CacheLayout, config: DocumentCacheConfig,
-                      kv_dtype: torch.dtype, dtype: torch.dtype | None = None
+                      kv_dtype: torch.dtype, dtype: torch.dtype
                       ) -> tuple[SequenceCache, torch.Tensor]:
     """The prompt ``prefix`` (a stored document, compressed under ``config``) + ``suffix_ids``
     in ``layout`` -> its cache and the final hidden state (hidden,) of the last token; only the
@@ -166,10 +179,9 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
                          f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
-    recorder = _SuffixRecorder(prefix, layout, kv_dtype, policy.window if selects else 0,
-                               policy.kernel, policy.pooling)
+    window = min(policy.window, len(suffix_ids)) if selects else 0
+    attention, positions = _suffix_attention(prefix, len(suffix_ids), window, dtype)
     device = model.lm_head.weight.device
     ids = torch.tensor([suffix_ids], device=device)  # (1, T)
-    positions = torch.arange(prefix.prompt_len, prompt_len, device=device)[None]
-    hidden = model(ids, positions, recorder, dtype)
-    return recorder.cache(prompt_len), hidden[0, -1]
+    hidden = model(ids, positions[0, 0, -len(suffix_ids):][None], attention, dtype)
+    return _select(attention, positions, prompt_len, policy, layout, kv_dtype), hidden[0, -1]

@@ -1,5 +1,6 @@
 """Question-agnostic scores of a document's keys, for the document cache's store-time selection
-(:mod:`snapstream.prefix_cache`). A registry: the prefill worker's ``--prefix-score``.
+(:mod:`snapstream.prefix_cache`). A registry: the prefill worker's ``--prefix-score``
+(:class:`snapstream.prefix_config.DocumentCacheConfig`).
 
 - ``surprisal`` (after Selective Context, Li et al. 2023): each token's negative log-likelihood
   under the document's own prefill (the LM head over its hidden states), then a morphological
@@ -129,24 +130,4 @@ class _RepeatScorer:
 
 
 SCORERS: dict[str, Callable[[DocumentPass], torch.Tensor]] = {
-    "surprisal": surprisal_scores, "repeat": repeat_scores}
-
-
-@dataclass(frozen=True)
-class DocumentCacheConfig:
-    """How a prefill worker compresses a reusable document (``--prefix-score``,
-    ``--prefix-superset``): its scorer, and how many picks it stores per pick of a request's
-    layout (the question's SnapKV window chooses among them)."""
-
-    score: str = "surprisal"
-    superset: int = 2
-
-    def __post_init__(self) -> None:
-        if self.score not in SCORERS:
-            raise ValueError(f"--prefix-score must be one of {sorted(SCORERS)}, "
-                             f"got {self.score!r}")
-        if self.superset < 1:
-            raise ValueError(f"--prefix-superset must be >= 1, got {self.superset}")
-
-
-DEFAULT_DOCUMENT_CACHE = DocumentCacheConfig()
+    "surprisal": surprisal_scores, "repeat": repeat_scores}  # keys: prefix_config.SCORES

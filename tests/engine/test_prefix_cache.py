@@ -11,7 +11,8 @@ import torch
 from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
 from snapstream.prefix_cache import store_layout
-from snapstream.prefix_scores import EDGE_KERNEL, RUN_KERNEL, DocumentCacheConfig
+from snapstream.prefix_config import SCORES, DocumentCacheConfig
+from snapstream.prefix_scores import EDGE_KERNEL, RUN_KERNEL, SCORERS
 from tests.engine.helpers import engine_for
 from tests.engine.reference import masked_logits
 from tests.tiny_models import random_model, tiny_config
@@ -33,7 +34,8 @@ def engine():
 def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 24 + 8 stored slots
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
-    assert prefix.groups[0].group.layout == store_layout(POLICY.layout(30, 4), DocumentCacheConfig())
+    stored = store_layout(POLICY.layout(30, 4), DocumentCacheConfig())
+    assert prefix.groups[0].group.layout == stored
     assert prefix.num_tokens_held == 30
     full = engine.prefill(doc + question, POLICY, max_new_tokens=4)
     reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
@@ -160,3 +162,7 @@ def test_refuses_what_it_cannot_serve(engine):
         DocumentCacheConfig(score="h2o")
     with pytest.raises(ValueError, match="--prefix-superset must be >= 1"):
         DocumentCacheConfig(superset=0)
+
+
+def test_every_configurable_score_has_a_scorer():
+    assert set(SCORES) == set(SCORERS)
