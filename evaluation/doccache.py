@@ -89,14 +89,15 @@ def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str,
     rule = SplitRule.from_policy(engine.default_policy)
     correct = {"full": 0, "snapkv": 0, "doccache": 0}
     times = {"compress": 0.0, "suffix": 0.0, "full": 0.0}
-    stored = None
+    stored = policy = None
     for question, cue, value in asks:
         if placement == "after":
             messages = [ChatMessage("system", doc), ChatMessage("user", question)]
         else:
             messages = [ChatMessage("user", f"{question}\n\n{doc}")]
         ids, n_prefix = split(engine, messages, 1)
-        policy = rule.policy("snapstream", budget.tokens_for(len(ids)))
+        # one policy per document (the budget of its first prompt): the stored cache is for it
+        policy = policy or rule.policy("snapstream", budget.tokens_for(len(ids)))
         if baselines:
             start = time.perf_counter()
             full = engine.prefill(ids, CachePolicy(kind="full"), 16)
