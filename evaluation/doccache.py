@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placements", default="after,before")
     parser.add_argument("--ttft-doc-len", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--torch-threads", type=int, default=0,
+                        help="torch threads (0: torch's default, one per core)")
     parser.add_argument("--prefix-score", default=DocumentCacheConfig.score,
                         choices=SCORES, help="the store-time scorer")
     parser.add_argument("--prefix-superset", type=int, default=DocumentCacheConfig.superset,
@@ -160,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the full cache and per-question SnapKV")
     args = parser.parse_args(argv)
     doc_config = DocumentCacheConfig(args.prefix_score, args.prefix_superset)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     engine = Engine.from_pretrained()
     engine.prefill(list(range(1000, 1200)), engine.default_policy, 1)  # weights laid out once
     budget = Budget.parse(args.budget)
