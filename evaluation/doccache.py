@@ -6,7 +6,7 @@ document, against the full cache and per-question SnapKV at the same budget.
 
 Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth);
 each needle is asked in turn. ``after``: the document is the system message (cached once, its
-repeat pass timed), the question the user's; ``before``: one user message with the question
+compression timed), the question the user's; ``before``: one user message with the question
 before the document, compressed question-agnostically (the whole message stored, the
 template's opening of the answer as the suffix). The answer cue is decoded after compression,
 as the evaluation does. Prints a table; ``--ttft-doc-len`` adds the time to first token of a
