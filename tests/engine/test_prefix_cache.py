@@ -166,3 +166,16 @@ def test_refuses_what_it_cannot_serve(engine):
 
 def test_every_configurable_score_has_a_scorer():
     assert set(SCORES) == set(SCORERS)
+
+
+def test_an_int8_document_is_read_back_for_the_question():
+    engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3),
+                        kv_dtype=torch.int8)
+    doc, question = prompt(30, seed=1), prompt(9, seed=2)  # stored whole
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    assert prefix.groups[0].k.dtype == torch.int8
+    full = engine.prefill(doc + question, POLICY, max_new_tokens=4)
+    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
+    assert reused.cache.groups[0].k.dtype == torch.int8
+    # the question attends to the document's int8-rounded keys, the full prefill to exact ones
+    torch.testing.assert_close(reused.logits, full.logits, atol=0.05, rtol=0)
