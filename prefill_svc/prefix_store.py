@@ -84,13 +84,16 @@ class PrefixStore:
                               ) -> tuple[SequenceCache, str]:
         """The document's cache and how it was had: ``hit`` (from the store, or from a
         concurrent request's compression), ``stored`` or ``bypass`` (compressed here)."""
-        while key in self.in_flight:
-            await asyncio.shield(self.in_flight[key])
-        cached = await self._lookup(key)
-        if cached is not None:
-            metrics.PREFIX_CACHE.labels(HIT).inc()
-            metrics.PREFIX_CACHE_SAVED.inc(self.seconds_per_token * num_tokens)
-            return cached, HIT
+        while True:
+            while key in self.in_flight:
+                await asyncio.shield(self.in_flight[key])
+            cached = await self._lookup(key)
+            if cached is not None:
+                metrics.PREFIX_CACHE.labels(HIT).inc()
+                metrics.PREFIX_CACHE_SAVED.inc(self.seconds_per_token * num_tokens)
+                return cached, HIT
+            if key not in self.in_flight:  # nobody claimed it during the lookup: claim it
+                break
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.in_flight[key] = done
         try:

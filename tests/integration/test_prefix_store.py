@@ -105,6 +105,17 @@ async def test_concurrent_requests_compress_once(engine, store):
     assert metric("snapstream_prefix_cache_saved_seconds_total") > saved
 
 
+async def test_requests_arriving_together_compress_once(engine, store):
+    """All of them look the document up before any claims it (their lookups overlap)."""
+    prefixes = PrefixStore(store, blob_spec(engine), PrefixStoreConfig())
+    doc = document(60, 5)
+    compressor = Compressor(engine, doc)
+    results = await asyncio.gather(*(ask(prefixes, engine, doc, compressor) for _ in range(4)))
+    assert compressor.calls == 1
+    assert sorted(outcome for _, outcome in results) == [HIT, HIT, HIT, STORED]
+    assert not prefixes.in_flight
+
+
 async def test_a_hit_reads_what_was_stored(engine, store):
     prefixes = PrefixStore(store, blob_spec(engine), PrefixStoreConfig())
     doc = document(70, 3)
