@@ -12,7 +12,7 @@
   head; costs one LM head over the document beyond the prefill.
 - ``repeat`` (KVzip, Kim et al. 2025): the model is asked to repeat the document, chunk by
   chunk, over the document's whole K/V; each key scores the highest attention any repeating
-  query (of its GQA group) gives it, avg-pooled. About 10x the prefill on the CPU.
+  query (of its GQA group) gives it, avg-pooled. ~13x the prefill at 8k tokens (docs/accuracy.md).
 """
 
 from __future__ import annotations
