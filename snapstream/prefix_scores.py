@@ -5,7 +5,8 @@
 - ``surprisal`` (after Selective Context, Li et al. 2023): each token's negative log-likelihood
   under the document's own prefill (the LM head over its hidden states), then a morphological
   opening along positions: min-pooled (a token scores the least surprising of its 5-token
-  neighbourhood) then max-pooled (a kept run keeps its edges). It keeps *runs* of unpredictable
+  neighbourhood) then max-pooled over 15 (a kept run keeps the 7 tokens on each side, the
+  words that tie a number to its name). It keeps *runs* of unpredictable
   tokens (numbers, codes, names) rather than single surprising tokens in ordinary prose: a
   random number's digits each cost only ~log 10 nats, about the median prose token, so plain
   or max-pooled surprisal dropped them (docs/accuracy.md). The same score for every layer and
@@ -28,7 +29,8 @@ from snapstream.model import Transformer
 from snapstream.snapkv import pool_votes
 
 RUN_KERNEL = 5  # min pooling of the surprisal: a run of 5 unpredictable tokens scores high
-EDGE_KERNEL = 5  # max pooling after it: a kept run keeps 2 tokens on each side
+EDGE_KERNEL = 15  # max pooling after it: a kept run keeps 7 tokens on each side (the words
+# that name a number: 5 answered 6 of 18 niah questions, 15 answered 11, docs/accuracy.md)
 LOGITS_CHUNK = 1024  # document positions per LM-head call (bounds the (chunk, V) logits)
 REPEAT_CHUNK = 512  # document tokens repeated per forward of the repeat pass
 REPEAT_KERNEL = 7  # avg pooling of the repeat scores (kernel 31 lost needles: docs/accuracy.md)
