@@ -12,6 +12,7 @@ from bench.report import parse_ints
 from serving.settings import add_model_setting
 
 PARTS = ("serve", "blob")
+WORKLOADS = ("passkey", "doccache")
 
 
 
@@ -22,6 +23,13 @@ def _names(text: str) -> tuple[str, ...]:
 def register(parser: argparse.ArgumentParser) -> None:
     add_model_setting(parser)
     parser.add_argument("--parts", type=_names, default=PARTS, help="serve,blob")
+    parser.add_argument("--workload", choices=WORKLOADS, default=WORKLOADS[0],
+                        help="passkey: one prompt per request, every system; doccache: "
+                        "--documents documents asked many questions each through the router, "
+                        "each document marked reusable (its own section)")
+    parser.add_argument("--documents", type=int, default=2,
+                        help="documents of the doccache workload (each asked requests / "
+                        "documents questions per level)")
     parser.add_argument("--systems", type=_names, default=None,
                         help="systems to measure, the first being the baseline: in-process, "
                         "router (gRPC), openai (an OpenAI-compatible server); default "
@@ -68,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from bench.serve_workload import DEFAULT_SYSTEMS
 
     cfg = serve_config(args)
+    if args.workload == "doccache":
+        return _run_doccache(args, cfg)
     is_default = cfg.systems == DEFAULT_SYSTEMS
     if "blob" in args.parts and not is_default:
         raise ValueError("--parts blob goes with the default --systems "
@@ -91,6 +101,24 @@ def run(args: argparse.Namespace) -> int:
     write_section(args.doc, section, body)
     for serve in results.get("serve", []):
         plot(serve, args.doc.parent / "img" / image_name(section, serve))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def _run_doccache(args: argparse.Namespace, cfg) -> int:
+    from bench.report import command_line, write_section
+    from bench.serve_doccache import render, run_doccache_bench
+
+    if args.parts != ("serve",) or args.systems not in (None, ("router",)):
+        raise ValueError("--workload doccache measures the router's document cache: give "
+                         "--parts serve and no --systems other than router")
+    if args.documents < 1:
+        raise ValueError(f"--documents must be >= 1, got {args.documents}")
+    results = run_doccache_bench(cfg, args.model, args.documents)
+    body = render(results, command_line())
+    print(body)
+    write_section(args.doc, "serve-doccache", body)
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2))
     return 0

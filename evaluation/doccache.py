@@ -6,7 +6,7 @@ document, against the full cache and per-question SnapKV at the same budget.
 
 Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth);
 each needle is asked in turn. ``after``: the document is the system message (cached once, its
-repeat pass timed), the question the user's; ``before``: one user message with the question
+compression timed), the question the user's; ``before``: one user message with the question
 before the document, compressed question-agnostically (the whole message stored, the
 template's opening of the answer as the suffix). The answer cue is decoded after compression,
 as the evaluation does. Prints a table; ``--ttft-doc-len`` adds the time to first token of a
@@ -28,10 +28,10 @@ from evaldata.phrasing import PHRASES
 from evaldata.sample import TaskConfig, exact_match
 from evaluation.budget import Budget, SplitRule
 from evaluation.results import markdown_header, markdown_row
-from snapstream import prefix_cache
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
 from snapstream.policy import CachePolicy
+from snapstream.prefix_config import SCORES, DocumentCacheConfig
 
 NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
     "niah": values.label, "realtext": values.function_name}
@@ -84,19 +84,20 @@ def split(engine: Engine, messages: list[ChatMessage], count: int) -> tuple[list
 
 
 def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str,
-                 baselines: bool = True) -> dict:
+                 doc_config: DocumentCacheConfig, baselines: bool = True) -> dict:
     """Correct answers per method, and the seconds of each step."""
     rule = SplitRule.from_policy(engine.default_policy)
     correct = {"full": 0, "snapkv": 0, "doccache": 0}
     times = {"compress": 0.0, "suffix": 0.0, "full": 0.0}
-    stored = None
+    stored = policy = None
     for question, cue, value in asks:
         if placement == "after":
             messages = [ChatMessage("system", doc), ChatMessage("user", question)]
         else:
             messages = [ChatMessage("user", f"{question}\n\n{doc}")]
         ids, n_prefix = split(engine, messages, 1)
-        policy = rule.policy("snapstream", budget.tokens_for(len(ids)))
+        # one policy per document (the budget of its first prompt): the stored cache is for it
+        policy = policy or rule.policy("snapstream", budget.tokens_for(len(ids)))
         if baselines:
             start = time.perf_counter()
             full = engine.prefill(ids, CachePolicy(kind="full"), 16)
@@ -106,10 +107,10 @@ def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str,
             correct["snapkv"] += exact_match((value,), answer(engine, snap, len(ids), " " + cue))
         if stored is None or placement == "before":
             start = time.perf_counter()
-            stored = engine.compress_prefix(ids[:n_prefix], policy, 16)
+            stored = engine.compress_prefix(ids[:n_prefix], policy, 16, doc_config=doc_config)
             times["compress"] += time.perf_counter() - start
         start = time.perf_counter()
-        reused = engine.prefill_on_prefix(stored, ids, policy, 16)
+        reused = engine.prefill_on_prefix(stored, ids, policy, 16, doc_config=doc_config)
         times["suffix"] += time.perf_counter() - start
         correct["doccache"] += exact_match((value,), answer(engine, reused, len(ids), " " + cue))
         print(f"#   {placement} {value}: correct so far {correct}", flush=True)
@@ -151,12 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placements", default="after,before")
     parser.add_argument("--ttft-doc-len", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--superset-factor", type=int, default=prefix_cache.SUPERSET_FACTOR,
-                        help="stored picks per request pick (an experiment's knob)")
+    parser.add_argument("--torch-threads", type=int, default=0,
+                        help="torch threads (0: torch's default, one per core)")
+    parser.add_argument("--prefix-score", default=DocumentCacheConfig.score,
+                        choices=SCORES, help="the store-time scorer")
+    parser.add_argument("--prefix-superset", type=int, default=DocumentCacheConfig.superset,
+                        help="stored picks per request pick")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the full cache and per-question SnapKV")
     args = parser.parse_args(argv)
-    prefix_cache.SUPERSET_FACTOR = args.superset_factor
+    doc_config = DocumentCacheConfig(args.prefix_score, args.prefix_superset)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     engine = Engine.from_pretrained()
     engine.prefill(list(range(1000, 1200)), engine.default_policy, 1)  # weights laid out once
     budget = Budget.parse(args.budget)
@@ -177,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             for d in range(args.docs):
                 rng = random.Random(args.seed * 1000 + d)
                 doc, asks = build_document(task, rng, engine, args.context_len, args.needles)
-                out = run_document(engine, doc, asks, budget, placement,
+                out = run_document(engine, doc, asks, budget, placement, doc_config,
                                    baselines=not args.no_baselines)
                 asked += out["asked"]
                 total = {k: total[k] + out["correct"][k] for k in total}

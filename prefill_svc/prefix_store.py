@@ -33,21 +33,25 @@ from kvstore.stores.errors import BlobNotFound, StoreCorrupted, StoreError
 from serving import metrics
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
+from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 
 log = logging.getLogger(__name__)
 
-PREFIX_FORMAT = 1  # the stored cache's meaning (scoring, superset): a change makes new keys
+PREFIX_FORMAT = 2  # the stored cache's meaning: a change makes new keys (2: DocumentCacheConfig)
 STORED, HIT, BYPASS = "stored", "hit", "bypass"
 
 
-def prefix_key(spec: BlobSpec, policy: CachePolicy, doc_ids: Sequence[int]) -> str:
+def prefix_key(spec: BlobSpec, policy: CachePolicy, doc_ids: Sequence[int],
+               document: DocumentCacheConfig = DEFAULT_DOCUMENT_CACHE) -> str:
     """The store key of a document's cache: a SHA-256 of the prefix format, the model
-    (fingerprint, shapes, KV dtype), every field of the policy and the document's token ids."""
+    (fingerprint, shapes, KV dtype), every field of the policy and of the worker's document
+    cache config (scorer, superset) and the document's token ids."""
     digest = hashlib.sha256(f"snapstream-prefix/{PREFIX_FORMAT}\0".encode())
     digest.update(spec.fingerprint)
     digest.update(f"{spec.num_layers}/{spec.num_kv_heads}/{spec.head_dim}/{spec.dtype}\0"
                   .encode())
     digest.update(json.dumps(asdict(policy), sort_keys=True).encode())
+    digest.update(json.dumps(asdict(document), sort_keys=True).encode())
     digest.update(array("I", doc_ids).tobytes())
     return f"prefix-{digest.hexdigest()}"
 
@@ -56,6 +60,7 @@ def prefix_key(spec: BlobSpec, policy: CachePolicy, doc_ids: Sequence[int]) -> s
 class PrefixStoreConfig:
     ttl_s: float = 3600.0
     max_bytes: int = 1 << 30  # of blobs this worker stored and still holds
+    document: DocumentCacheConfig = DEFAULT_DOCUMENT_CACHE  # how documents are compressed
 
     def __post_init__(self) -> None:
         if not self.ttl_s > 0:
@@ -79,13 +84,16 @@ class PrefixStore:
                               ) -> tuple[SequenceCache, str]:
         """The document's cache and how it was had: ``hit`` (from the store, or from a
         concurrent request's compression), ``stored`` or ``bypass`` (compressed here)."""
-        while key in self.in_flight:
-            await asyncio.shield(self.in_flight[key])
-        cached = await self._lookup(key)
-        if cached is not None:
-            metrics.PREFIX_CACHE.labels(HIT).inc()
-            metrics.PREFIX_CACHE_SAVED.inc(self.seconds_per_token * num_tokens)
-            return cached, HIT
+        while True:
+            while key in self.in_flight:
+                await asyncio.shield(self.in_flight[key])
+            cached = await self._lookup(key)
+            if cached is not None:
+                metrics.PREFIX_CACHE.labels(HIT).inc()
+                metrics.PREFIX_CACHE_SAVED.inc(self.seconds_per_token * num_tokens)
+                return cached, HIT
+            if key not in self.in_flight:  # nobody claimed it during the lookup: claim it
+                break
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.in_flight[key] = done
         try:

@@ -82,11 +82,12 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             return await self._on_model_thread(
                 self._run_model, ids, policy, sampling, request.max_new_tokens, submitted,
                 None, job), ""
-        doc_ids = ids[: request.prefix_tokens]
+        doc_ids, document = ids[: request.prefix_tokens], self.prefixes.config.document
         prefix, outcome = await self.prefixes.get_or_compress(
-            prefix_key(self.spec, policy, doc_ids), len(doc_ids),
+            prefix_key(self.spec, policy, doc_ids, document), len(doc_ids),
             lambda: self._on_model_thread(self.engine.compress_prefix, doc_ids, policy,
-                                          request.max_new_tokens, self.engine.context_len))
+                                          request.max_new_tokens, self.engine.context_len,
+                                          document))
         out = await self._on_model_thread(self._run_model, ids, policy, sampling,
                                           request.max_new_tokens, submitted, prefix, None)
         return out, outcome
@@ -127,7 +128,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
                                           positions=positions)
                       if prefix is None else
                       self.engine.prefill_on_prefix(prefix, ids, policy, max_new_tokens,
-                                                    capacity=capacity))
+                                                    capacity, self.prefixes.config.document))
             start = time.perf_counter()
             blob = encode_blob(result.cache, self.spec)
             encode_s = time.perf_counter() - start

@@ -24,12 +24,9 @@ from snapstream.kvcache import BatchCache, ModelLayout, SequenceCache
 from snapstream.loader import load_model
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
-from snapstream.prefix_cache import (
-    REPEAT_INSTRUCTION,
-    check_policy,
-    compress_document,
-    prefill_on_prefix,
-)
+from snapstream.prefix_cache import check_policy, compress_document, prefill_on_prefix
+from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
+from snapstream.prefix_scores import REPEAT_INSTRUCTION
 from snapstream.quant import QUANT_SCHEMES, quantize_model
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
@@ -175,26 +172,34 @@ class Engine:
         return ModelLayout.build(self.config.attention_windows, layout)
 
     def compress_prefix(self, doc_ids: list[int], policy: CachePolicy, max_new_tokens: int,
-                        capacity: int | None = None) -> SequenceCache:
-        """A reusable document's question-agnostic cache for requests of ``policy``
-        (:mod:`snapstream.prefix_cache`); ValueError for a policy or model it cannot serve."""
+                        capacity: int | None = None,
+                        doc_config: DocumentCacheConfig = DEFAULT_DOCUMENT_CACHE
+                        ) -> SequenceCache:
+        """A reusable document's question-agnostic cache for requests of ``policy``, scored and
+        sized by ``doc_config`` (:mod:`snapstream.prefix_cache`); ValueError for a policy or
+        model it cannot serve."""
         self.check_prompt(doc_ids)
         policy.check_context(self.context_len)
         check_policy(policy)
         layout = policy.layout(len(doc_ids), max_new_tokens, capacity)
         instruction = self.tokenizer.encode(REPEAT_INSTRUCTION)
-        return compress_document(self.model, doc_ids, instruction, layout, self.kv_dtype)
+        return compress_document(self.model, doc_ids, instruction, layout, doc_config,
+                                 self.kv_dtype, self.prefill_dtype)
 
     def prefill_on_prefix(self, prefix: SequenceCache, ids: list[int], policy: CachePolicy,
-                          max_new_tokens: int, capacity: int | None = None) -> PrefillResult:
+                          max_new_tokens: int, capacity: int | None = None,
+                          doc_config: DocumentCacheConfig = DEFAULT_DOCUMENT_CACHE
+                          ) -> PrefillResult:
         """:meth:`prefill` of ``ids`` whose first ``prefix.prompt_len`` tokens are the document
-        of ``prefix`` (:meth:`compress_prefix`): only the rest runs through the model."""
+        of ``prefix`` (:meth:`compress_prefix` under ``doc_config``): only the rest runs
+        through the model."""
         self.check_prompt(ids)
         check_policy(policy)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         start = time.perf_counter()
-        cache, logits = prefill_on_prefix(self.model, prefix, ids[prefix.prompt_len:], policy,
-                                          layout, self.kv_dtype)
+        cache, hidden = prefill_on_prefix(self.model, prefix, ids[prefix.prompt_len:], policy,
+                                          layout, doc_config, self.kv_dtype, self.prefill_dtype)
+        logits = self.model.logits(hidden.to(self.dtype))  # (V,)
         return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
                              select_s=0.0)
 

@@ -1,11 +1,10 @@
 """Compress once, ask many: a document's question-agnostic cache, and prompts prefilled on it.
 
 Store time (:func:`compress_document`): the document is prefilled, then scored without any
-question by a repeat pass (KVzip, Kim et al. 2025): the model is asked to repeat the document,
-chunk by chunk, over the document's whole K/V, and each document key scores the highest
-attention any repeating query (of its GQA group) gives it, avg-pooled along positions. The
-cache keeps a *superset* of what a request's layout holds (:func:`store_layout`): its sinks,
-``SUPERSET_FACTOR`` x its ``n_topk`` by that score, and the document's last ``n_recent`` tokens.
+question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``;
+surprisal by default). The cache keeps a *superset* of what a request's layout holds
+(:func:`store_layout`): its sinks, ``superset`` x its ``n_topk`` by that score, and the
+document's last ``n_recent`` tokens.
 
 Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suffix) runs; its
 queries attend to the stored keys (at their original positions, already rotated) and causally
@@ -17,7 +16,6 @@ among them. A document short enough to be stored whole gives the same cache as a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -28,19 +26,16 @@ from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CacheLayout, CachePolicy
-from snapstream.snapkv import pool_votes, snapkv_scores
-
-SUPERSET_FACTOR = 2  # stored picks per request pick
-REPEAT_CHUNK = 512  # document tokens repeated per forward of the repeat pass
-REPEAT_KERNEL = 7  # avg pooling of the repeat scores (kernel 31 lost needles: docs/accuracy.md)
-REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly.\n\n"
+from snapstream.prefix_config import DocumentCacheConfig
+from snapstream.prefix_scores import SCORERS, DocumentPass
+from snapstream.snapkv import snapkv_scores
 
 
-def store_layout(layout: CacheLayout) -> CacheLayout:
+def store_layout(layout: CacheLayout, config: DocumentCacheConfig) -> CacheLayout:
     """What a document's stored cache holds for requests of ``layout``: its sinks, a superset
     of its SnapKV picks, and the last ``n_recent`` document tokens (the ring's reach when the
     question is short)."""
-    return CacheLayout(layout.n_sink, SUPERSET_FACTOR * layout.n_topk, layout.n_recent,
+    return CacheLayout(layout.n_sink, config.superset * layout.n_topk, layout.n_recent,
                        layout.n_recent)
 
 
@@ -56,23 +51,9 @@ def check_policy(policy: CachePolicy) -> None:
                          f"snapkv, streaming), not {policy.kind!r}")
 
 
-def attend_with_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix_k: torch.Tensor,
-                       prefix_v: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-    """q (1, Hq, T, D), k/v (1, Hkv, T, D) of this forward; prefix_k/v (Hkv, M, D) of earlier
-    positions, present (M,) bool -> (1, Hq, T, D): every query over the present prefix keys and
-    causally over this forward's."""
-    num_tokens = q.shape[2]
-    keys = torch.cat((prefix_k[None].to(k.dtype), k), dim=2)  # (1, Hkv, M + T, D)
-    values = torch.cat((prefix_v[None].to(v.dtype), v), dim=2)
-    causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=q.device).tril()
-    mask = torch.cat((present.expand(num_tokens, -1), causal), dim=1)  # (T, M + T)
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-
-
 @dataclass
 class _FullRecorder:
-    """Causal attention that keeps every layer's whole K/V (the document's, for the repeat
-    pass)."""
+    """Causal attention that keeps every layer's whole K/V (the document's, for scoring)."""
 
     keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
     values: list[torch.Tensor] = field(default_factory=list)
@@ -83,72 +64,25 @@ class _FullRecorder:
         return causal_attention(q, k, v)
 
 
-@dataclass
-class _RepeatScorer:
-    """Attention of one repeat chunk over the document (+ itself); records, per layer and KV
-    head, the highest attention any of the chunk's last ``num_scoring`` queries (the repeated
-    text, not the instruction) gives each document key."""
-
-    doc: _FullRecorder
-    num_scoring: int
-    scores: list[torch.Tensor]  # L x (Hkv, P), running max over chunks
-
-    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        doc_k, doc_v = self.doc.keys[layer_idx], self.doc.values[layer_idx]  # (Hkv, P, D)
-        present = torch.ones(doc_k.shape[1], dtype=torch.bool, device=q.device)
-        out = attend_with_prefix(q, k, v, doc_k, doc_v, present)
-        num_kv_heads, doc_len, head_dim = doc_k.shape
-        num_tokens = q.shape[2]
-        group = q.shape[1] // num_kv_heads
-        q_rep = q[0, :, -self.num_scoring:].float().reshape(
-            num_kv_heads, group * self.num_scoring, head_dim)  # (Hkv, G*T', D)
-        keys = torch.cat((doc_k, k[0]), dim=1).float()  # (Hkv, P + T, D)
-        logits = q_rep @ keys.transpose(1, 2) / math.sqrt(head_dim)  # (Hkv, G*T', P + T)
-        logits = logits.view(num_kv_heads, group, self.num_scoring, doc_len + num_tokens)
-        query_pos = torch.arange(num_tokens - self.num_scoring, num_tokens, device=q.device)
-        future = torch.arange(num_tokens, device=q.device)[None] > query_pos[:, None]  # (T', T)
-        logits[..., doc_len:] = logits[..., doc_len:].masked_fill(future, float("-inf"))
-        probs = logits.softmax(dim=-1)[..., :doc_len]  # (Hkv, G, T', P)
-        best = probs.amax(dim=(1, 2))  # (Hkv, P)
-        self.scores[layer_idx] = torch.maximum(self.scores[layer_idx], best)
-        return out
-
-
-@torch.no_grad()
-def repeat_scores(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
-                  doc: _FullRecorder) -> torch.Tensor:
-    """Question-agnostic importance (L, Hkv, P) float32 of every document key, from the
-    document's recorded K/V: one forward per ``REPEAT_CHUNK`` of the document, at the
-    positions after it, of the instruction + the chunk."""
-    device = doc.keys[0].device
-    doc_len = len(doc_ids)
-    shape = (doc.keys[0].shape[0], doc_len)
-    scorer = _RepeatScorer(doc, 0, [torch.zeros(shape, device=device) for _ in doc.keys])
-    for start in range(0, doc_len, REPEAT_CHUNK):
-        chunk = doc_ids[start : start + REPEAT_CHUNK]
-        ids = torch.tensor([instruction_ids + chunk], device=device)  # (1, T)
-        positions = torch.arange(doc_len, doc_len + ids.shape[1], device=device)[None]
-        scorer.num_scoring = len(chunk)
-        model(ids, positions, scorer)
-    votes = torch.stack(scorer.scores)  # (L, Hkv, P)
-    return pool_votes(votes.flatten(0, 1), REPEAT_KERNEL, "avg").view_as(votes)
-
-
 @torch.no_grad()
 def compress_document(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
-                      layout: CacheLayout, kv_dtype: torch.dtype) -> SequenceCache:
+                      layout: CacheLayout, config: DocumentCacheConfig, kv_dtype: torch.dtype,
+                      dtype: torch.dtype | None = None) -> SequenceCache:
     """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits,
-    else scored by the repeat pass. Slots past a short document's tokens stay EMPTY."""
+    else scored by ``config.score``. Slots past a short document's tokens stay EMPTY.
+    ``dtype``: the activations of the document's forward (the engine's prefill dtype)."""
     check_model(model)
-    stored = store_layout(layout)
+    stored = store_layout(layout, config)
     device = model.lm_head.weight.device
-    doc = _FullRecorder()
-    model(torch.tensor([doc_ids], device=device),
-          torch.arange(len(doc_ids), device=device)[None], doc)
-    k, v = torch.stack(doc.keys), torch.stack(doc.values)  # (L, Hkv, P, D)
+    recorder = _FullRecorder()
+    hidden = model(torch.tensor([doc_ids], device=device),
+                   torch.arange(len(doc_ids), device=device)[None], recorder, dtype)
+    k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
     scores = None
     if stored.compresses(len(doc_ids)) and stored.n_topk > 0:
-        scores = repeat_scores(model, doc_ids, instruction_ids, doc)
+        doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
+                           instruction_ids)
+        scores = SCORERS[config.score](doc)  # (L, Hkv, P)
     out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
     return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))
 
@@ -162,80 +96,92 @@ def _one_group(layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, positions:
 
 
 @dataclass
-class _SuffixRecorder:
-    """Attention of the suffix over the stored document + itself, compressing each layer into
-    ``layout`` from the stored keys and the suffix's (a dense prompt with the absent keys
-    zeroed and never picked)."""
+class _SuffixAttention:
+    """The suffix's attention, layer by layer, over the stored keys and causally over itself;
+    keeps what the selection after the forward needs (the suffix's K/V, its last queries)."""
 
-    prefix: SequenceCache
-    layout: CacheLayout
-    dtype: torch.dtype
-    window: int  # 0: no SnapKV scores
-    kernel: int
-    pooling: str
-    keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S, D)
-    values: list[torch.Tensor] = field(default_factory=list)
-    positions: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, S) int32
+    keys: torch.Tensor  # (L, Hkv, M + T, D): the stored keys, then the suffix's (per layer)
+    values: torch.Tensor  # (L, Hkv, M + T, D)
+    mask: torch.Tensor  # (T, M + T) bool: every stored key, the suffix causally
+    window: int  # the last queries kept for SnapKV's scores; 0: none
+    q_windows: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, W, D)
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        (stored,) = self.prefix.groups
-        stored_pos = stored.positions[layer_idx].long()  # (Hkv, M)
-        present = stored_pos[0] != EMPTY  # (M,): the same for every head
-        # (Hkv, M, D); an int8 document's values (re-quantizing them gives the same codes)
-        stored_k, stored_v = kv_float(stored.k[layer_idx]), kv_float(stored.v[layer_idx])
-        out = attend_with_prefix(q, k, v, stored_k, stored_v, present)
-        dense_k, dense_v, known = self._dense(stored_k[:, present], stored_v[:, present],
-                                              stored_pos[:, present], k, v)
-        scores = None
+        num_prefix = self.keys.shape[2] - k.shape[2]
+        self.keys[layer_idx, :, num_prefix:] = k[0]
+        self.values[layer_idx, :, num_prefix:] = v[0]
         if self.window:
-            q_window = q[0, :, -min(self.window, q.shape[2]):]  # (Hq, W, D)
-            scores = snapkv_scores(q_window, dense_k[0], self.kernel, self.pooling, known)[None]
-        kept_k, kept_v, kept_pos = compress_kv(self.layout, dense_k, dense_v, scores, self.dtype)
-        self.keys.append(kept_k[0])
-        self.values.append(kept_v[0])
-        self.positions.append(kept_pos[0])
-        return out
+            self.q_windows.append(q[0, :, -self.window:])
+        return F.scaled_dot_product_attention(
+            q, self.keys[layer_idx, None], self.values[layer_idx, None], attn_mask=self.mask,
+            enable_gqa=True)
 
-    def _dense(self, stored_k, stored_v, stored_pos, k, v):
-        """The whole prompt's K/V (1, Hkv, P, D), zero where the store has no key, and which
-        keys are known (Hkv, P) bool."""
-        num_kv_heads, head_dim = k.shape[1], k.shape[3]
-        doc_len, prompt_len = self.prefix.prompt_len, self.prefix.prompt_len + k.shape[2]
-        dense_k = k.new_zeros(1, num_kv_heads, prompt_len, head_dim)
-        dense_v = v.new_zeros(1, num_kv_heads, prompt_len, head_dim)
-        index = stored_pos[None, :, :, None].expand(1, -1, -1, head_dim)  # (1, Hkv, M', D)
-        dense_k.scatter_(2, index, stored_k[None].to(k.dtype))
-        dense_v.scatter_(2, index, stored_v[None].to(v.dtype))
-        dense_k[:, :, doc_len:] = k
-        dense_v[:, :, doc_len:] = v
-        known = torch.zeros(num_kv_heads, prompt_len, dtype=torch.bool, device=k.device)
-        known.scatter_(1, stored_pos, True)
-        known[:, doc_len:] = True
-        return dense_k, dense_v, known
 
-    def cache(self, prompt_len: int) -> SequenceCache:
-        return _one_group(self.layout, torch.stack(self.keys), torch.stack(self.values),
-                          torch.stack(self.positions), prompt_len)
+def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int,
+                      dtype: torch.dtype) -> tuple[_SuffixAttention, torch.Tensor]:
+    """The attention of a ``num_tokens`` suffix on ``prefix``, and the positions (L, Hkv,
+    M + T) of its keys: the stored document's present slots, then the suffix's."""
+    (stored,) = prefix.groups
+    present = stored.positions != EMPTY  # (L, Hkv, S): the same count in every row
+    num_layers, num_kv_heads, _ = present.shape
+    stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
+    num_prefix = stored_pos.shape[2]
+    suffix_pos = torch.arange(prefix.prompt_len, prefix.prompt_len + num_tokens,
+                              device=stored_pos.device)  # (T,)
+    positions = torch.cat((stored_pos, suffix_pos.expand(num_layers, num_kv_heads, -1)), dim=2)
+    keys, values = (_with_room(kv_float(rows[present]).view(num_layers, num_kv_heads,
+                                                             num_prefix, -1).to(dtype),
+                               num_tokens) for rows in (stored.k, stored.v))
+    mask = torch.ones(num_tokens, num_prefix + num_tokens, dtype=torch.bool,
+                      device=keys.device).tril(num_prefix)  # (T, M + T)
+    return _SuffixAttention(keys, values, mask, window), positions
+
+
+def _with_room(rows: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """rows (L, Hkv, M, D) -> (L, Hkv, M + num_tokens, D), the new rows zero."""
+    return torch.cat((rows, rows.new_zeros(*rows.shape[:2], num_tokens, rows.shape[3])), dim=2)
+
+
+def _select(attention: _SuffixAttention, positions: torch.Tensor, prompt_len: int,
+            policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
+            ) -> SequenceCache:
+    """Every layer compressed at once into ``layout`` from the stored keys and the suffix's,
+    as a whole prompt would be (a dense prompt with the absent keys zeroed, never picked)."""
+    num_layers, num_kv_heads, _, head_dim = attention.keys.shape
+    shape = (num_layers, num_kv_heads, prompt_len, head_dim)
+    index = positions[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, M + T, D)
+    dense_k = attention.keys.new_zeros(shape).scatter_(2, index, attention.keys)
+    dense_v = attention.values.new_zeros(shape).scatter_(2, index, attention.values)
+    known = torch.zeros(shape[:3], dtype=torch.bool, device=positions.device)
+    known.scatter_(2, positions, True)  # (L, Hkv, P)
+    scores = None
+    if attention.window:  # every layer's heads as one batch of L x Hkv heads
+        q_windows = torch.stack(attention.q_windows).flatten(0, 1)  # (L*Hq, W, D)
+        scores = snapkv_scores(q_windows, dense_k.flatten(0, 1), policy.kernel, policy.pooling,
+                               known.flatten(0, 1)).view(shape[:3])  # (L, Hkv, P)
+    out_k, out_v, out_pos = compress_kv(layout, dense_k, dense_v, scores, kv_dtype)
+    return _one_group(layout, out_k, out_v, out_pos, prompt_len)
 
 
 @torch.no_grad()
 def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: list[int],
-                      policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
+                      policy: CachePolicy, layout: CacheLayout, config: DocumentCacheConfig,
+                      kv_dtype: torch.dtype, dtype: torch.dtype
                       ) -> tuple[SequenceCache, torch.Tensor]:
-    """The prompt ``prefix`` (a stored document) + ``suffix_ids`` in ``layout`` -> its cache and
-    the next-token logits (V,) float32; only the suffix runs through the model."""
+    """The prompt ``prefix`` (a stored document, compressed under ``config``) + ``suffix_ids``
+    in ``layout`` -> its cache and the final hidden state (hidden,) of the last token; only the
+    suffix runs through the model, its activations in ``dtype``."""
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
-    if stored != store_layout(layout):
+    if stored != store_layout(layout, config):
         raise ValueError(f"the stored document's layout {stored} is not the one of "
                          f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
-    recorder = _SuffixRecorder(prefix, layout, kv_dtype, policy.window if selects else 0,
-                               policy.kernel, policy.pooling)
+    window = min(policy.window, len(suffix_ids)) if selects else 0
+    attention, positions = _suffix_attention(prefix, len(suffix_ids), window, dtype)
     device = model.lm_head.weight.device
     ids = torch.tensor([suffix_ids], device=device)  # (1, T)
-    positions = torch.arange(prefix.prompt_len, prompt_len, device=device)[None]
-    hidden = model(ids, positions, recorder)
-    return recorder.cache(prompt_len), model.logits(hidden[0, -1])
+    hidden = model(ids, positions[0, 0, -len(suffix_ids):][None], attention, dtype)
+    return _select(attention, positions, prompt_len, policy, layout, kv_dtype), hidden[0, -1]

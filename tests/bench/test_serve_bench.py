@@ -105,3 +105,27 @@ def test_bench_serve_names_the_stores_it_knows(tmp_path, capsys):
     code = main(["bench", "serve", "--stores", "redis,etcd", "--doc", str(tmp_path / "b.md")])
     assert code == 2 and "--stores: choose from" in capsys.readouterr().err
     assert not (tmp_path / "b.md").exists()
+
+
+def test_bench_serve_doccache_workload_stores_each_document_once(tiny_model_dir, tmp_path):
+    doc, out = tmp_path / "benchmarks.md", tmp_path / "doccache.json"
+    code = main(["bench", "serve", "--workload", "doccache", "--parts", "serve",
+                 "--model", str(tiny_model_dir), "--documents", "2", "--concurrency", "2",
+                 "--requests", "6", "--prompt-len", "500", "--max-new-tokens", "4",
+                 "--slots", "2", "--doc", str(doc), "--json-out", str(out)])
+
+    assert code == 0
+    [level] = json.loads(out.read_text())["levels"]
+    # 2 documents x 3 questions: each document compressed once (single flight), then hit
+    assert (level["requests"], level["stored"], level["hit"], level["bypass"]) == (6, 2, 4, 0)
+    assert level["hit_rate"] == pytest.approx(4 / 6)
+    assert level["bytes_held"] > 0
+    assert level["ttft_p50_stored_s"] > 0 and level["ttft_p50_hit_s"] > 0
+    text = doc.read_text()
+    assert "<!-- bench:serve-doccache -->" in text and "| 2 | 6 | 2 | 2 | 4 | 0 |" in text
+
+
+def test_the_doccache_workload_runs_through_the_router_only(tmp_path, capsys):
+    code = main(["bench", "serve", "--workload", "doccache", "--doc", str(tmp_path / "b.md")])
+    assert code == 2 and "--workload doccache measures the router" in capsys.readouterr().err
+    assert not (tmp_path / "b.md").exists()

@@ -11,11 +11,14 @@ import torch
 from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
 from snapstream.prefix_cache import store_layout
+from snapstream.prefix_config import SCORES, DocumentCacheConfig
+from snapstream.prefix_scores import EDGE_KERNEL, RUN_KERNEL, SCORERS
 from tests.engine.helpers import engine_for
 from tests.engine.reference import masked_logits
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
+REPEAT = DocumentCacheConfig(score="repeat")
 
 
 def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
@@ -31,7 +34,8 @@ def engine():
 def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 24 + 8 stored slots
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
-    assert prefix.groups[0].group.layout == store_layout(POLICY.layout(30, 4))
+    stored = store_layout(POLICY.layout(30, 4), DocumentCacheConfig())
+    assert prefix.groups[0].group.layout == stored
     assert prefix.num_tokens_held == 30
     full = engine.prefill(doc + question, POLICY, max_new_tokens=4)
     reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
@@ -43,9 +47,10 @@ def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
 
 
-def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine):
+@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), REPEAT], ids=lambda c: c.score)
+def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc_config):
     doc = prompt(120, seed=4)
-    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=doc_config)
     layout = prefix.groups[0].group.layout
     assert (layout.n_sink, layout.n_topk, layout.n_recent) == (2, 24, 8)
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
@@ -55,7 +60,53 @@ def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine):
     picks = positions[..., 2:26]
     assert ((picks >= 2) & (picks < 112)).all()
     assert picks.unique(dim=-1).shape[-1] == 24  # distinct picks per head
-    assert not torch.equal(picks[0], picks[1])  # scored per layer, not a fixed pattern
+
+
+def test_the_superset_factor_sizes_the_stored_picks(engine):
+    doc_config = DocumentCacheConfig(superset=3)
+    prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
+                                    doc_config=doc_config)
+    assert prefix.groups[0].group.layout.n_topk == 36
+    assert prefix.groups[0].group.layout == store_layout(POLICY.layout(120, 4), doc_config)
+
+
+def test_the_repeat_pass_scores_each_layer_apart(engine):
+    prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
+                                    doc_config=REPEAT)
+    picks = prefix.groups[0].positions.long()[..., 2:26]
+    assert not torch.equal(picks[0], picks[1])
+
+
+def opened_surprisal(logits: torch.Tensor, ids: list[int]) -> list[float]:
+    """The reference score: each token's NLL from the logits before it, the least of each
+    RUN_KERNEL neighbourhood, then the largest of each EDGE_KERNEL one (windows cut at the
+    ends)."""
+    nll = [0.0] + [-logits[i - 1].log_softmax(-1)[ids[i]].item() for i in range(1, len(ids))]
+
+    def pooled(values, kernel, reduce):
+        half = kernel // 2
+        return [reduce(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+
+    return pooled(pooled(nll, RUN_KERNEL, min), EDGE_KERNEL, max)
+
+
+def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine):
+    """Every layer and head stores the same picks: the candidates of the highest opened
+    surprisal (computed here from a full forward's logits), the first token among them."""
+    doc = prompt(120, seed=9)
+    policy = CachePolicy(kind="snapstream", n_sink=0, n_topk=12, n_recent=8, window=4,
+                         kernel=3)
+    prefix = engine.compress_prefix(doc, policy, max_new_tokens=4)
+    positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
+    picks = positions[..., :24]
+    assert (picks == picks[0, 0]).all()
+    causal = torch.ones(120, 120, dtype=torch.bool).tril().repeat(
+        engine.config.num_layers, engine.config.num_kv_heads, 1, 1)
+    score = opened_surprisal(masked_logits(engine.model, doc, causal), doc)
+    kept = set(picks[0, 0].tolist())
+    assert 0 in kept
+    others = [score[i] for i in range(1, 112) if i not in kept]
+    assert min(score[i] for i in kept - {0}) >= max(others) - 1e-4
 
 
 def test_the_suffix_attends_to_exactly_the_stored_keys(engine):
@@ -104,3 +155,27 @@ def test_refuses_what_it_cannot_serve(engine):
     with pytest.raises(ValueError, match="compressed for another policy"):
         engine.prefill_on_prefix(prefix, prompt(50, 1), replace(POLICY, n_topk=20),
                                  max_new_tokens=4)
+    with pytest.raises(ValueError, match="compressed for another policy"):
+        engine.prefill_on_prefix(prefix, prompt(50, 1), POLICY, max_new_tokens=4,
+                                 doc_config=DocumentCacheConfig(superset=3))
+    with pytest.raises(ValueError, match="--prefix-score must be one of"):
+        DocumentCacheConfig(score="h2o")
+    with pytest.raises(ValueError, match="--prefix-superset must be >= 1"):
+        DocumentCacheConfig(superset=0)
+
+
+def test_every_configurable_score_has_a_scorer():
+    assert set(SCORES) == set(SCORERS)
+
+
+def test_an_int8_document_is_read_back_for_the_question():
+    engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3),
+                        kv_dtype=torch.int8)
+    doc, question = prompt(30, seed=1), prompt(9, seed=2)  # stored whole
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    assert prefix.groups[0].k.dtype == torch.int8
+    full = engine.prefill(doc + question, POLICY, max_new_tokens=4)
+    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
+    assert reused.cache.groups[0].k.dtype == torch.int8
+    # the question attends to the document's int8-rounded keys, the full prefill to exact ones
+    torch.testing.assert_close(reused.logits, full.logits, atol=0.05, rtol=0)

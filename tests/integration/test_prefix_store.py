@@ -17,6 +17,7 @@ from kvstore.codec import decode_blob, encode_blob
 from prefill_svc.prefix_store import BYPASS, HIT, STORED, PrefixStore, PrefixStoreConfig, prefix_key
 from serving.worker import blob_spec
 from snapstream.policy import CachePolicy
+from snapstream.prefix_config import DocumentCacheConfig
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
@@ -53,7 +54,7 @@ async def ask(prefixes: PrefixStore, engine, doc_ids: list[int], compressor=None
                                           compressor or Compressor(engine, doc_ids))
 
 
-def test_keys_differ_by_model_policy_dtype_and_document(engine):
+def test_keys_differ_by_model_policy_dtype_scorer_and_document(engine):
     spec, doc = blob_spec(engine), document(50, 1)
     key = prefix_key(spec, POLICY, doc)
     assert key == prefix_key(spec, POLICY, list(doc))
@@ -67,6 +68,8 @@ def test_keys_differ_by_model_policy_dtype_and_document(engine):
         prefix_key(replace(spec, dtype=torch.bfloat16), POLICY, doc),
         prefix_key(spec, POLICY, doc[:-1]),
         prefix_key(spec, POLICY, [*doc[:-1], doc[-1] + 1]),
+        prefix_key(spec, POLICY, doc, DocumentCacheConfig(score="repeat")),
+        prefix_key(spec, POLICY, doc, DocumentCacheConfig(superset=3)),
     ]
     assert len({key, *others}) == 1 + len(others)
 
@@ -100,6 +103,17 @@ async def test_concurrent_requests_compress_once(engine, store):
     assert metric("snapstream_prefix_cache_total", outcome=HIT) - before[HIT] == 3
     assert metric("snapstream_prefix_cache_bytes") == sum(prefixes.held.values()) > 0
     assert metric("snapstream_prefix_cache_saved_seconds_total") > saved
+
+
+async def test_requests_arriving_together_compress_once(engine, store):
+    """All of them look the document up before any claims it (their lookups overlap)."""
+    prefixes = PrefixStore(store, blob_spec(engine), PrefixStoreConfig())
+    doc = document(60, 5)
+    compressor = Compressor(engine, doc)
+    results = await asyncio.gather(*(ask(prefixes, engine, doc, compressor) for _ in range(4)))
+    assert compressor.calls == 1
+    assert sorted(outcome for _, outcome in results) == [HIT, HIT, HIT, STORED]
+    assert not prefixes.in_flight
 
 
 async def test_a_hit_reads_what_was_stored(engine, store):
