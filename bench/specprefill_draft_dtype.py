@@ -41,7 +41,7 @@ def measure(draft_name: str, length: int, rounds: int, dtype: str = AUTO) -> str
     fp32, fast = (statistics.median(v) for v in times.values())
     shared = len(kept[torch.float32] & kept[draft.prefill_dtype]) / num_kept
     return (f"| {draft_name} | {str(draft.prefill_dtype).removeprefix('torch.')} | {len(ids)} | "
-            f"{fp32:.1f} | {fast:.1f} | {fp32 / fast:.2f}× | {shared:.0%} |")
+            f"{fp32:.3f} | {fast:.3f} | {fp32 / fast:.2f}× | {shared:.0%} |")
 
 
 def main(argv: list[str] | None = None) -> None:
