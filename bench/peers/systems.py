@@ -181,6 +181,12 @@ register(PeerSystem(
           "of the window)",
     venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
 register(PeerSystem(
+    name="snapstream-int8",
+    label="snapstream in process as served (as `snapstream`), the KV cache in int8: codes with "
+          "a float32 scale per slot and KV head (`--kv-dtype int8`)",
+    venv=None, runner="run_snapstream.py", load_options=lambda budget: {"kv_dtype": "int8"},
+    generate_options=_snapstream_policy))
+register(PeerSystem(
     name="snapstream-fp32",
     label="snapstream in process, the GGUF dequantized to float32 (weights, activations, KV)",
     venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "float32"},

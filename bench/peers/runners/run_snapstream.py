@@ -2,7 +2,8 @@
 router, no store; the prefill -> SequenceCache -> static decode path the services run).
 
 ``load`` options: ``dtype`` (a name of ``weight_formats.DTYPE_CHOICES``; default ``auto``, the
-format the service runs). ``generate`` options: ``policy`` = the
+format the service runs), ``kv_dtype`` (a name of ``weight_formats.KV_DTYPES``; default the
+format's own). ``generate`` options: ``policy`` = the
 fields of a ``CachePolicy`` (kind, n_sink, n_topk, n_recent, window...) laid over the model's
 default policy. KV bytes are the decode pool's row for this sequence
 (``snapstream.kvcache.pool_row_bytes``: K and V of every layer and KV head over the layout's
@@ -37,9 +38,11 @@ class SnapstreamRunner:
         from snapstream.engine import Engine
 
         torch.set_num_threads(args["n_threads"])
-        dtype = args.get("options", {}).get("dtype", "auto")
+        options = args.get("options", {})
+        dtype = options.get("dtype", "auto")
         start = time.perf_counter()
-        self.engine = Engine.from_pretrained(args["model"], dtype=dtype)
+        self.engine = Engine.from_pretrained(args["model"], dtype=dtype,
+                                             kv_dtype=options.get("kv_dtype"))
         quantized = {type(m).__name__ for m in self.engine.model.modules()} & {
             "Int4Linear", "Int8Linear"}
         return {"load_s": time.perf_counter() - start,
