@@ -119,8 +119,8 @@ def _hf_model(gguf: Path, venv: Venv | None, echo: Echo) -> Path:
 
 def _eviction(budget: PeerBudget) -> dict:
     # OpenVINO evicts whole KV blocks: start and recent sizes must be multiples of the block
-    # size (32 tokens here), so the sinks take one block
-    start_size = -(-budget.n_sink // OPENVINO_BLOCK) * OPENVINO_BLOCK
+    # size (32 tokens here) and the start may not be empty, so the sinks take at least one block
+    start_size = max(1, -(-budget.n_sink // OPENVINO_BLOCK)) * OPENVINO_BLOCK
     return {"cache_eviction": {"start_size": start_size, "recent_size": budget.n_recent,
                                "max_cache_size": budget.total, "aggregation_mode": "NORM_SUM",
                                "snapkv_window_size": budget.window}}

@@ -107,6 +107,10 @@ def test_system_options_follow_the_budget():
     eviction = get_system("openvino-evict").load_options(budget)["cache_eviction"]
     assert eviction["max_cache_size"] == 1024 and eviction["snapkv_window_size"] == 32
     assert eviction["start_size"] == 32 and eviction["recent_size"] == 256  # whole blocks
+    # the model's policy keeps no sinks; OpenVINO refuses an empty start: one block
+    no_sinks = PeerBudget(total=1024, n_sink=0, n_recent=256, window=16, kernel=31)
+    assert get_system("openvino-evict").load_options(no_sinks)["cache_eviction"][
+        "start_size"] == 32
     assert get_system("openvino").load_options(budget) == {}
     press = get_system("kvpress-snapkv").generate_options(8000, budget)["press"]
     assert press["name"] == "SnapKVPress" and press["kwargs"]["window_size"] == 32
