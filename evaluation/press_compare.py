@@ -108,7 +108,7 @@ def run_ours(engine, s: Settings, samples: list[Sample], ids: list[list[int]],
 def run_kvpress(s: Settings, samples: list[Sample], ids: list[list[int]], max_new: list[int],
                 tokenizer, log_dir: Path) -> tuple[list[dict], dict]:
     from bench.peers import recipes
-    from bench.peers.models import RUNNERS
+    from bench.peers.models import RUNNERS, hf_model_dir
     from bench.peers.process import RunnerError, RunnerProcess
     from bench.peers.venvs import ensure_venv
     from snapstream.checkpoints.registry import model_path
@@ -120,7 +120,9 @@ def run_kvpress(s: Settings, samples: list[Sample], ids: list[list[int]], max_ne
     records, failures = [], {}
     eos = set(tokenizer.eos_token_ids)
     with RunnerProcess(venv.python, RUNNERS / "run_hf.py", log_dir / "kvpress_runner.log") as r:
-        r.call("load", model=str(model_path()), n_threads=1, n_ctx=8192)
+        # run_hf loads the Hugging Face directory exported once from the GGUF (bench.peers)
+        r.call("load", model=str(hf_model_dir(venv, model_path(), echo)), n_threads=1,
+               n_ctx=8192)
         start = time.perf_counter()
         for index, sample in enumerate(samples):
             for label, tokens in _budget_points(s, sample):
