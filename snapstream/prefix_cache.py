@@ -65,12 +65,14 @@ class _FullRecorder:
 
 
 @torch.no_grad()
-def compress_document(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
-                      layout: CacheLayout, config: DocumentCacheConfig, kv_dtype: torch.dtype,
+def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
+                      instruction_ids: list[int], layout: CacheLayout,
+                      config: DocumentCacheConfig, kv_dtype: torch.dtype,
                       dtype: torch.dtype | None = None) -> SequenceCache:
     """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits,
     else scored by ``config.score``. Slots past a short document's tokens stay EMPTY.
-    ``dtype``: the activations of the document's forward (the engine's prefill dtype)."""
+    ``pieces``: each document token's text; ``dtype``: the activations of the document's
+    forward (the engine's prefill dtype)."""
     check_model(model)
     stored = store_layout(layout, config)
     device = model.lm_head.weight.device
@@ -81,7 +83,7 @@ def compress_document(model: Transformer, doc_ids: list[int], instruction_ids: l
     scores = None
     if stored.compresses(len(doc_ids)) and stored.n_topk > 0:
         doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
-                           instruction_ids)
+                           instruction_ids, pieces)
         scores = SCORERS[config.score](doc)  # (L, Hkv, P)
     out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
     return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCORES = ("surprisal", "repeat")  # snapstream.prefix_scores.SCORERS, the default first
+SCORES = ("surprisal", "sentence", "repeat")  # snapstream.prefix_scores.SCORERS, the default first
 
 
 @dataclass(frozen=True)

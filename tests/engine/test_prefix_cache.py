@@ -12,13 +12,22 @@ from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
 from snapstream.prefix_cache import store_layout
 from snapstream.prefix_config import SCORES, DocumentCacheConfig
-from snapstream.prefix_scores import EDGE_KERNEL, RUN_KERNEL, SCORERS
+from snapstream.prefix_scores import (
+    EDGE_KERNEL,
+    RUN_KERNEL,
+    SCORERS,
+    SENTENCE_AFTER,
+    SENTENCE_BEFORE,
+    sentence_ids,
+    spread_in_sentence,
+)
 from tests.engine.helpers import engine_for
 from tests.engine.reference import masked_logits
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
 REPEAT = DocumentCacheConfig(score="repeat")
+SENTENCE = DocumentCacheConfig(score="sentence")
 
 
 def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
@@ -47,7 +56,8 @@ def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), REPEAT], ids=lambda c: c.score)
+@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), SENTENCE, REPEAT],
+                         ids=lambda c: c.score)
 def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc_config):
     doc = prompt(120, seed=4)
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=doc_config)
@@ -77,36 +87,74 @@ def test_the_repeat_pass_scores_each_layer_apart(engine):
     assert not torch.equal(picks[0], picks[1])
 
 
-def opened_surprisal(logits: torch.Tensor, ids: list[int]) -> list[float]:
-    """The reference score: each token's NLL from the logits before it, the least of each
-    RUN_KERNEL neighbourhood, then the largest of each EDGE_KERNEL one (windows cut at the
-    ends)."""
+def pooled(values: list[float], kernel: int, reduce) -> list[float]:
+    """``reduce`` over each ``kernel`` neighbourhood (windows cut at the ends)."""
+    half = kernel // 2
+    return [reduce(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+
+
+def runs(logits: torch.Tensor, ids: list[int]) -> list[float]:
+    """Each token's NLL from the logits before it, the least of each RUN_KERNEL
+    neighbourhood."""
     nll = [0.0] + [-logits[i - 1].log_softmax(-1)[ids[i]].item() for i in range(1, len(ids))]
-
-    def pooled(values, kernel, reduce):
-        half = kernel // 2
-        return [reduce(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
-
-    return pooled(pooled(nll, RUN_KERNEL, min), EDGE_KERNEL, max)
+    return pooled(nll, RUN_KERNEL, min)
 
 
-def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine):
-    """Every layer and head stores the same picks: the candidates of the highest opened
-    surprisal (computed here from a full forward's logits), the first token among them."""
-    doc = prompt(120, seed=9)
+def opened_surprisal(logits: torch.Tensor, ids: list[int], pieces: list[str]) -> list[float]:
+    """The reference ``surprisal``: the runs, then the largest of each EDGE_KERNEL one."""
+    return pooled(runs(logits, ids), EDGE_KERNEL, max)
+
+
+def sentence_surprisal(logits: torch.Tensor, ids: list[int], pieces: list[str]) -> list[float]:
+    """The reference ``sentence``: each token's best run from SENTENCE_AFTER tokens before it
+    to SENTENCE_BEFORE after it, stopping at the ends of its sentence."""
+    scores, sentence = runs(logits, ids), [0]
+    for piece in pieces[:-1]:
+        ends = piece.rstrip()[-1:] in (".", "!", "?") or "\n" in piece
+        sentence.append(sentence[-1] + ends)
+    return [max(scores[j] for j in range(max(0, i - SENTENCE_AFTER),
+                                        min(len(ids), i + SENTENCE_BEFORE + 1))
+                if sentence[j] == sentence[i]) for i in range(len(ids))]
+
+
+@pytest.mark.parametrize(("doc_config", "reference"),
+                         [(DocumentCacheConfig(), opened_surprisal),
+                          (SENTENCE, sentence_surprisal)], ids=["surprisal", "sentence"])
+def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine, doc_config, reference):
+    """Every layer and head stores the same picks: the candidates of the highest score
+    (computed here from a full forward's logits), the first token among them."""
+    full_stop = engine.tokenizer.inner.encode(".", add_special_tokens=False).ids
+    doc = [token for i, token in enumerate(prompt(120, seed=9))  # a sentence every 13 tokens
+           for token in ((token, *full_stop) if i % 13 == 12 else (token,))][:120]
     policy = CachePolicy(kind="snapstream", n_sink=0, n_topk=12, n_recent=8, window=4,
                          kernel=3)
-    prefix = engine.compress_prefix(doc, policy, max_new_tokens=4)
+    prefix = engine.compress_prefix(doc, policy, max_new_tokens=4, doc_config=doc_config)
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
     picks = positions[..., :24]
     assert (picks == picks[0, 0]).all()
     causal = torch.ones(120, 120, dtype=torch.bool).tril().repeat(
         engine.config.num_layers, engine.config.num_kv_heads, 1, 1)
-    score = opened_surprisal(masked_logits(engine.model, doc, causal), doc)
+    pieces = [engine.tokenizer.decode([token]) for token in doc]
+    score = reference(masked_logits(engine.model, doc, causal), doc, pieces)
     kept = set(picks[0, 0].tolist())
     assert 0 in kept
     others = [score[i] for i in range(1, 112) if i not in kept]
     assert min(score[i] for i in kept - {0}) >= max(others) - 1e-4
+
+
+def test_a_sentence_ends_after_a_full_stop_or_a_newline():
+    pieces = ["A", " b", ".", " C", " d", "?\n", "e", "\n", " f", "!", " g"]
+    assert sentence_ids(pieces).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4]
+
+
+def test_a_run_spreads_over_its_own_sentence_only():
+    """A run at 10 reaches 2 tokens back and 1 on, but not past its sentence's end at 10."""
+    scores = torch.zeros(16)
+    scores[10] = 5.0
+    sentences = torch.tensor([0] * 11 + [1] * 5)  # (16,)
+    spread = spread_in_sentence(scores, sentences, before=2, after=1)
+    assert spread.tolist() == [0.0] * 8 + [5.0, 5.0, 5.0] + [0.0] * 5
+    assert (SENTENCE_BEFORE, SENTENCE_AFTER) == (16, 12)
 
 
 def test_the_suffix_attends_to_exactly_the_stored_keys(engine):
