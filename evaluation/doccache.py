@@ -178,7 +178,8 @@ def run_document(engine: Engine, doc: str, asks: list[Ask], budget: Budget, plac
     return {"correct": correct, "times": times, "asked": len(asks)}
 
 
-def measure_ttft(engine: Engine, doc_len: int, repeats: int) -> dict:
+def measure_ttft(engine: Engine, doc_len: int, repeats: int,
+                 doc_config: DocumentCacheConfig) -> dict:
     """Seconds to the first token's logits of a question on a cached ``doc_len``-token document
     against a full re-prefill (the document compressed per question by SnapKV)."""
     rng = random.Random(0)
@@ -188,7 +189,7 @@ def measure_ttft(engine: Engine, doc_len: int, repeats: int) -> dict:
     ids, n_prefix = split(engine, messages, 1)
     policy = rule.policy("snapstream", Budget.parse("1/4").tokens_for(len(ids)))
     start = time.perf_counter()
-    stored = engine.compress_prefix(ids[:n_prefix], policy, 16)
+    stored = engine.compress_prefix(ids[:n_prefix], policy, 16, doc_config=doc_config)
     compress_s = time.perf_counter() - start
     full_s, suffix_s = [], []
     for ask in asks[:repeats]:
@@ -198,7 +199,7 @@ def measure_ttft(engine: Engine, doc_len: int, repeats: int) -> dict:
         engine.prefill(ids, policy, 16)
         full_s.append(time.perf_counter() - start)
         start = time.perf_counter()
-        engine.prefill_on_prefix(stored, ids, policy, 16)
+        engine.prefill_on_prefix(stored, ids, policy, 16, doc_config=doc_config)
         suffix_s.append(time.perf_counter() - start)
     return {"doc_tokens": n_prefix, "compress_s": compress_s, "full_s": min(full_s),
             "suffix_s": min(suffix_s), "policy": policy}
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     engine.prefill(list(range(1000, 1200)), engine.default_policy, 1)  # weights laid out once
     budget = Budget.parse(args.budget)
     if args.ttft_doc_len:
-        t = measure_ttft(engine, args.ttft_doc_len, repeats=2)
+        t = measure_ttft(engine, args.ttft_doc_len, repeats=2, doc_config=doc_config)
         print(f"TTFT at {t['doc_tokens']} document tokens ({t['policy']}): full re-prefill "
               f"{t['full_s']:.2f} s, cached document {t['suffix_s']:.3f} s "
               f"({t['full_s'] / t['suffix_s']:.1f}x); compressing the document once "
