@@ -2,7 +2,7 @@
 
 Store time (:func:`compress_document`): the document is prefilled, then scored without any
 question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``;
-surprisal by default). The cache keeps a *superset* of what a request's layout holds
+``sentence`` by default). The cache keeps a *superset* of what a request's layout holds
 (:func:`store_layout`): its sinks, ``superset`` x its ``n_topk`` by that score, and the
 document's last ``n_recent`` tokens.
 

@@ -27,7 +27,7 @@ from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
 REPEAT = DocumentCacheConfig(score="repeat")
-SENTENCE = DocumentCacheConfig(score="sentence")
+SURPRISAL = DocumentCacheConfig(score="surprisal")
 
 
 def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
@@ -41,7 +41,7 @@ def engine():
 
 
 def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
-    doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 24 + 8 stored slots
+    doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 36 + 8 stored slots
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
     stored = store_layout(POLICY.layout(30, 4), DocumentCacheConfig())
     assert prefix.groups[0].group.layout == stored
@@ -56,27 +56,28 @@ def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), SENTENCE, REPEAT],
+@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), SURPRISAL, REPEAT],
                          ids=lambda c: c.score)
 def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc_config):
     doc = prompt(120, seed=4)
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=doc_config)
     layout = prefix.groups[0].group.layout
-    assert (layout.n_sink, layout.n_topk, layout.n_recent) == (2, 24, 8)
+    num_picks = doc_config.superset * 12
+    assert (layout.n_sink, layout.n_topk, layout.n_recent) == (2, num_picks, 8)
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
     assert (positions != EMPTY).all()
     assert (positions[..., :2] == torch.arange(2)).all()
     assert (positions[..., -8:].sort(dim=-1).values == torch.arange(112, 120)).all()
-    picks = positions[..., 2:26]
+    picks = positions[..., 2 : 2 + num_picks]
     assert ((picks >= 2) & (picks < 112)).all()
-    assert picks.unique(dim=-1).shape[-1] == 24  # distinct picks per head
+    assert picks.unique(dim=-1).shape[-1] == num_picks  # distinct picks per head
 
 
 def test_the_superset_factor_sizes_the_stored_picks(engine):
-    doc_config = DocumentCacheConfig(superset=3)
+    doc_config = DocumentCacheConfig(superset=2)
     prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
                                     doc_config=doc_config)
-    assert prefix.groups[0].group.layout.n_topk == 36
+    assert prefix.groups[0].group.layout.n_topk == 24
     assert prefix.groups[0].group.layout == store_layout(POLICY.layout(120, 4), doc_config)
 
 
@@ -118,8 +119,9 @@ def sentence_surprisal(logits: torch.Tensor, ids: list[int], pieces: list[str]) 
 
 
 @pytest.mark.parametrize(("doc_config", "reference"),
-                         [(DocumentCacheConfig(), opened_surprisal),
-                          (SENTENCE, sentence_surprisal)], ids=["surprisal", "sentence"])
+                         [(DocumentCacheConfig(score="surprisal"), opened_surprisal),
+                          (DocumentCacheConfig(), sentence_surprisal)],
+                         ids=["surprisal", "sentence"])
 def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine, doc_config, reference):
     """Every layer and head stores the same picks: the candidates of the highest score
     (computed here from a full forward's logits), the first token among them."""
@@ -130,7 +132,7 @@ def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine, doc_config, re
                          kernel=3)
     prefix = engine.compress_prefix(doc, policy, max_new_tokens=4, doc_config=doc_config)
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
-    picks = positions[..., :24]
+    picks = positions[..., : doc_config.superset * 12]
     assert (picks == picks[0, 0]).all()
     causal = torch.ones(120, 120, dtype=torch.bool).tril().repeat(
         engine.config.num_layers, engine.config.num_kv_heads, 1, 1)
@@ -205,7 +207,7 @@ def test_refuses_what_it_cannot_serve(engine):
                                  max_new_tokens=4)
     with pytest.raises(ValueError, match="compressed for another policy"):
         engine.prefill_on_prefix(prefix, prompt(50, 1), POLICY, max_new_tokens=4,
-                                 doc_config=DocumentCacheConfig(superset=3))
+                                 doc_config=DocumentCacheConfig(superset=2))
     with pytest.raises(ValueError, match="--prefix-score must be one of"):
         DocumentCacheConfig(score="h2o")
     with pytest.raises(ValueError, match="--prefix-superset must be >= 1"):
