@@ -19,6 +19,7 @@ import argparse
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -30,6 +31,7 @@ from evaluation.budget import Budget, SplitRule
 from evaluation.results import markdown_header, markdown_row
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
+from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
 from snapstream.prefix_config import SCORES, DocumentCacheConfig
 
@@ -38,10 +40,21 @@ NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
 NAME_FIELD = {"niah": "key", "realtext": "name"}
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One needle of a document and the question about it."""
+
+    question: str
+    cue: str
+    answer: str
+    key: str
+    fact: str  # the needle's sentence as the document spells it
+
+
 def build_document(task: str, rng: random.Random, engine: Engine, context_len: int,
-                   num_needles: int) -> tuple[str, list[tuple[str, str, str]]]:
+                   num_needles: int) -> tuple[str, list[Ask]]:
     """A document of ~``context_len`` tokens with ``num_needles`` needles of ``task`` at
-    spread depths -> its text and each needle's (question, cue, answer)."""
+    spread depths -> its text and each needle's :class:`Ask`."""
     phrases, field = PHRASES[task], NAME_FIELD[task]
     keys = values.distinct(rng, NEEDLE_KEYS[task], num_needles)
     numbers = values.distinct(rng, values.number, num_needles)
@@ -55,8 +68,8 @@ def build_document(task: str, rng: random.Random, engine: Engine, context_len: i
                           PromptSpec(engine.tokenizer, "raw"))
     start = sample.prompt.index(phrases.intro)
     doc = sample.prompt[start : sample.prompt.index(f"\n\n{question}", start)]
-    asks = [(phrases.question.format(**{field: k}), phrases.cue.format(**{field: k}), n)
-            for k, n in zip(keys, numbers, strict=True)]
+    asks = [Ask(phrases.question.format(**{field: k}), phrases.cue.format(**{field: k}), n, k,
+                insert.text) for k, n, insert in zip(keys, numbers, inserts, strict=True)]
     return doc, asks
 
 
@@ -83,28 +96,67 @@ def split(engine: Engine, messages: list[ChatMessage], count: int) -> tuple[list
     return engine.tokenizer.encode_prefixed(head, rest)
 
 
-def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str,
+def needle_tokens(engine: Engine, messages: list[ChatMessage], ask: Ask) -> dict[str, list[int]]:
+    """The prompt positions of the needle's sentence (``fact``), its name (``key``) and its
+    number (``value``): the tokens whose characters overlap each, in the cached first message."""
+    head, _ = engine.tokenizer.render_chat_split(messages, 1)
+    _, offsets = engine.tokenizer.encode_with_offsets(head)
+    start = head.index(ask.fact)
+    spans = {"fact": (start, start + len(ask.fact))}
+    for part, text in (("key", ask.key), ("value", ask.answer)):
+        begin = start + ask.fact.index(text)
+        spans[part] = (begin, begin + len(text))
+    return {part: [i for i, (a, b) in enumerate(offsets) if a < end and b > begin]
+            for part, (begin, end) in spans.items()}
+
+
+def held_share(cache: SequenceCache, tokens: list[int]) -> float:
+    """The share of ``tokens`` (prompt positions) the cache holds, over every layer and KV head."""
+    positions = cache.groups[0].positions.long()  # (L, Hkv, S)
+    wanted = torch.tensor(tokens, device=positions.device)  # (N,)
+    return float((positions[..., None] == wanted).any(dim=2).float().mean())  # (L, Hkv, N)
+
+
+def shares(cache: SequenceCache, needle: dict[str, list[int]]) -> str:
+    return "/".join(f"{held_share(cache, tokens):.2f}" for tokens in needle.values())
+
+
+def kept_whole(policy: CachePolicy, doc_config: DocumentCacheConfig
+               ) -> tuple[CachePolicy, DocumentCacheConfig]:
+    """A policy, and the document config it reads the stored cache under, whose question keeps
+    ``superset`` x ``n_topk`` picks: every stored pick but a few of the document's last tokens
+    (those the question pushes out of the ring compete too); the upper bound of the question's
+    selection."""
+    return (replace(policy, n_topk=doc_config.superset * policy.n_topk),
+            replace(doc_config, superset=1))
+
+
+def run_document(engine: Engine, doc: str, asks: list[Ask], budget: Budget, placement: str,
                  doc_config: DocumentCacheConfig, baselines: bool = True) -> dict:
-    """Correct answers per method, and the seconds of each step."""
+    """Correct answers per method, and the seconds of each step. Prints one line a question:
+    each method's answer, and the share of the needle's sentence / name / number that the
+    stored document and the question's final cache hold. ``whole``: the document cache with
+    (nearly) every stored key kept (:func:`kept_whole`)."""
     rule = SplitRule.from_policy(engine.default_policy)
-    correct = {"full": 0, "snapkv": 0, "doccache": 0}
+    correct = {"full": 0, "snapkv": 0, "doccache": 0, "whole": 0}
     times = {"compress": 0.0, "suffix": 0.0, "full": 0.0}
     stored = policy = None
-    for question, cue, value in asks:
+    for ask in asks:
         if placement == "after":
-            messages = [ChatMessage("system", doc), ChatMessage("user", question)]
+            messages = [ChatMessage("system", doc), ChatMessage("user", ask.question)]
         else:
-            messages = [ChatMessage("user", f"{question}\n\n{doc}")]
+            messages = [ChatMessage("user", f"{ask.question}\n\n{doc}")]
         ids, n_prefix = split(engine, messages, 1)
         # one policy per document (the budget of its first prompt): the stored cache is for it
         policy = policy or rule.policy("snapstream", budget.tokens_for(len(ids)))
+        answers = {}
         if baselines:
             start = time.perf_counter()
             full = engine.prefill(ids, CachePolicy(kind="full"), 16)
             times["full"] += time.perf_counter() - start
-            correct["full"] += exact_match((value,), answer(engine, full, len(ids), " " + cue))
+            answers["full"] = answer(engine, full, len(ids), " " + ask.cue)
             snap = engine.prefill(ids, policy, 16)
-            correct["snapkv"] += exact_match((value,), answer(engine, snap, len(ids), " " + cue))
+            answers["snapkv"] = answer(engine, snap, len(ids), " " + ask.cue)
         if stored is None or placement == "before":
             start = time.perf_counter()
             stored = engine.compress_prefix(ids[:n_prefix], policy, 16, doc_config=doc_config)
@@ -112,31 +164,42 @@ def run_document(engine: Engine, doc: str, asks, budget: Budget, placement: str,
         start = time.perf_counter()
         reused = engine.prefill_on_prefix(stored, ids, policy, 16, doc_config=doc_config)
         times["suffix"] += time.perf_counter() - start
-        correct["doccache"] += exact_match((value,), answer(engine, reused, len(ids), " " + cue))
-        print(f"#   {placement} {value}: correct so far {correct}", flush=True)
+        answers["doccache"] = answer(engine, reused, len(ids), " " + ask.cue)
+        wide_policy, wide_config = kept_whole(policy, doc_config)
+        whole = engine.prefill_on_prefix(stored, ids, wide_policy, 16, doc_config=wide_config)
+        answers["whole"] = answer(engine, whole, len(ids), " " + ask.cue)
+        for method, text in answers.items():
+            correct[method] += exact_match((ask.answer,), text)
+        needle = needle_tokens(engine, messages, ask)
+        print(f"#   {placement} {ask.key}={ask.answer}: "
+              + ", ".join(f"{m} {text!r}" for m, text in answers.items())
+              + f"; fact/key/value held: stored {shares(stored, needle)}, "
+              f"final {shares(reused.cache, needle)}", flush=True)
     return {"correct": correct, "times": times, "asked": len(asks)}
 
 
-def measure_ttft(engine: Engine, doc_len: int, repeats: int) -> dict:
+def measure_ttft(engine: Engine, doc_len: int, repeats: int,
+                 doc_config: DocumentCacheConfig) -> dict:
     """Seconds to the first token's logits of a question on a cached ``doc_len``-token document
     against a full re-prefill (the document compressed per question by SnapKV)."""
     rng = random.Random(0)
     doc, asks = build_document("niah", rng, engine, doc_len, 2)
     rule = SplitRule.from_policy(engine.default_policy)
-    ids, n_prefix = split(engine, [ChatMessage("system", doc), ChatMessage("user", asks[0][0])],
-                          1)
+    messages = [ChatMessage("system", doc), ChatMessage("user", asks[0].question)]
+    ids, n_prefix = split(engine, messages, 1)
     policy = rule.policy("snapstream", Budget.parse("1/4").tokens_for(len(ids)))
     start = time.perf_counter()
-    stored = engine.compress_prefix(ids[:n_prefix], policy, 16)
+    stored = engine.compress_prefix(ids[:n_prefix], policy, 16, doc_config=doc_config)
     compress_s = time.perf_counter() - start
     full_s, suffix_s = [], []
-    for question, _, _ in asks[:repeats]:
-        ids, _ = split(engine, [ChatMessage("system", doc), ChatMessage("user", question)], 1)
+    for ask in asks[:repeats]:
+        ids, _ = split(engine, [ChatMessage("system", doc), ChatMessage("user", ask.question)],
+                       1)
         start = time.perf_counter()
         engine.prefill(ids, policy, 16)
         full_s.append(time.perf_counter() - start)
         start = time.perf_counter()
-        engine.prefill_on_prefix(stored, ids, policy, 16)
+        engine.prefill_on_prefix(stored, ids, policy, 16, doc_config=doc_config)
         suffix_s.append(time.perf_counter() - start)
     return {"doc_tokens": n_prefix, "compress_s": compress_s, "full_s": min(full_s),
             "suffix_s": min(suffix_s), "policy": policy}
@@ -168,17 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     engine.prefill(list(range(1000, 1200)), engine.default_policy, 1)  # weights laid out once
     budget = Budget.parse(args.budget)
     if args.ttft_doc_len:
-        t = measure_ttft(engine, args.ttft_doc_len, repeats=2)
+        t = measure_ttft(engine, args.ttft_doc_len, repeats=2, doc_config=doc_config)
         print(f"TTFT at {t['doc_tokens']} document tokens ({t['policy']}): full re-prefill "
               f"{t['full_s']:.2f} s, cached document {t['suffix_s']:.3f} s "
               f"({t['full_s'] / t['suffix_s']:.1f}x); compressing the document once "
               f"{t['compress_s']:.2f} s")
     print(markdown_header(["task", "placement", "asked", "full", f"snapkv {args.budget}",
-                           f"doccache {args.budget}", "compress s", "suffix s / question",
+                           f"doccache {args.budget}", "doccache, stored kept",
+                           "compress s", "suffix s / question",
                            "full prefill s / question"]))
     for task in args.tasks.split(","):
         for placement in args.placements.split(","):
-            total = {"full": 0, "snapkv": 0, "doccache": 0}
+            total = {"full": 0, "snapkv": 0, "doccache": 0, "whole": 0}
             times = {"compress": 0.0, "suffix": 0.0, "full": 0.0}
             asked = 0
             for d in range(args.docs):
@@ -192,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             if not asked:
                 continue
             print(markdown_row([task, placement, asked, total["full"], total["snapkv"],
-                                total["doccache"], f"{times['compress']:.1f}",
+                                total["doccache"], total["whole"],
+                                f"{times['compress']:.1f}",
                                 f"{times['suffix'] / asked:.2f}",
                                 f"{times['full'] / asked:.2f}"]), flush=True)
     return 0

@@ -183,7 +183,8 @@ class Engine:
         check_policy(policy)
         layout = policy.layout(len(doc_ids), max_new_tokens, capacity)
         instruction = self.tokenizer.encode(REPEAT_INSTRUCTION)
-        return compress_document(self.model, doc_ids, instruction, layout, doc_config,
+        pieces = [self.tokenizer.decode([token]) for token in doc_ids]
+        return compress_document(self.model, doc_ids, pieces, instruction, layout, doc_config,
                                  self.kv_dtype, self.prefill_dtype)
 
     def prefill_on_prefix(self, prefix: SequenceCache, ids: list[int], policy: CachePolicy,

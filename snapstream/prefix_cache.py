@@ -2,7 +2,7 @@
 
 Store time (:func:`compress_document`): the document is prefilled, then scored without any
 question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``;
-surprisal by default). The cache keeps a *superset* of what a request's layout holds
+``sentence`` by default). The cache keeps a *superset* of what a request's layout holds
 (:func:`store_layout`): its sinks, ``superset`` x its ``n_topk`` by that score, and the
 document's last ``n_recent`` tokens.
 
@@ -65,12 +65,14 @@ class _FullRecorder:
 
 
 @torch.no_grad()
-def compress_document(model: Transformer, doc_ids: list[int], instruction_ids: list[int],
-                      layout: CacheLayout, config: DocumentCacheConfig, kv_dtype: torch.dtype,
+def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
+                      instruction_ids: list[int], layout: CacheLayout,
+                      config: DocumentCacheConfig, kv_dtype: torch.dtype,
                       dtype: torch.dtype | None = None) -> SequenceCache:
     """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits,
     else scored by ``config.score``. Slots past a short document's tokens stay EMPTY.
-    ``dtype``: the activations of the document's forward (the engine's prefill dtype)."""
+    ``pieces``: each document token's text; ``dtype``: the activations of the document's
+    forward (the engine's prefill dtype)."""
     check_model(model)
     stored = store_layout(layout, config)
     device = model.lm_head.weight.device
@@ -81,7 +83,7 @@ def compress_document(model: Transformer, doc_ids: list[int], instruction_ids: l
     scores = None
     if stored.compresses(len(doc_ids)) and stored.n_topk > 0:
         doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
-                           instruction_ids)
+                           instruction_ids, pieces)
         scores = SCORERS[config.score](doc)  # (L, Hkv, P)
     out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
     return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))

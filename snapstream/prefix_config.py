@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCORES = ("surprisal", "repeat")  # snapstream.prefix_scores.SCORERS, the default first
+SCORES = ("sentence", "surprisal", "repeat")  # snapstream.prefix_scores.SCORERS, the default first
 
 
 @dataclass(frozen=True)
@@ -13,8 +13,8 @@ class DocumentCacheConfig:
     ``--prefix-superset``): its scorer, and how many picks it stores per pick of a request's
     layout (the question's SnapKV window chooses among them)."""
 
-    score: str = "surprisal"
-    superset: int = 2
+    score: str = "sentence"
+    superset: int = 3
 
     def __post_init__(self) -> None:
         if self.score not in SCORES:

@@ -11,6 +11,12 @@
   random number's digits each cost only ~log 10 nats, about the median prose token, so plain
   or max-pooled surprisal dropped them (docs/accuracy.md). The same score for every layer and
   head; costs one LM head over the document beyond the prefill.
+- ``sentence``: the same runs of unpredictable tokens (the surprisal min-pooled over 5), each
+  spread over its own sentence only: a token scores the best run up to 16 tokens after it or
+  12 before it *in its sentence* (a sentence ends at ``.``, ``!``, ``?`` or a newline). A
+  number then keeps the name before it and the words that tie the two, and the budget the
+  ``surprisal`` opening spent on the neighbouring sentences goes to more runs
+  (docs/accuracy.md).
 - ``repeat`` (KVzip, Kim et al. 2025): the model is asked to repeat the document, chunk by
   chunk, over the document's whole K/V; each key scores the highest attention any repeating
   query (of its GQA group) gives it, avg-pooled. ~13x the prefill at 8k tokens (docs/accuracy.md).
@@ -32,6 +38,9 @@ RUN_KERNEL = 5  # min pooling of the surprisal: a run of 5 unpredictable tokens 
 EDGE_KERNEL = 15  # max pooling after it: a kept run keeps 7 tokens on each side (the words
 # that name a number: 5 answered 6 of 18 niah questions, 15 answered 11, docs/accuracy.md)
 LOGITS_CHUNK = 1024  # document positions per LM-head call (bounds the (chunk, V) logits)
+SENTENCE_BEFORE = 16  # ``sentence``: a run reaches this many tokens back in its sentence
+SENTENCE_AFTER = 12  # ... and this many on (a needle's name precedes its number)
+SENTENCE_ENDS = (".", "!", "?")
 REPEAT_CHUNK = 512  # document tokens repeated per forward of the repeat pass
 REPEAT_KERNEL = 7  # avg pooling of the repeat scores (kernel 31 lost needles: docs/accuracy.md)
 REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly.\n\n"
@@ -47,6 +56,7 @@ class DocumentPass:
     values: list[torch.Tensor]  # L x (Hkv, P, D)
     hidden: torch.Tensor  # (P, hidden), final normed
     instruction_ids: list[int]  # REPEAT_INSTRUCTION's tokens
+    pieces: list[str]  # each document token's text
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -55,10 +65,8 @@ class DocumentPass:
 
 
 @torch.no_grad()
-def surprisal_scores(doc: DocumentPass) -> torch.Tensor:
-    """(L, Hkv, P) float32: every token's NLL given the tokens before it, opened (min- then
-    max-pooled); the first token (no context to predict it, and the attention sink) scores
-    +inf."""
+def token_nll(doc: DocumentPass) -> torch.Tensor:
+    """(P,) float32: every token's NLL given the tokens before it (the first: 0)."""
     ids = torch.tensor(doc.doc_ids, device=doc.hidden.device)  # (P,)
     nll = torch.zeros(len(doc.doc_ids), device=doc.hidden.device)  # (P,)
     for start in range(0, len(doc.doc_ids) - 1, LOGITS_CHUNK):
@@ -66,10 +74,48 @@ def surprisal_scores(doc: DocumentPass) -> torch.Tensor:
         hidden = doc.hidden[start:end].to(doc.model.model.norm.weight.dtype)  # (C, hidden)
         log_probs = doc.model.logits(hidden).log_softmax(dim=-1)  # (C, V)
         nll[start + 1 : end + 1] = -log_probs.gather(1, ids[start + 1 : end + 1, None])[:, 0]
-    runs = -pool_votes(-nll[None], RUN_KERNEL, "max")  # (1, P): min pooling
-    opened = pool_votes(runs, EDGE_KERNEL, "max")[0]  # (P,)
+    return nll
+
+
+def _runs(doc: DocumentPass) -> torch.Tensor:
+    """(P,): the surprisal min-pooled over ``RUN_KERNEL`` (a run of unpredictable tokens)."""
+    return -pool_votes(-token_nll(doc)[None], RUN_KERNEL, "max")[0]
+
+
+def surprisal_scores(doc: DocumentPass) -> torch.Tensor:
+    """(L, Hkv, P) float32: every token's NLL given the tokens before it, opened (min- then
+    max-pooled); the first token (no context to predict it, and the attention sink) scores
+    +inf."""
+    opened = pool_votes(_runs(doc)[None], EDGE_KERNEL, "max")[0]  # (P,)
     opened[0] = math.inf
     return opened.expand(*doc.shape)
+
+
+def sentence_ids(pieces: list[str]) -> torch.Tensor:
+    """(P,) int64: each token's sentence, counted from 0; a sentence ends after a token whose
+    text ends with one of ``SENTENCE_ENDS`` or holds a newline."""
+    ends = [piece.rstrip().endswith(SENTENCE_ENDS) or "\n" in piece for piece in pieces]
+    return torch.tensor([False, *ends[:-1]]).long().cumsum(0)
+
+
+def spread_in_sentence(runs: torch.Tensor, sentences: torch.Tensor, before: int,
+                       after: int) -> torch.Tensor:
+    """runs, sentences (P,) -> (P,): each token's best run among the ``before`` tokens after
+    it and the ``after`` tokens before it, itself included, in its own sentence."""
+    num_tokens, width = runs.shape[0], before + after + 1
+    padded = F.pad(runs, (after, before), value=-math.inf).unfold(0, width, 1)  # (P, W)
+    owners = F.pad(sentences, (after, before), value=-1).unfold(0, width, 1)  # (P, W)
+    inside = owners == sentences[:num_tokens, None]
+    return padded.masked_fill(~inside, -math.inf).amax(dim=1)
+
+
+def sentence_scores(doc: DocumentPass) -> torch.Tensor:
+    """(L, Hkv, P) float32: the surprisal's runs spread within their sentences
+    (:func:`spread_in_sentence`); the first token scores +inf."""
+    sentences = sentence_ids(doc.pieces).to(doc.hidden.device)  # (P,)
+    score = spread_in_sentence(_runs(doc), sentences, SENTENCE_BEFORE, SENTENCE_AFTER)
+    score[0] = math.inf
+    return score.expand(*doc.shape)
 
 
 @torch.no_grad()
@@ -132,4 +178,5 @@ class _RepeatScorer:
 
 
 SCORERS: dict[str, Callable[[DocumentPass], torch.Tensor]] = {
-    "surprisal": surprisal_scores, "repeat": repeat_scores}  # keys: prefix_config.SCORES
+    "surprisal": surprisal_scores, "sentence": sentence_scores,
+    "repeat": repeat_scores}  # keys: prefix_config.SCORES

@@ -12,13 +12,22 @@ from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
 from snapstream.prefix_cache import store_layout
 from snapstream.prefix_config import SCORES, DocumentCacheConfig
-from snapstream.prefix_scores import EDGE_KERNEL, RUN_KERNEL, SCORERS
+from snapstream.prefix_scores import (
+    EDGE_KERNEL,
+    RUN_KERNEL,
+    SCORERS,
+    SENTENCE_AFTER,
+    SENTENCE_BEFORE,
+    sentence_ids,
+    spread_in_sentence,
+)
 from tests.engine.helpers import engine_for
 from tests.engine.reference import masked_logits
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
 REPEAT = DocumentCacheConfig(score="repeat")
+SURPRISAL = DocumentCacheConfig(score="surprisal")
 
 
 def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
@@ -32,7 +41,7 @@ def engine():
 
 
 def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
-    doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 24 + 8 stored slots
+    doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 36 + 8 stored slots
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
     stored = store_layout(POLICY.layout(30, 4), DocumentCacheConfig())
     assert prefix.groups[0].group.layout == stored
@@ -47,26 +56,28 @@ def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), REPEAT], ids=lambda c: c.score)
+@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), SURPRISAL, REPEAT],
+                         ids=lambda c: c.score)
 def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc_config):
     doc = prompt(120, seed=4)
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=doc_config)
     layout = prefix.groups[0].group.layout
-    assert (layout.n_sink, layout.n_topk, layout.n_recent) == (2, 24, 8)
+    num_picks = doc_config.superset * 12
+    assert (layout.n_sink, layout.n_topk, layout.n_recent) == (2, num_picks, 8)
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
     assert (positions != EMPTY).all()
     assert (positions[..., :2] == torch.arange(2)).all()
     assert (positions[..., -8:].sort(dim=-1).values == torch.arange(112, 120)).all()
-    picks = positions[..., 2:26]
+    picks = positions[..., 2 : 2 + num_picks]
     assert ((picks >= 2) & (picks < 112)).all()
-    assert picks.unique(dim=-1).shape[-1] == 24  # distinct picks per head
+    assert picks.unique(dim=-1).shape[-1] == num_picks  # distinct picks per head
 
 
 def test_the_superset_factor_sizes_the_stored_picks(engine):
-    doc_config = DocumentCacheConfig(superset=3)
+    doc_config = DocumentCacheConfig(superset=2)
     prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
                                     doc_config=doc_config)
-    assert prefix.groups[0].group.layout.n_topk == 36
+    assert prefix.groups[0].group.layout.n_topk == 24
     assert prefix.groups[0].group.layout == store_layout(POLICY.layout(120, 4), doc_config)
 
 
@@ -77,36 +88,75 @@ def test_the_repeat_pass_scores_each_layer_apart(engine):
     assert not torch.equal(picks[0], picks[1])
 
 
-def opened_surprisal(logits: torch.Tensor, ids: list[int]) -> list[float]:
-    """The reference score: each token's NLL from the logits before it, the least of each
-    RUN_KERNEL neighbourhood, then the largest of each EDGE_KERNEL one (windows cut at the
-    ends)."""
+def pooled(values: list[float], kernel: int, reduce) -> list[float]:
+    """``reduce`` over each ``kernel`` neighbourhood (windows cut at the ends)."""
+    half = kernel // 2
+    return [reduce(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+
+
+def runs(logits: torch.Tensor, ids: list[int]) -> list[float]:
+    """Each token's NLL from the logits before it, the least of each RUN_KERNEL
+    neighbourhood."""
     nll = [0.0] + [-logits[i - 1].log_softmax(-1)[ids[i]].item() for i in range(1, len(ids))]
-
-    def pooled(values, kernel, reduce):
-        half = kernel // 2
-        return [reduce(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
-
-    return pooled(pooled(nll, RUN_KERNEL, min), EDGE_KERNEL, max)
+    return pooled(nll, RUN_KERNEL, min)
 
 
-def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine):
-    """Every layer and head stores the same picks: the candidates of the highest opened
-    surprisal (computed here from a full forward's logits), the first token among them."""
-    doc = prompt(120, seed=9)
+def opened_surprisal(logits: torch.Tensor, ids: list[int], pieces: list[str]) -> list[float]:
+    """The reference ``surprisal``: the runs, then the largest of each EDGE_KERNEL one."""
+    return pooled(runs(logits, ids), EDGE_KERNEL, max)
+
+
+def sentence_surprisal(logits: torch.Tensor, ids: list[int], pieces: list[str]) -> list[float]:
+    """The reference ``sentence``: each token's best run from SENTENCE_AFTER tokens before it
+    to SENTENCE_BEFORE after it, stopping at the ends of its sentence."""
+    scores, sentence = runs(logits, ids), [0]
+    for piece in pieces[:-1]:
+        ends = piece.rstrip()[-1:] in (".", "!", "?") or "\n" in piece
+        sentence.append(sentence[-1] + ends)
+    return [max(scores[j] for j in range(max(0, i - SENTENCE_AFTER),
+                                        min(len(ids), i + SENTENCE_BEFORE + 1))
+                if sentence[j] == sentence[i]) for i in range(len(ids))]
+
+
+@pytest.mark.parametrize(("doc_config", "reference"),
+                         [(DocumentCacheConfig(score="surprisal"), opened_surprisal),
+                          (DocumentCacheConfig(), sentence_surprisal)],
+                         ids=["surprisal", "sentence"])
+def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine, doc_config, reference):
+    """Every layer and head stores the same picks: the candidates of the highest score
+    (computed here from a full forward's logits), the first token among them."""
+    full_stop = engine.tokenizer.inner.encode(".", add_special_tokens=False).ids
+    doc = [token for i, token in enumerate(prompt(120, seed=9))  # a sentence every 13 tokens
+           for token in ((token, *full_stop) if i % 13 == 12 else (token,))][:120]
     policy = CachePolicy(kind="snapstream", n_sink=0, n_topk=12, n_recent=8, window=4,
                          kernel=3)
-    prefix = engine.compress_prefix(doc, policy, max_new_tokens=4)
+    prefix = engine.compress_prefix(doc, policy, max_new_tokens=4, doc_config=doc_config)
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
-    picks = positions[..., :24]
+    picks = positions[..., : doc_config.superset * 12]
     assert (picks == picks[0, 0]).all()
     causal = torch.ones(120, 120, dtype=torch.bool).tril().repeat(
         engine.config.num_layers, engine.config.num_kv_heads, 1, 1)
-    score = opened_surprisal(masked_logits(engine.model, doc, causal), doc)
+    pieces = [engine.tokenizer.decode([token]) for token in doc]
+    score = reference(masked_logits(engine.model, doc, causal), doc, pieces)
     kept = set(picks[0, 0].tolist())
     assert 0 in kept
     others = [score[i] for i in range(1, 112) if i not in kept]
     assert min(score[i] for i in kept - {0}) >= max(others) - 1e-4
+
+
+def test_a_sentence_ends_after_a_full_stop_or_a_newline():
+    pieces = ["A", " b", ".", " C", " d", "?\n", "e", "\n", " f", "!", " g"]
+    assert sentence_ids(pieces).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4]
+
+
+def test_a_run_spreads_over_its_own_sentence_only():
+    """A run at 10 reaches 2 tokens back and 1 on, but not past its sentence's end at 10."""
+    scores = torch.zeros(16)
+    scores[10] = 5.0
+    sentences = torch.tensor([0] * 11 + [1] * 5)  # (16,)
+    spread = spread_in_sentence(scores, sentences, before=2, after=1)
+    assert spread.tolist() == [0.0] * 8 + [5.0, 5.0, 5.0] + [0.0] * 5
+    assert (SENTENCE_BEFORE, SENTENCE_AFTER) == (16, 12)
 
 
 def test_the_suffix_attends_to_exactly_the_stored_keys(engine):
@@ -157,7 +207,7 @@ def test_refuses_what_it_cannot_serve(engine):
                                  max_new_tokens=4)
     with pytest.raises(ValueError, match="compressed for another policy"):
         engine.prefill_on_prefix(prefix, prompt(50, 1), POLICY, max_new_tokens=4,
-                                 doc_config=DocumentCacheConfig(superset=3))
+                                 doc_config=DocumentCacheConfig(superset=2))
     with pytest.raises(ValueError, match="--prefix-score must be one of"):
         DocumentCacheConfig(score="h2o")
     with pytest.raises(ValueError, match="--prefix-superset must be >= 1"):

@@ -69,7 +69,8 @@ def test_keys_differ_by_model_policy_dtype_scorer_and_document(engine):
         prefix_key(spec, POLICY, doc[:-1]),
         prefix_key(spec, POLICY, [*doc[:-1], doc[-1] + 1]),
         prefix_key(spec, POLICY, doc, DocumentCacheConfig(score="repeat")),
-        prefix_key(spec, POLICY, doc, DocumentCacheConfig(superset=3)),
+        prefix_key(spec, POLICY, doc, DocumentCacheConfig(score="surprisal")),
+        prefix_key(spec, POLICY, doc, DocumentCacheConfig(superset=2)),
     ]
     assert len({key, *others}) == 1 + len(others)
 

@@ -1,0 +1,47 @@
+"""evaluation.doccache's per-question dump: the share of a needle's tokens a cache holds, and
+the policy that keeps (nearly) the whole stored superset at question time."""
+
+from __future__ import annotations
+
+import torch
+
+from evaluation.doccache import held_share, kept_whole
+from snapstream.policy import CachePolicy
+from snapstream.prefix_config import DocumentCacheConfig
+from tests.engine.helpers import engine_for
+from tests.tiny_models import random_model, tiny_config
+
+POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
+
+
+def prompt(length: int, seed: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (length,), generator=generator).tolist()
+
+
+def test_held_share_counts_the_needle_tokens_of_every_layer_and_head():
+    engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
+    prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4)
+    positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
+    held = sorted(set(positions[0, 0].tolist()))
+    missing = sorted(set(range(120)) - set(positions.flatten().tolist()))
+    assert held_share(prefix, held[:4]) == float(
+        torch.isin(torch.tensor(held[:4]), positions).sum() / 4)
+    assert held_share(prefix, [0, 1]) == 1.0  # the sinks, in every row
+    assert held_share(prefix, missing[:3]) == 0.0
+
+
+def test_kept_whole_reads_the_stored_cache_and_keeps_its_picks():
+    engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
+    doc_config = DocumentCacheConfig(superset=2)
+    doc, question = prompt(120, seed=4), prompt(4, seed=5)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=doc_config)
+    policy, config = kept_whole(POLICY, doc_config)
+    assert (policy.n_topk, config.superset) == (24, 1)
+    result = engine.prefill_on_prefix(prefix, doc + question, policy, 4, doc_config=config)
+    stored = prefix.groups[0].positions.long()[..., 2:26]  # (L, Hkv, 24): the stored picks
+    final = result.cache.groups[0].positions.long()  # (L, Hkv, S)
+    kept = (stored[..., None] == final[..., None, :]).any(dim=-1).sum(dim=-1)  # (L, Hkv)
+    # all but those the document's last stored tokens (out of the ring now) outrank
+    assert (kept >= 24 - (POLICY.n_recent - len(question))).all()
+    assert (kept > POLICY.n_topk).all()  # more than the request's own selection can hold
