@@ -79,8 +79,8 @@ class Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
         model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.DTYPE_CHOICES``
         ("gguf": a GGUF's quantized blocks as they are, "int8", "int4": requantized weights;
-        all three with float32 activations in decode, bfloat16 in the prompt forward, and a
-        bfloat16 KV cache; "auto": the checkpoint's own format on the CPU, float32 elsewhere)
+        all three with float32 activations in decode, bfloat16 in the prompt forward, and an
+        int8 KV cache; "auto": the checkpoint's own format on the CPU, float32 elsewhere)
         or a torch float dtype. ``kv_dtype``: a name of ``weight_formats.KV_DTYPES`` ("int8":
         int8 codes with a float32 scale per slot and head), None: the format's own."""
         checkpoint = open_checkpoint(path)

@@ -3,8 +3,9 @@
 Each name says what the activations and norms are computed in (in decode, and in the prompt
 forward: bfloat16 for the quantized formats), whether the linear layers' weights
 are quantized after loading (:mod:`snapstream.quant`), and what the KV cache holds: the quantized
-formats keep it in bfloat16, half the bytes of float32 (blobs and decode pools alike), for a
-KL of ~1e-4 per token on the default model (docs/benchmarks.md).
+formats keep it in int8 (codes with a float32 scale per slot and head: ~a quarter of float32's
+bytes, blobs and decode pools alike), which answers as the bfloat16 cache does within one answer
+per task on the accuracy grid at 1/4 and 1/8 (docs/benchmarks.md, "8-bit KV cache").
 
 ``gguf`` serves a GGUF file's quantized blocks as they are: each linear weight held in Q4_0,
 Q4_1, Q4_K (int4 codes) or Q5_0, Q5_1, Q5_K, Q6_K, Q8_0 (int8 codes) becomes exact codes with
@@ -44,9 +45,9 @@ class WeightFormat:
 WEIGHT_FORMATS = {
     "float32": WeightFormat("float32"),
     "bfloat16": WeightFormat("bfloat16"),
-    "int8": WeightFormat("float32", quant="int8", kv="bfloat16", prefill="bfloat16"),
-    "int4": WeightFormat("float32", quant="int4", kv="bfloat16", prefill="bfloat16"),
-    "gguf": WeightFormat("float32", kv="bfloat16", keep_blocks=True, prefill="bfloat16"),
+    "int8": WeightFormat("float32", quant="int8", kv="int8", prefill="bfloat16"),
+    "int4": WeightFormat("float32", quant="int4", kv="int8", prefill="bfloat16"),
+    "gguf": WeightFormat("float32", kv="int8", keep_blocks=True, prefill="bfloat16"),
 }
 AUTO = "auto"
 DTYPE_CHOICES = (AUTO, *WEIGHT_FORMATS)
@@ -72,9 +73,9 @@ def kv_dtype_name(name: str | None, fmt: WeightFormat) -> str:
 
 KV_DTYPE_HELP = ("what the KV cache holds (sequence caches, blobs, decode pools): float32, "
                  "bfloat16, or int8 (codes with a float32 scale per slot and head); default: the "
-                 "--dtype format's (bfloat16 for the quantized formats)")
+                 "--dtype format's (int8 for the quantized formats)")
 DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: gguf for a GGUF of "
               "quantized blocks, else float32), float32, bfloat16, gguf (the GGUF's blocks as "
               "exact int4/int8 codes), or int8/int4 requantized weights (CPU); the quantized "
-              "formats keep float32 activations in decode, bfloat16 in the prompt, and a "
-              "bfloat16 KV cache")
+              "formats keep float32 activations in decode, bfloat16 in the prompt, and an "
+              "int8 KV cache")

@@ -177,14 +177,15 @@ register(PeerSystem(
           "ring-buffer decode step), the GGUF's blocks in snapstream's default format for it "
           "(4-bit groups as int4 codes, 5- to 8-bit ones as int8; snapstream's kernels, the "
           "dequantized bfloat16 GEMM from 128 rows of a prompt on), float32 activations, "
-          "bfloat16 KV of the budget's size whatever the length (sliding-window layers: a ring "
+          "int8 KV (codes + a float32 scale per slot and KV head) of the budget's size whatever the length (sliding-window layers: a ring "
           "of the window)",
     venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
 register(PeerSystem(
-    name="snapstream-int8",
-    label="snapstream in process as served (as `snapstream`), the KV cache in int8: codes with "
-          "a float32 scale per slot and KV head (`--kv-dtype int8`)",
-    venv=None, runner="run_snapstream.py", load_options=lambda budget: {"kv_dtype": "int8"},
+    name="snapstream-bf16",
+    label="snapstream in process as `snapstream`, the KV cache in bfloat16 (`--kv-dtype "
+          "bfloat16`: 2 bytes a K/V element, where the default int8 holds codes and a float32 "
+          "scale per slot and KV head)",
+    venv=None, runner="run_snapstream.py", load_options=lambda budget: {"kv_dtype": "bfloat16"},
     generate_options=_snapstream_policy))
 register(PeerSystem(
     name="snapstream-fp32",

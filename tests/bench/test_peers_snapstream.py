@@ -75,21 +75,21 @@ def test_batch_decodes_every_row_in_one_step_as_single_requests_would(runner):
     assert batch["kv_bytes"] == singles[0]["kv_bytes"]
 
 
-def test_int8_system_serves_an_int8_kv_cache(tiny_dir, tmp_path):
-    system = get_system("snapstream-int8")
+def test_bf16_system_serves_a_bfloat16_kv_cache(tiny_dir, tmp_path):
+    system = get_system("snapstream-bf16")
     prompt_ids = [3 + i % 200 for i in range(300)]
     with RunnerProcess(sys.executable, RUNNERS / "run_snapstream.py",
-                       tmp_path / "int8.log") as process:
+                       tmp_path / "bf16.log") as process:
         loaded = process.call("load", model=str(tiny_dir), n_threads=1, n_ctx=512,
                               options=system.load_options(BUDGET))
         reply = process.call("generate", prompt_ids=prompt_ids, max_new_tokens=6,
                              options=system.generate_options(len(prompt_ids), BUDGET))
-    assert loaded["settings"]["kv_cache"] == "int8"
-    engine = Engine.from_pretrained(tiny_dir, kv_dtype="int8")
+    assert loaded["settings"]["kv_cache"] == "bfloat16"
+    engine = Engine.from_pretrained(tiny_dir, kv_dtype="bfloat16")
     policy = CachePolicy(n_sink=4, n_topk=28, n_recent=16, window=8)
     expected = engine.generate(prompt_ids, 6, policy=policy,
                                sampling=SamplingParams(temperature=0, ignore_eos=True))
     assert reply["token_ids"] == expected.token_ids
     pool = engine.new_decoder(engine.model_layout(policy.layout(300, 6)), 1).cache
     assert reply["kv_bytes"] == sum(t.nbytes for g in pool.groups for t in (g.k, g.v, g.filled))
-    assert pool.groups[0].k.dtype == torch.int8
+    assert pool.groups[0].k.dtype == torch.bfloat16

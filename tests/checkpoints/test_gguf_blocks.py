@@ -96,7 +96,7 @@ def test_a_files_layers_are_its_own_weights_and_track_the_float32_reference(tmp_
             got = layer.get_submodule(name)
             assert torch.equal(got.dequantized(), ref.get_submodule(name).weight), name
     assert torch.equal(blocks.model.lm_head.dequantized(), floats.model.lm_head.weight)
-    assert blocks.kv_dtype == torch.bfloat16
+    assert blocks.kv_dtype == torch.int8
     ids = list(range(40, 90))
     got = blocks.prefill(ids, _full(), 1).logits
     want = floats.prefill(ids, _full(), 1).logits

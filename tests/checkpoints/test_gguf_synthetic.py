@@ -142,7 +142,7 @@ def test_auto_serves_a_gguf_in_its_own_format(tmp_path, qtypes, native):
     engine = Engine.from_pretrained(path)  # dtype auto
     quantized = {"int4": Int4Linear, "int8": Int8Linear}.get(native, nn.Linear)
     assert isinstance(engine.model.model.layers[0].mlp.down_proj, quantized)
-    assert engine.kv_dtype == (torch.float32 if native == "float32" else torch.bfloat16)
+    assert engine.kv_dtype == (torch.float32 if native == "float32" else torch.int8)
 
 
 def test_auto_is_float32_for_a_hugging_face_directory(tiny_model_dir):

@@ -20,7 +20,7 @@ def test_the_demo_report_measures_decode_over_its_tokens_and_bytes_as_served():
 
 
 def test_the_demo_names_the_kv_dtype_the_workers_serve(tiny_model_dir):
-    gguf = open_checkpoint(None)  # SmolLM2's GGUF, served with a bfloat16 KV cache
-    assert served_kv_dtype(gguf, None) == "bfloat16"
-    assert served_kv_dtype(gguf, "int8") == "int8"
+    gguf = open_checkpoint(None)  # SmolLM2's GGUF, served with an int8 KV cache
+    assert served_kv_dtype(gguf, None) == "int8"
+    assert served_kv_dtype(gguf, "bfloat16") == "bfloat16"
     assert served_kv_dtype(open_checkpoint(tiny_model_dir), None) == "float32"

@@ -15,6 +15,7 @@ from serving.settings import add_dtype_setting
 from serving.worker import blob_spec
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
+from snapstream.kvquant import kv_slot_bytes
 from snapstream.policy import CachePolicy
 from snapstream.quant import (
     GEMM_MIN_ROWS,
@@ -174,23 +175,24 @@ def test_float_layers_refuse_a_prompt_in_another_dtype(engines):
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
-def test_quantized_engines_keep_a_bfloat16_kv_cache(engines, dtype):
+def test_quantized_engines_keep_an_int8_kv_cache(engines, dtype):
     engine, reference = engines[dtype], engines["float32"]
-    assert engine.kv_dtype == torch.bfloat16 and reference.kv_dtype == torch.float32
+    assert engine.kv_dtype == torch.int8 and reference.kv_dtype == torch.float32
     policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=16, window=8)
     result = engine.prefill(list(range(40, 100)), policy, 8)
     layout = result.cache.layout
     (part,) = result.cache.groups
-    assert part.k.dtype == part.v.dtype == torch.bfloat16
-    assert engine.new_decoder(layout, 2).cache.groups[0].k.dtype == torch.bfloat16
+    assert part.k.dtype == part.v.dtype == torch.int8
+    assert engine.new_decoder(layout, 2).cache.groups[0].k.dtype == torch.int8
     spec, reference_spec = blob_spec(engine), blob_spec(reference)
-    assert spec.dtype == torch.bfloat16
+    assert spec.dtype == torch.int8
     slots = engine.config.num_layers * engine.config.num_kv_heads * policy.budget
-    # K and V at 2 bytes instead of 4; the int32 positions stay
-    assert reference_spec.payload_size(layout) - spec.payload_size(layout) == (
-        2 * slots * engine.config.head_dim * 2)
+    head_dim = engine.config.head_dim
+    # K and V rows of D codes + a float32 scale instead of D float32s; the int32 positions stay
+    assert reference_spec.payload_size(layout) - spec.payload_size(layout) == slots * (
+        kv_slot_bytes(torch.float32, head_dim) - kv_slot_bytes(torch.int8, head_dim))
     blob = encode_blob(result.cache, spec)
-    assert decode_blob(blob, spec, layout=layout).groups[0].k.dtype == torch.bfloat16
+    assert decode_blob(blob, spec, layout=layout).groups[0].k.dtype == torch.int8
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
