@@ -177,8 +177,8 @@ register(PeerSystem(
           "ring-buffer decode step), the GGUF's blocks in snapstream's default format for it "
           "(4-bit groups as int4 codes, 5- to 8-bit ones as int8; snapstream's kernels, the "
           "dequantized bfloat16 GEMM from 128 rows of a prompt on), float32 activations, "
-          "int8 KV (codes + a float32 scale per slot and KV head) of the budget's size whatever the length (sliding-window layers: a ring "
-          "of the window)",
+          "int8 KV (codes + a float32 scale per slot and KV head) of the budget's size "
+          "whatever the length (sliding-window layers: a ring of the window)",
     venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
 register(PeerSystem(
     name="snapstream-bf16",
