@@ -23,6 +23,7 @@ from snapstream.quant import (
     Int4Linear,
     Int8Linear,
     QuantizedEmbedding,
+    QuantizedLinear,
     quantize_int4_groups,
     quantize_int8_rows,
 )
@@ -111,6 +112,13 @@ def test_a_long_prefill_leaves_the_fingerprint_as_it_was(tiny_model_dir):
     with pytest.raises(ValueError, match="groups of an even number of inputs"):
         Int8Linear.from_linear(nn.Linear(63, 32))
 
+
+def test_prefill_warm_up_makes_every_layers_gemm_weight(tiny_model_dir):
+    engine = Engine.from_pretrained(tiny_model_dir, dtype="int4")
+    layers = [m for m in engine.model.model.layers.modules() if isinstance(m, QuantizedLinear)]
+    assert layers and not any("gemm_weight" in m.__dict__ for m in layers)
+    assert engine.warm_up_prefill() > 0
+    assert all("gemm_weight" in m.__dict__ for m in layers)  # a first prompt finds them made
 
 def test_int8_embedding_reads_the_heads_rows():
     head = Int8Linear.from_linear(spread_linear(50, 64))
