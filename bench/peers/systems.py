@@ -61,6 +61,12 @@ def _no_env(venv: Venv | None) -> dict[str, str]:
     return {}
 
 
+def _this_checkout(venv: Venv | None) -> dict[str, str]:
+    """snapstream's runners import the checkout that runs the benchmark (a git worktree's code,
+    not the one the venv's editable install points at)."""
+    return {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
 @dataclass(frozen=True)
 class PeerSystem:
     name: str
@@ -176,17 +182,20 @@ register(PeerSystem(
     label="snapstream in process as served (Engine: prefill + SnapKV, then the static "
           "ring-buffer decode step), the GGUF's blocks in snapstream's default format for it "
           "(4-bit groups as int4 codes, 5- to 8-bit ones as int8; snapstream's kernels, the "
-          "dequantized bfloat16 GEMM from 128 rows of a prompt on), float32 activations, "
+          "dequantized bfloat16 GEMM from 128 rows of a prompt on), bfloat16 prompt activations "
+          "(attention on AMX tiles where the CPU has them), float32 decode activations, "
           "bfloat16 KV of the budget's size whatever the length (sliding-window layers: a ring "
           "of the window)",
-    venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
+    venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy,
+    runner_env=_this_checkout))
 register(PeerSystem(
     name="snapstream-fp32",
     label="snapstream in process, the GGUF dequantized to float32 (weights, activations, KV)",
     venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "float32"},
-    generate_options=_snapstream_policy))
+    generate_options=_snapstream_policy, runner_env=_this_checkout))
 register(PeerSystem(
     name="snapstream-full",
     label="snapstream in process as served, full policy (every prompt token kept, the KV "
           "sized to the prompt + new tokens)",
-    venv=None, runner="run_snapstream.py", generate_options=_full_policy))
+    venv=None, runner="run_snapstream.py", generate_options=_full_policy,
+    runner_env=_this_checkout))
