@@ -10,9 +10,6 @@ built by setup.py) and, registered here, what runs them on other devices and und
   x to 8-bit codes) in the blocked
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
-- ``prompt_attention(q, k, v)``: causal attention over a bfloat16 prompt on AMX tiles (GQA,
-  flash-style blocks); only where ``amx_attention()`` says it runs (a CPU with AMX, and
-  SNAPSTREAM_GENERIC_KERNELS unset).
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ slot_attention = torch.ops.snapstream.slot_attention
 rms_norm = torch.ops.snapstream.rms_norm
 int4_matmul = torch.ops.snapstream.int4_matmul
 int8_matmul = torch.ops.snapstream.int8_matmul
-prompt_attention = torch.ops.snapstream.prompt_attention
-amx_attention = torch.ops.snapstream.amx_attention
 
 
 def grouped_slot_attention(

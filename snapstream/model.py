@@ -236,7 +236,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     num_tokens = q.shape[2]
     at = torch.arange(num_tokens, device=q.device) if positions is None else positions  # (T,)
     if window is None or int(at[-1] - at[0]) < window:
-        return _causal(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     starts = torch.arange(0, num_tokens, window, device=q.device)  # (Nb,)
     lows = torch.searchsorted(at, at[starts] - window + 1)  # first key in each block's window
     out = torch.empty_like(q)
@@ -248,13 +248,3 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], attn_mask=mask,
             enable_gqa=True)
     return out
-
-
-def _causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """q (B, Hq, T, D), k/v (B, Hkv, T, D) -> (B, Hq, T, D), each query over the keys up to its
-    own: snapstream's AMX kernel for a bfloat16 prompt on a CPU that has AMX (D a multiple of 32
-    up to 256), torch's SDPA otherwise."""
-    if (q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.shape[-1] % 32 == 0
-            and q.shape[-1] <= 256 and kernels.amx_attention()):
-        return kernels.prompt_attention(q, k, v)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
