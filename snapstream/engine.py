@@ -22,6 +22,7 @@ from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, ModelLayout, SequenceCache
 from snapstream.loader import load_model
+from snapstream.memory import keep_freed_memory
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.prefix_cache import check_policy, compress_document, prefill_on_prefix
@@ -140,7 +141,10 @@ class Engine:
         """Pays at start-up what the first prompt of a prefill worker would pay otherwise: the
         cached bfloat16 GEMM weights of the quantized layers (made on a layer's first input of
         ``GEMM_MIN_ROWS`` rows or more; 202 MiB for SmolLM2) and the kernels' first use. A
-        prompt of ``WARM_UP_TOKENS`` tokens (the context's, if shorter); returns its seconds."""
+        prompt of ``WARM_UP_TOKENS`` tokens (the context's, if shorter), after setting the
+        process's malloc to keep freed memory (:func:`snapstream.memory.keep_freed_memory`);
+        returns its seconds."""
+        keep_freed_memory()
         ids = [i % self.config.vocab_size for i in range(min(WARM_UP_TOKENS, self.context_len))]
         start = time.perf_counter()
         self._prefill(ids, CachePolicy(kind="full"), 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import resource
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from serving.settings import add_dtype_setting
 from serving.worker import blob_spec
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
+from snapstream.memory import keep_freed_memory
 from snapstream.policy import CachePolicy
 from snapstream.quant import (
     GEMM_MIN_ROWS,
@@ -388,3 +390,11 @@ def test_a_layer_packed_from_chunks_of_rows_equals_one_packed_whole(bits):
     assert torch.equal(layer.dequantized(), whole.dequantized()) and layer.bias is None
     with pytest.raises(ValueError, match="last chunk"):
         QUANTIZED_LINEARS[bits].from_chunks(iter([chunks[2], chunks[0]]), 38)
+
+
+def test_kept_freed_memory_serves_a_second_large_tensor_without_page_faults():
+    assert keep_freed_memory()
+    torch.ones(16 << 20)  # 64 MiB, touched and freed: kept by malloc from now on
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    torch.ones(16 << 20)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 1000  # 16k pages
