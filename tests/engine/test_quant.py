@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import resource
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +18,6 @@ from serving.settings import add_dtype_setting
 from serving.worker import blob_spec
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
-from snapstream.memory import keep_freed_memory
 from snapstream.policy import CachePolicy
 from snapstream.quant import (
     GEMM_MIN_ROWS,
@@ -31,6 +32,8 @@ from snapstream.quant import (
 )
 from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import DTYPE_CHOICES
+
+ROOT = Path(__file__).resolve().parents[2]  # this checkout, first on the child's path
 
 
 def spread_linear(n: int, k: int, bias: bool = False, seed: int = 0) -> nn.Linear:
@@ -392,9 +395,29 @@ def test_a_layer_packed_from_chunks_of_rows_equals_one_packed_whole(bits):
         QUANTIZED_LINEARS[bits].from_chunks(iter([chunks[2], chunks[0]]), 38)
 
 
-def test_kept_freed_memory_serves_a_second_large_tensor_without_page_faults():
+FAULTS_OF_OPS = """
+import resource, sys, torch
+from snapstream.memory import keep_freed_memory
+if sys.argv[1] == "keep":
     assert keep_freed_memory()
-    torch.ones(16 << 20)  # 64 MiB, touched and freed: kept by malloc from now on
+x = torch.ones(8 << 20)  # 32 MiB: each op's output is a large block
+def faults_of_ops():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    torch.ones(16 << 20)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 1000  # 16k pages
+    for _ in range(10):
+        (x * 2 + 1).sum()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults_of_ops()  # the heap grows to what the ops need
+print(faults_of_ops())
+"""
+
+
+def _faults_of_ops(setting: str) -> int:
+    run = subprocess.run([sys.executable, "-c", FAULTS_OF_OPS, setting], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    return int(run.stdout.split()[-1])
+
+
+def test_kept_freed_memory_runs_ops_on_large_tensors_without_most_page_faults():
+    default = _faults_of_ops("default")
+    assert default > 80_000  # 20 outputs of 8k pages, faulted in afresh
+    assert _faults_of_ops("keep") < default / 10
