@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 
 from serving.settings import add_server_settings, add_setting, add_worker_settings
 from serving.tls import TlsFiles, add_tls_settings, tls_from_args
 from snapstream.prefix_config import SCORES, DocumentCacheConfig
+
+log = logging.getLogger(__name__)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +52,6 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     from serving.server import ServerSpec, serve, wait_until_idle
     from serving.worker import open_worker
     from snapstream.engine import Engine
-    from snapstream.policy import CachePolicy
     from snapstream.specprefill.selector import DraftSelector
     from snapstream.v1 import prefill_pb2_grpc
 
@@ -64,9 +66,9 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
                                prefixes, DraftSelector(draft) if draft else None)
 
     async def warmup() -> None:
-        await asyncio.to_thread(engine.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)
-        if draft:
-            await asyncio.to_thread(draft.prefill, [1, 2, 3], CachePolicy(kind="full"), 1)
+        for warm in (engine, draft) if draft else (engine,):
+            seconds = await asyncio.to_thread(warm.warm_up_prefill)
+            log.info("prefill warm-up of %s: %.2f s", warm.name, seconds)
 
     async def drain(timeout_s: float) -> None:
         await wait_until_idle(lambda: servicer.outstanding > 0, timeout_s)

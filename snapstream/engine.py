@@ -22,17 +22,21 @@ from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, ModelLayout, SequenceCache
 from snapstream.loader import load_model
+from snapstream.memory import keep_freed_memory
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.prefix_cache import check_policy, compress_document, prefill_on_prefix
 from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 from snapstream.prefix_scores import REPEAT_INSTRUCTION
-from snapstream.quant import QUANT_SCHEMES, quantize_model
+from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
 from snapstream.specprefill.placement import at_original_positions
 from snapstream.tokenizer import Tokenizer
 from snapstream.weight_formats import AUTO, WeightFormat, kv_dtype_name, weight_format
+
+# a prompt this long runs every quantized layer's GEMM path (quant.GEMM_MIN_ROWS rows)
+WARM_UP_TOKENS = 2 * GEMM_MIN_ROWS
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,19 @@ class Engine:
         (ascending; speculative prefill's original positions), None for 0..len-1."""
         self.check_prompt(ids)
         return self._prefill(ids, policy, max_new_tokens, capacity, positions)
+
+    def warm_up_prefill(self) -> float:
+        """Pays at start-up what the first prompt of a prefill worker would pay otherwise: the
+        cached bfloat16 GEMM weights of the quantized layers (made on a layer's first input of
+        ``GEMM_MIN_ROWS`` rows or more; 202 MiB for SmolLM2) and the kernels' first use. A
+        prompt of ``WARM_UP_TOKENS`` tokens (the context's, if shorter), after setting the
+        process's malloc to keep freed memory (:func:`snapstream.memory.keep_freed_memory`);
+        returns its seconds."""
+        keep_freed_memory()
+        ids = [i % self.config.vocab_size for i in range(min(WARM_UP_TOKENS, self.context_len))]
+        start = time.perf_counter()
+        self._prefill(ids, CachePolicy(kind="full"), 1)
+        return time.perf_counter() - start
 
     def check_positions(self, ids: list[int], positions: Sequence[int]) -> None:
         if len(positions) != len(ids) or any(b <= a for a, b in pairwise(positions)):

@@ -36,8 +36,8 @@ class RunnerProcess:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "a")  # noqa: SIM115 - closed in close()
-        child_env = {**os.environ, **(env or {})}
-        child_env.pop("PYTHONPATH", None)  # the runner must not see the project's packages
+        # the runner must not see the project's packages unless its system says where they are
+        child_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | dict(env or {})
         self._proc = subprocess.Popen(
             [str(python), "-u", str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._log, env=child_env, text=True, bufsize=1, preexec_fn=_die_with_parent)

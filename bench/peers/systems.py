@@ -61,6 +61,12 @@ def _no_env(venv: Venv | None) -> dict[str, str]:
     return {}
 
 
+def _this_checkout(venv: Venv | None) -> dict[str, str]:
+    """snapstream's runners import the checkout that runs the benchmark (a git worktree's code,
+    not the one the venv's editable install points at)."""
+    return {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
 @dataclass(frozen=True)
 class PeerSystem:
     name: str
@@ -176,24 +182,27 @@ register(PeerSystem(
     label="snapstream in process as served (Engine: prefill + SnapKV, then the static "
           "ring-buffer decode step), the GGUF's blocks in snapstream's default format for it "
           "(4-bit groups as int4 codes, 5- to 8-bit ones as int8; snapstream's kernels, the "
-          "dequantized bfloat16 GEMM from 128 rows of a prompt on), float32 activations, "
-          "int8 KV (codes + a float32 scale per slot and KV head) of the budget's size "
-          "whatever the length (sliding-window layers: a ring of the window)",
-    venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy))
+          "dequantized bfloat16 GEMM from 128 rows of a prompt on), bfloat16 prompt activations, "
+          "float32 decode activations, int8 KV (codes + a float32 scale per slot and KV head) "
+          "of the budget's size whatever the length (sliding-window layers: a ring of the "
+          "window)",
+    venv=None, runner="run_snapstream.py", generate_options=_snapstream_policy,
+    runner_env=_this_checkout))
 register(PeerSystem(
     name="snapstream-bf16",
     label="snapstream in process as `snapstream`, the KV cache in bfloat16 (`--kv-dtype "
           "bfloat16`: 2 bytes a K/V element, where the default int8 holds codes and a float32 "
           "scale per slot and KV head)",
     venv=None, runner="run_snapstream.py", load_options=lambda budget: {"kv_dtype": "bfloat16"},
-    generate_options=_snapstream_policy))
+    generate_options=_snapstream_policy, runner_env=_this_checkout))
 register(PeerSystem(
     name="snapstream-fp32",
     label="snapstream in process, the GGUF dequantized to float32 (weights, activations, KV)",
     venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "float32"},
-    generate_options=_snapstream_policy))
+    generate_options=_snapstream_policy, runner_env=_this_checkout))
 register(PeerSystem(
     name="snapstream-full",
     label="snapstream in process as served, full policy (every prompt token kept, the KV "
           "sized to the prompt + new tokens)",
-    venv=None, runner="run_snapstream.py", generate_options=_full_policy))
+    venv=None, runner="run_snapstream.py", generate_options=_full_policy,
+    runner_env=_this_checkout))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import bench
 from bench.peers.process import RunnerError, RunnerProcess
 from bench.peers.runners import RUNNERS
 from bench.peers.runners.peer_protocol import (
@@ -23,6 +24,7 @@ from bench.peers.runners.peer_protocol import (
     median,
     serve,
 )
+from bench.peers.systems import get_system
 
 
 def test_request_and_reply_round_trip():
@@ -92,7 +94,8 @@ RUNNER = """
         os._exit(3)
 
     serve({{"hello": hello, "add": lambda a: {{"sum": a["x"] + a["y"]}}, "fail": fail,
-           "sleep": sleep, "die": die}})
+           "sleep": sleep, "die": die,
+           "pythonpath": lambda a: {{"value": os.environ.get("PYTHONPATH")}}}})
 """
 
 
@@ -112,6 +115,17 @@ def test_runner_process_calls_a_real_runner(toy_runner, tmp_path):
             runner.call("fail")
         assert runner.call("add", x=1, y=1) == {"sum": 2}  # an error reply leaves it alive
     assert "library noise on stdout" in log.read_text()
+
+
+def test_a_runner_sees_a_pythonpath_only_when_its_system_gives_one(toy_runner, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/the/benchmark/s/own")
+    with RunnerProcess(sys.executable, toy_runner, tmp_path / "toy.log") as runner:
+        assert runner.call("pythonpath") == {"value": None}
+    snapstream_env = get_system("snapstream").runner_env(None)
+    with RunnerProcess(sys.executable, toy_runner, tmp_path / "toy.log",
+                       env=snapstream_env) as runner:  # this checkout, not the editable one
+        assert runner.call("pythonpath") == {"value": str(Path(bench.__file__).parents[1])}
 
 
 def test_runner_process_reports_a_dead_runner_with_its_log(toy_runner, tmp_path):

@@ -26,8 +26,10 @@ def tiny_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runner(tiny_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("runner") / "snapstream.log"
-    with RunnerProcess(sys.executable, RUNNERS / "run_snapstream.py", log) as process:
-        process.call("load", model=str(tiny_dir), n_threads=1, n_ctx=512, options={})
+    env = get_system("snapstream").runner_env(None)  # this checkout's snapstream
+    with RunnerProcess(sys.executable, RUNNERS / "run_snapstream.py", log, env=env) as process:
+        load = process.call("load", model=str(tiny_dir), n_threads=1, n_ctx=512, options={})
+        assert load["warm_up_s"] > 0  # as a prefill worker starts
         yield process
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,11 +27,14 @@ from snapstream.quant import (
     Int4Linear,
     Int8Linear,
     QuantizedEmbedding,
+    QuantizedLinear,
     quantize_int4_groups,
     quantize_int8_rows,
 )
 from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import DTYPE_CHOICES
+
+ROOT = Path(__file__).resolve().parents[2]  # this checkout, first on the child's path
 
 
 def spread_linear(n: int, k: int, bias: bool = False, seed: int = 0) -> nn.Linear:
@@ -112,6 +118,13 @@ def test_a_long_prefill_leaves_the_fingerprint_as_it_was(tiny_model_dir):
     with pytest.raises(ValueError, match="groups of an even number of inputs"):
         Int8Linear.from_linear(nn.Linear(63, 32))
 
+
+def test_prefill_warm_up_makes_every_layers_gemm_weight(tiny_model_dir):
+    engine = Engine.from_pretrained(tiny_model_dir, dtype="int4")
+    layers = [m for m in engine.model.model.layers.modules() if isinstance(m, QuantizedLinear)]
+    assert layers and not any("gemm_weight" in m.__dict__ for m in layers)
+    assert engine.warm_up_prefill() > 0
+    assert all("gemm_weight" in m.__dict__ for m in layers)  # a first prompt finds them made
 
 def test_int8_embedding_reads_the_heads_rows():
     head = Int8Linear.from_linear(spread_linear(50, 64))
@@ -382,3 +395,31 @@ def test_a_layer_packed_from_chunks_of_rows_equals_one_packed_whole(bits):
     assert torch.equal(layer.dequantized(), whole.dequantized()) and layer.bias is None
     with pytest.raises(ValueError, match="last chunk"):
         QUANTIZED_LINEARS[bits].from_chunks(iter([chunks[2], chunks[0]]), 38)
+
+
+FAULTS_OF_OPS = """
+import resource, sys, torch
+from snapstream.memory import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+x = torch.ones(8 << 20)  # 32 MiB: each op's output is a large block
+def faults_of_ops():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        (x * 2 + 1).sum()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults_of_ops()  # the heap grows to what the ops need
+print(faults_of_ops())
+"""
+
+
+def _faults_of_ops(setting: str) -> int:
+    run = subprocess.run([sys.executable, "-c", FAULTS_OF_OPS, setting], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    return int(run.stdout.split()[-1])
+
+
+def test_kept_freed_memory_runs_ops_on_large_tensors_without_most_page_faults():
+    default = _faults_of_ops("default")
+    assert default > 80_000  # 20 outputs of 8k pages, faulted in afresh
+    assert _faults_of_ops("keep") < default / 10

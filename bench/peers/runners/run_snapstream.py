@@ -43,9 +43,10 @@ class SnapstreamRunner:
         start = time.perf_counter()
         self.engine = Engine.from_pretrained(args["model"], dtype=dtype,
                                              kv_dtype=options.get("kv_dtype"))
+        warm_up_s = self.engine.warm_up_prefill()  # what a prefill worker runs at start-up
         quantized = {type(m).__name__ for m in self.engine.model.modules()} & {
             "Int4Linear", "Int8Linear"}
-        return {"load_s": time.perf_counter() - start,
+        return {"load_s": time.perf_counter() - start, "warm_up_s": warm_up_s,
                 "settings": {"dtype": dtype, "weights": sorted(quantized) or ["float"],
                              "activations": str(self.engine.dtype).removeprefix("torch."),
                              "kv_cache": str(self.engine.kv_dtype).removeprefix("torch."),
