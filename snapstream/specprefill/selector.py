@@ -4,6 +4,7 @@ through the request's pieces, and the target keeps the tokens that touch them.""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,12 +51,13 @@ class PromptTooLongForDraft(ValueError):
 
 @dataclass(frozen=True)
 class DraftRanking:
-    """The draft's verdict on one request: its own rendering of it and its chunks as character
-    spans of that text, best first (the first and the last chunk lead); ``skipped`` says why
-    there is none (then no chunk)."""
+    """The draft's verdict on one request: its own rendering of it, its tokens' character
+    spans in that text and their scores; ``skipped`` says why there are none."""
 
     draft_view: Rendering
-    ranked_spans: torch.Tensor  # (C, 2) [start, end) characters of draft_view.text
+    offsets: torch.Tensor  # (N, 2) [start, end) characters of draft_view.text
+    scores: torch.Tensor  # (N,) float; empty when skipped
+    chunk_size: int
     draft_s: float
     skipped: str = ""
 
@@ -84,19 +86,18 @@ class DraftSelector:
         check_offsets(draft_offsets, len(view.text), "draft model")
         num_text_tokens = _num_text_tokens(view, draft_offsets)
         if num_text_tokens < settings.chunk_size:
-            return DraftRanking(view, torch.zeros(0, 2, dtype=torch.int64),
+            return DraftRanking(view, draft_offsets, torch.zeros(0), settings.chunk_size,
                                 time.perf_counter() - start,
                                 skipped=f"prompt shorter than one chunk ({num_text_tokens} < "
                                         f"{settings.chunk_size} draft tokens): prefilled whole")
         if len(draft_ids) > self.draft.context_len:
             raise PromptTooLongForDraft(f"prompt has {len(draft_ids)} draft tokens; the draft's "
-                                f"context is {self.draft.context_len}: shorten it")
+                                        f"context is {self.draft.context_len}: shorten it")
         scores = score_prompt(self.draft.model, draft_ids, settings.look_ahead, settings.kernel,
                               set(self.draft.tokenizer.eos_token_ids),
                               self.draft.prefill_dtype).scores  # (N,)
-        order = rank_chunks(scores, settings.chunk_size)  # (C,)
-        hulls = chunk_spans(draft_offsets, chunk_bounds(len(draft_ids), settings.chunk_size))
-        return DraftRanking(view, hulls[order], time.perf_counter() - start)
+        return DraftRanking(view, draft_offsets, scores, settings.chunk_size,
+                            time.perf_counter() - start)
 
 
 def pick(ranking: DraftRanking, target_view: Rendering, target: Tokenizer,
@@ -115,12 +116,34 @@ def pick(ranking: DraftRanking, target_view: Rendering, target: Tokenizer,
     if keep_from_char is not None:
         forced |= tokens_touching(target_offsets, char_mask(
             torch.tensor([[keep_from_char, len(text)]]), len(text)))
-    spans, chunk_idx = carry_spans(ranking.ranked_spans, links(ranking.draft_view, target_view))
-    kept = _fill(spans, chunk_idx, len(ranking.ranked_spans), target_offsets, forced, len(text),
+    shared = links(ranking.draft_view, target_view)
+    ranked = _ranked_spans(ranking, shared)  # (C, 2)
+    spans, chunk_idx = carry_spans(ranked, shared)
+    kept = _fill(spans, chunk_idx, len(ranked), target_offsets, forced, len(text),
                  settings.budget(len(target_ids)))
     kept_idx = kept.nonzero()[:, 0].tolist()
     return Selection([target_ids[i] for i in kept_idx], POSITIONS[settings.positions](kept_idx),
                      len(target_ids), ranking.draft_s + time.perf_counter() - start)
+
+
+def _ranked_spans(ranking: DraftRanking, shared: list[tuple[int, int, int]]) -> torch.Tensor:
+    """(C, 2) character spans of the draft's chunks, best first. The chunks tile the tokens
+    whose text the target shares (``shared`` links); the draft's own template before and after
+    them (a system turn, ``Answer:``), which maps to nothing, is a chunk of its own each, so
+    that the text's first and last chunks, always kept, are text (a draft of the target's
+    family shares all: its chunks are those of the whole prompt)."""
+    offsets, num_tokens = ranking.offsets, len(ranking.offsets)
+    linked = char_mask(torch.tensor([[a, a + n] for a, _, n in shared],
+                                    dtype=torch.int64).view(-1, 2), len(ranking.draft_view.text))
+    is_template = (offsets[:, 1] > offsets[:, 0]) & ~tokens_touching(offsets, linked)  # (N,)
+    lead = int(is_template.long().cumprod(0).sum())
+    trail = int(is_template.flip(0).long().cumprod(0).sum())
+    start, end = (lead, num_tokens - trail) if lead + trail < num_tokens else (0, num_tokens)
+    bounds = chunk_bounds(num_tokens, ranking.chunk_size, start, end)  # (C, 2)
+    first = int(start > 0)
+    last = first + math.ceil((end - start) / ranking.chunk_size) - 1
+    order = rank_chunks(ranking.scores, bounds, (first, last))  # (C,)
+    return chunk_spans(offsets, bounds)[order]
 
 
 def _num_text_tokens(view: Rendering, offsets: torch.Tensor) -> int:

@@ -98,26 +98,39 @@ def test_the_same_format_maps_every_character_to_itself(bounds):
     assert origin.tolist() == sorted(origin.tolist())
 
 
+def _by_hand(tokenizer: Tokenizer, view: Rendering, hot: str) -> DraftRanking:
+    """A draft's ranking of ``view`` with every token of ``hot`` scored 1, the rest 0."""
+    _, spans = tokenizer.encode_with_offsets(view.text)
+    offsets = torch.tensor(spans, dtype=torch.int64).view(-1, 2)  # (N, 2)
+    at = view.text.index(hot)
+    scores = ((offsets[:, 1] > at) & (offsets[:, 0] < at + len(hot))).float()  # (N,)
+    return DraftRanking(view, offsets, scores, chunk_size=32, draft_s=0.0)
+
+
+def _kept_text(tokenizer: Tokenizer, view: Rendering, positions: list[int]) -> str:
+    _, offsets = tokenizer.encode_with_offsets(view.text)
+    return "".join(view.text[offsets[i][0]:offsets[i][1]] for i in positions)
+
+
 def test_smollm2s_chat_reading_keeps_the_needle_of_gemma3s_plain_prompt(real):
-    """A draft ranking by hand over SmolLM2's ChatML rendering (its first chunk, its last, the
-    needle's sentence) lands on Gemma 3's plain prompt: the needle's tokens and its end."""
-    draft_view = render_own(real["smollm2-135m"], CHAT)
-    target_view = render_own(real["gemma3-270m"], CHAT)
+    """A ranking by hand over SmolLM2's ChatML rendering (the needle scored highest) lands on
+    Gemma 3's plain prompt: the text's first and last chunks (not SmolLM2's system turn and
+    template) always, then the needle's tokens."""
+    draft, target = real["smollm2-135m"], real["gemma3-270m"]
+    draft_view, target_view = render_own(draft, CHAT), render_own(target, CHAT)
     assert draft_view.text.startswith("<|im_start|>system")
     assert target_view.text.endswith("\n\nAnswer:")
-    at = draft_view.text.index(NEEDLE)
-    ranked = torch.tensor([[0, 40], [len(draft_view.text) - 40, len(draft_view.text)],
-                           [at, at + len(NEEDLE)]])
-    selection = pick(DraftRanking(draft_view, ranked, 0.0), target_view, real["gemma3-270m"],
-                     SpeculativeSettings(keep=1.0))
-    ids, offsets = real["gemma3-270m"].encode_with_offsets(target_view.text)
-    kept_text = "".join(target_view.text[offsets[i][0]:offsets[i][1]]
-                        for i in selection.positions)
-    assert NEEDLE in kept_text
-    assert selection.positions[0] == 0  # BOS
-    # SmolLM2's system turn and template map to nothing: only what both texts hold is kept
-    assert "You are" not in kept_text and "Answer" not in kept_text
-    assert len(selection.ids) < 0.15 * len(ids)
+    ranking = _by_hand(draft, draft_view, NEEDLE)
+    least = pick(ranking, target_view, target, SpeculativeSettings(keep=None, keep_tokens=1))
+    text = _kept_text(target, target_view, least.positions)
+    assert least.positions[0] == 0  # BOS
+    assert text.startswith(DOCUMENT[:60]) and text.endswith("What is the pass key?")
+    assert NEEDLE not in text and "You are" not in text and "Answer" not in text
+    more = pick(ranking, target_view, target,
+                SpeculativeSettings(keep=None, keep_tokens=len(least.ids) + 80))
+    text = _kept_text(target, target_view, more.positions)
+    assert NEEDLE in text and "You are" not in text
+    assert len(more.ids) < 0.3 * len(target.encode(target_view.text))
 
 
 @pytest.mark.parametrize("keep", [0.1, 0.25, 0.5])
@@ -130,11 +143,35 @@ def test_a_chat_draft_ranks_its_own_rendering_for_a_base_target(keep):
     assert ranking.draft_view.text == _tiny(CHATML).render_chat(request.messages)
     view = render_served(target, request)
     selection = pick(ranking, view, target, settings_)
-    num_tokens = len(target.encode(view.text))
-    assert abs(len(selection.ids) - keep * num_tokens) <= 16 and not selection.skipped
-    # the same pick from the draft's chunks moved by where the text starts in its rendering
-    # (clamped to the text: the template's characters are no text of the target's)
-    shift = ranking.draft_view.pieces[0].text_start
-    moved = (ranking.ranked_spans - shift).clamp(0, len(view.text))
-    by_offset = pick(DraftRanking(view, moved, 0.0), view, target, settings_)
-    assert selection.positions == by_offset.positions
+    ids = target.encode(view.text)
+    assert abs(len(selection.ids) - keep * len(ids)) <= 16 and not selection.skipped
+    # the text's first chunk (16 draft tokens; the same tokenizer: 16 target tokens) and its
+    # last (what is left of the text, its end) are kept, not the template's around them
+    assert set(range(16)) | {len(ids) - 1} <= set(selection.positions)
+
+
+@pytest.mark.parametrize("chat_template", [CHATML, None])
+def test_a_draft_of_the_targets_family_keeps_what_the_whole_prompts_chunks_keep(chat_template):
+    """Same format, same tokenizer: every character is shared, so the chunks tile the whole
+    rendering from its first token and the first and last lead, as before pieces existed."""
+    from snapstream.specprefill.chunks import chunk_bounds, rank_chunks
+    from snapstream.specprefill.mapping import chunk_spans
+    from snapstream.specprefill.selector import _fill, _forced_tokens
+
+    tokenizer = _tiny(chat_template)
+    draft = DraftSelector(Engine(random_model(tiny_config(), seed=5), tokenizer))
+    request = CHAT if chat_template else Request.completion(DOCUMENT)
+    settings_ = SpeculativeSettings(keep=0.25, chunk_size=16)
+    ranking = draft.rank(request, settings_)
+    view = render_served(tokenizer, request)
+    assert ranking.draft_view == view
+    bounds = chunk_bounds(len(ranking.offsets), 16)
+    hulls = chunk_spans(ranking.offsets, bounds)[
+        rank_chunks(ranking.scores, bounds, (0, len(bounds) - 1))]
+    ids, offsets = tokenizer.encode_with_offsets(view.text)
+    offsets = torch.tensor(offsets, dtype=torch.int64)
+    forced = _forced_tokens(tokenizer, ids, offsets)
+    expected = _fill(hulls, torch.arange(len(hulls)), len(hulls), offsets, forced,
+                     len(view.text), round(0.25 * len(ids)))
+    assert pick(ranking, view, tokenizer, settings_).positions == \
+        expected.nonzero()[:, 0].tolist()
