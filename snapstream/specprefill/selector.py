@@ -72,13 +72,13 @@ class DraftSelector:
     def select(self, request: Request, target_view: Rendering, target: Tokenizer,
                settings: SpeculativeSettings, keep_from_char: int | None = None) -> Selection:
         """``target_view``: the prompt as the target reads it, its pieces located (see
-        :func:`pick`). ValueError when a tokenizer gives no character offsets; PromptTooLongForDraft
-        when the draft's rendering is longer than its context."""
+        :func:`pick`). ValueError when a tokenizer gives no character offsets;
+        PromptTooLongForDraft when the draft's rendering is longer than its context."""
         return pick(self.rank(request, settings), target_view, target, settings, keep_from_char)
 
     def rank(self, request: Request, settings: SpeculativeSettings) -> DraftRanking:
-        """The draft's chunks of ``request`` as it reads it (``settings``' chunk size,
-        look-ahead, kernel)."""
+        """The draft's scores of its tokens of ``request`` as it reads it (``settings``'
+        look-ahead and kernel; :func:`pick` chunks them by ``settings.chunk_size``)."""
         start = time.perf_counter()
         view = render_own(self.draft.tokenizer, request)
         draft_ids, draft_spans = self.draft.tokenizer.encode_with_offsets(view.text)
