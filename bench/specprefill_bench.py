@@ -56,6 +56,7 @@ def measure(cfg: SpecPrefillBenchConfig) -> list[dict]:
     from evaldata import PromptSpec, TaskConfig, generate
     from snapstream.engine import Engine
     from snapstream.policy import CachePolicy
+    from snapstream.specprefill.pieces import Request, render_served
     from snapstream.specprefill.selector import DraftSelector
     from snapstream.specprefill.settings import SpeculativeSettings
 
@@ -74,16 +75,21 @@ def measure(cfg: SpecPrefillBenchConfig) -> list[dict]:
                           ).prompt
         return prompt, target.encode(prompt)
 
+    def select(prompt: str):  # a text prompt, as the draft reads it in its own format
+        request = Request.completion(prompt)
+        return selector.select(request, render_served(target.tokenizer, request),
+                               target.tokenizer, settings)
+
     prompt, ids = sample_ids(WARM_UP_TOKENS)  # untimed: first calls build caches
     prefill_s(ids, None)
-    selector.select(prompt, target.tokenizer, settings)
+    select(prompt)
     rows = []
     for length in cfg.lengths:
         prompt, ids = sample_ids(length)
         times: dict[str, list[float]] = {"full": [], "draft": [], "kept": []}
         for _ in range(cfg.rounds):
             times["full"].append(prefill_s(ids, None))
-            selection = selector.select(prompt, target.tokenizer, settings)
+            selection = select(prompt)
             times["draft"].append(selection.draft_s)
             times["kept"].append(prefill_s(selection.ids, selection.positions))
         rows.append({"prompt_tokens": len(ids), "kept_tokens": len(selection.ids),

@@ -21,7 +21,7 @@ def measure(draft_name: str, length: int, rounds: int, dtype: str = AUTO) -> str
 
     from evaldata import PromptSpec, TaskConfig, generate
     from snapstream.engine import Engine
-    from snapstream.specprefill.chunks import rank_chunks
+    from snapstream.specprefill.chunks import chunk_bounds, rank_chunks
     from snapstream.specprefill.scoring import score_prompt
 
     draft = Engine.from_pretrained(draft_name, dtype=dtype)
@@ -32,12 +32,14 @@ def measure(draft_name: str, length: int, rounds: int, dtype: str = AUTO) -> str
     times: dict[torch.dtype, list[float]] = {torch.float32: [], draft.prefill_dtype: []}
     kept = {}
     num_kept = len(ids) // 32 // 4  # chunks of 32, keep 25%
+    bounds = chunk_bounds(len(ids), 32)
     for _ in range(rounds):
         for activations, seconds in times.items():
             start = time.perf_counter()
             scores = score_prompt(draft.model, ids, 8, 13, stop, activations).scores  # (P,)
             seconds.append(time.perf_counter() - start)
-            kept[activations] = set(rank_chunks(scores, 32)[:num_kept].tolist())
+            ranked = rank_chunks(scores, bounds, (0, len(bounds) - 1))
+            kept[activations] = set(ranked[:num_kept].tolist())
     fp32, fast = (statistics.median(v) for v in times.values())
     shared = len(kept[torch.float32] & kept[draft.prefill_dtype]) / num_kept
     return (f"| {draft_name} | {str(draft.prefill_dtype).removeprefix('torch.')} | {len(ids)} | "

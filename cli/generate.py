@@ -128,16 +128,21 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
                                     kv_dtype=args.kv_dtype)
     policy = policy_from_args(args, engine.default_policy)
-    prompt, keep_from = (text, None) if text is not None else (args.prompt_ids, None)
+    prompt = text if text is not None else args.prompt_ids
     if args.chat:
         prompt = engine.tokenizer.render_chat([ChatMessage("user", text)])
-        keep_from = prompt.rindex(text) if text else None
     positions, report = None, None
     if settings is not None:
+        from snapstream.specprefill.pieces import Request, render_served
         from snapstream.specprefill.selector import DraftSelector
 
         draft = Engine.from_pretrained(args.draft_model, dtype=args.dtype, device=args.device)
-        selection = DraftSelector(draft).select(prompt, engine.tokenizer, settings, keep_from)
+        request = (Request((ChatMessage("user", text),), is_chat=True) if args.chat
+                   else Request.completion(text))
+        view = render_served(engine.tokenizer, request)
+        keep_from = view.pieces[-1].text_start if args.chat else None
+        selection = DraftSelector(draft).select(request, view, engine.tokenizer, settings,
+                                                keep_from)
         prompt, positions = selection.ids, selection.positions
         report = {"kept_tokens": len(selection.ids), "prompt_tokens":
                   selection.num_prompt_tokens, "kept_share": round(selection.kept_share, 4),

@@ -80,7 +80,8 @@ def build_sample(task: str, draft: Draft, rng: random.Random, cfg: TaskConfig,
         key=lambda needle: needle.offset))
     return Sample(task=task, prompt=prompt, answers=draft.answers, question=draft.question,
                   cue=draft.cue, context_len=cfg.context_len, depth=cfg.depth,
-                  placement=cfg.placement, needles=needles, num_tokens=num_tokens)
+                  placement=cfg.placement, needles=needles, num_tokens=num_tokens,
+                  body=parts.body)
 
 
 def _fit(count: Callable[[int], int], target: int, task: str) -> tuple[int, int]:

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from evaldata.sample import Placement
-from snapstream.chat import ChatMessage
+from snapstream.chat import ChatMessage, model_format, render_plain
+
+__all__ = ["PROMPT_FORMATS", "PromptParts", "model_format", "render"]
 
 
 class TokenizerLike(Protocol):
@@ -46,7 +48,7 @@ class PromptParts:
 
 
 def _raw(tokenizer: TokenizerLike, parts: PromptParts) -> str:
-    return f"{parts.body}\n\nAnswer: {parts.cue}"
+    return f"{render_plain([parts.body])} {parts.cue}"
 
 
 def _chat(tokenizer: TokenizerLike, parts: PromptParts) -> str:
@@ -57,11 +59,6 @@ PROMPT_FORMATS: dict[str, Callable[[TokenizerLike, PromptParts], str]] = {
     "raw": _raw,
     "chat": _chat,
 }
-
-
-def model_format(tokenizer: TokenizerLike) -> str:
-    """``chat`` for a model with a chat template, ``raw`` (a completion) for a base model."""
-    return "raw" if tokenizer.chat_template is None else "chat"
 
 
 def render(fmt: str, tokenizer: TokenizerLike, parts: PromptParts) -> str:

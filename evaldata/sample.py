@@ -73,8 +73,9 @@ class Needle:
 
 @dataclass(frozen=True)
 class Sample:
-    """One prompt and its answers. ``prompt`` ends with ``cue``; ``question`` appears verbatim in
-    it; ``num_tokens`` counts the prompt's tokens; ``needles`` are in prompt order."""
+    """One prompt and its answers. ``prompt`` ends with ``cue``; ``question`` and ``body``
+    appear verbatim in it; ``num_tokens`` counts the prompt's tokens; ``needles`` are in prompt
+    order."""
 
     task: str
     prompt: str
@@ -86,6 +87,7 @@ class Sample:
     placement: Placement
     needles: tuple[Needle, ...]
     num_tokens: int
+    body: str  # the request's one message (intro, context, question) the prompt renders
 
     @property
     def answer(self) -> str:

@@ -136,13 +136,20 @@ def run(args: argparse.Namespace) -> int:
                          f"the model's context of {engine.context_len} tokens")
     samples = cfg.samples(engine.tokenizer)
     rows = evaluate(engine, cfg, samples, progress=not args.no_progress)
+    config = cfg.to_json()
     if cfg.speculative is not None:
         from evaluation.speculative_runs import evaluate_speculative
 
         draft = Engine.from_pretrained(cfg.speculative.draft, dtype=args.dtype,
                                        device=args.device)
-        rows += evaluate_speculative(engine, draft, cfg, samples, progress=not args.no_progress)
-    write_outputs(rows, cfg.to_json(), str(args.model or engine.name), args.out)
+        drafted, skipped = evaluate_speculative(engine, draft, cfg, samples,
+                                                progress=not args.no_progress)
+        rows += drafted
+        config["speculative_skipped"] = skipped
+        if skipped:
+            print(f"speculative: {len(skipped)} sample(s) longer than the draft's context "
+                  "skipped (no speculative rows; listed in summary.json)")
+    write_outputs(rows, config, str(args.model or engine.name), args.out)
     return 0
 
 

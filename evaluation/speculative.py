@@ -26,16 +26,17 @@ from evaldata import (
     verdict,
 )
 from evaluation.config import EvalConfig
-from evaluation.runner import prompt_text
 from evaluation.speculative_report import (
     load_pairs,
     plot_accuracy_vs_keep,
     plot_kept_chunks,
     table,
 )
+from evaluation.speculative_runs import sample_request
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
+from snapstream.specprefill.pieces import Request, render_served
 from snapstream.specprefill.selector import DraftSelector, pick
 from snapstream.specprefill.settings import SpeculativeSettings
 
@@ -95,12 +96,15 @@ def run_compact(args: argparse.Namespace) -> None:
                 task, random.Random(f"speculative/{args.seed}/{task}/{i}"), args.length, depth,
                 PromptSpec(target.tokenizer, "raw"))
             ids, offsets = target.tokenizer.encode_with_offsets(prompt)
-            ranking = selector.rank(prompt, SpeculativeSettings())
+            request = Request.completion(prompt)
+            ranking = selector.rank(request, SpeculativeSettings())
             for budget in args.budgets:
                 # picked with "original" positions for the kept indices (is the needle kept?),
                 # prefilled renumbered, as "compact" does
-                selection = pick(ranking, target.tokenizer, SpeculativeSettings(
-                    keep=None, keep_tokens=budget), prompt.rindex(sample.question))
+                selection = pick(ranking, render_served(target.tokenizer, request),
+                                 target.tokenizer, SpeculativeSettings(
+                                     keep=None, keep_tokens=budget),
+                                 prompt.rindex(sample.question))
                 kept = {name: cut(ids, budget) for name, cut in TRUNCATIONS.items()}
                 kept["speculative"] = selection.ids
                 right = {name: _answers(target, kept[name], sample, args.max_new_tokens)
@@ -140,12 +144,13 @@ def run_chunks(args: argparse.Namespace) -> None:
                      placements=(Placement.AFTER,), n_per_cell=1, seed=args.seed,
                      prompt_format=model_format(target.tokenizer))
     sample = cfg.samples(target.tokenizer)[0]
-    text = prompt_text(sample)
-    ranking = DraftSelector(draft).rank(text, SpeculativeSettings())
+    request, view = sample_request(target, sample, cfg.prompt_format)
+    text = view.text
+    ranking = DraftSelector(draft).rank(request, SpeculativeSettings())
     _, offsets = target.tokenizer.encode_with_offsets(text)
     kept = {}
     for keep in args.keeps:
-        selection = pick(ranking, target.tokenizer, SpeculativeSettings(keep=keep),
+        selection = pick(ranking, view, target.tokenizer, SpeculativeSettings(keep=keep),
                          text.rindex(sample.question))
         mask = [False] * len(offsets)
         for i in (selection.positions or range(len(selection.ids))):

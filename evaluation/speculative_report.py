@@ -45,7 +45,9 @@ def load_pairs(out_dirs: list[Path]) -> list[dict]:
 def _merged(runs: list[dict]) -> dict:
     config = runs[0]["config"] | {
         key: list(dict.fromkeys(v for run in runs for v in run["config"][key]))
-        for key in ("tasks", "context_lens")}
+        for key in ("tasks", "context_lens")} | {
+        "speculative_skipped": [s for run in runs
+                                for s in run["config"].get("speculative_skipped", [])]}
     return runs[0] | {
         "config": config, "keeps": sorted({k for run in runs for k in run["keeps"]}),
         **{name: _added([e for run in runs for e in run[name]])
@@ -82,9 +84,17 @@ def verdict(full: dict | None, at_target: dict | None) -> str:
     return "met" if at_target["accuracy"] >= TARGET_SHARE * full["accuracy"] else "missed"
 
 
+def _skipped(pair: dict, task: str, length: int | None) -> str:
+    """Samples of the cell (``length`` None: every length) the draft could not read."""
+    count = sum(s["task"] == task and length in (None, s["context_len"])
+                for s in pair["config"]["speculative_skipped"])
+    return str(count) if count else ""
+
+
 def table(pairs: list[dict]) -> str:
     """A row per (pair, task, length) and per (pair, task) over all lengths (bold), answers
-    right out of samples; the target's verdict on the task rows."""
+    right out of samples (a skipped sample has no keep answers); the target's verdict on the
+    task rows."""
     keeps = sorted({k for p in pairs for k in p["keeps"]})
     body = []
     for pair in pairs:
@@ -94,12 +104,15 @@ def table(pairs: list[dict]) -> str:
                 entries = [e for e in pair["by_task_length"]
                            if e["task"] == task and e["context_len"] == length]
                 full, cells = _cells(entries, keeps)
-                body.append([pair["pair"], task, length, _fmt(full), *map(_fmt, cells), ""])
+                body.append([pair["pair"], task, length, _fmt(full), *map(_fmt, cells),
+                             _skipped(pair, task, length), ""])
             full, cells = _cells([e for e in pair["by_task"] if e["task"] == task], keeps)
             at = cells[keeps.index(TARGET_KEEP)] if TARGET_KEEP in keeps else None
             body.append([pair["pair"], f"**{task}**", "all", f"**{_fmt(full)}**",
-                         *(f"**{_fmt(c)}**" for c in cells), verdict(full, at)])
+                         *(f"**{_fmt(c)}**" for c in cells), _skipped(pair, task, None),
+                         verdict(full, at)])
     headers = ["draft → target", "task", "length", "full", *(f"keep {k:.0%}" for k in keeps),
+               "skipped (too long for the draft)",
                f"keep {TARGET_KEEP:.0%} ≥ {TARGET_SHARE:.0%} of full"]
     return markdown_table(headers, body)
 

@@ -1,13 +1,16 @@
-"""Speculative prefill in the eval grid: the draft ranks each sample's prompt once, and for
-every keep share the target prefills the kept tokens (full cache) and answers.
+"""Speculative prefill in the eval grid: each sample stands for the request the services would
+get (its message through the target's chat template, or a text prompt in the raw format); the
+draft ranks it once in its own format, and for every keep share the target prefills the kept
+tokens (full cache) and answers.
 
 The rows sit beside the grid's ``full`` rows (policy ``speculative``, budget label the keep
-share), so every accuracy table reports them relative to the target's full prompt.
+share), so every accuracy table reports them relative to the target's full prompt. A sample
+the draft cannot read (longer than its context) is skipped and listed, not answered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tqdm import tqdm
 
@@ -16,9 +19,33 @@ from evaluation.config import FULL, SPECULATIVE, EvalConfig, SpeculativeGrid
 from evaluation.lockstep import RowInput, RowOutput, decode_rows
 from evaluation.results import Row
 from evaluation.runner import max_new_tokens, model_inputs, prompt_text
+from snapstream.chat import ChatMessage
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
-from snapstream.specprefill.selector import DraftSelector, Selection, pick
+from snapstream.specprefill.pieces import Rendering, Request, render_served
+from snapstream.specprefill.selector import (
+    DraftSelector,
+    PromptTooLongForDraft,
+    Selection,
+    pick,
+)
+
+# the eval's prompt format -> the request a sample stands for, as a client would send it
+SAMPLE_REQUESTS: dict[str, Callable[[Sample], Request]] = {
+    "chat": lambda sample: Request((ChatMessage("user", sample.body),), is_chat=True),
+    "raw": lambda sample: Request.completion(prompt_text(sample)),
+}
+
+
+def sample_request(target: Engine, sample: Sample, prompt_format: str
+                   ) -> tuple[Request, Rendering]:
+    """The request ``sample`` stands for and the target's rendering of it (its prompt text)."""
+    request = SAMPLE_REQUESTS[prompt_format](sample)
+    view = render_served(target.tokenizer, request)
+    if view.text != prompt_text(sample):
+        raise ValueError(f"prompt_format {prompt_format!r}: the request a sample stands for does "
+                         "not render as its prompt; use the target's own format")
+    return request, view
 
 
 def keep_label(keep: float) -> str:
@@ -26,23 +53,33 @@ def keep_label(keep: float) -> str:
 
 
 def evaluate_speculative(target: Engine, draft: Engine, cfg: EvalConfig,
-                         samples: Sequence[Sample], progress: bool = True) -> list[Row]:
-    """One row per sample and keep share of ``cfg.speculative``."""
+                         samples: Sequence[Sample], progress: bool = True
+                         ) -> tuple[list[Row], list[dict]]:
+    """One row per sample and keep share of ``cfg.speculative``; and the samples the draft
+    could not read (index, task, length, why)."""
     grid = cfg.speculative
     if grid is None:
         raise ValueError("evaluate_speculative needs a config with a speculative grid")
     selector, policy = DraftSelector(draft), cfg.split_rule.policy(FULL, 0)
-    rows = []
+    rows, skipped = [], []
     with tqdm(total=len(samples) * (1 + len(grid.keeps)), desc="speculative", unit="run",
               disable=not progress, smoothing=0.0) as bar:
         for index, sample in enumerate(samples):
-            text = prompt_text(sample)
+            request, view = sample_request(target, sample, cfg.prompt_format)
             _, forced = model_inputs(target, cfg, 0, index, sample)
-            ranking = selector.rank(text, grid.settings(grid.keeps[0]))
+            try:
+                ranking = selector.rank(request, grid.settings(grid.keeps[0]))
+            except PromptTooLongForDraft as exc:
+                skipped.append({"sample": index, "task": sample.task,
+                                "context_len": sample.context_len, "why": str(exc)})
+                tqdm.write(f"speculative: sample {index} ({sample.task}, {sample.context_len}) "
+                           f"skipped: {exc}")
+                bar.update(1 + len(grid.keeps))
+                continue
             bar.update(1)
             for keep in grid.keeps:
-                selection = pick(ranking, target.tokenizer, grid.settings(keep),
-                                 text.rindex(sample.question))
+                selection = pick(ranking, view, target.tokenizer, grid.settings(keep),
+                                 view.text.rindex(sample.question))
                 new = max_new_tokens(target, sample)
                 prefilled = target.prefill(selection.ids, policy, len(forced) + new,
                                            positions=selection.positions)
@@ -52,7 +89,7 @@ def evaluate_speculative(target: Engine, draft: Engine, cfg: EvalConfig,
                 rows.append(_row(index, sample, grid, keep, policy, selection, len(forced),
                                  out))
                 bar.update(1)
-    return rows
+    return rows, skipped
 
 
 def _row(index: int, sample: Sample, grid: SpeculativeGrid, keep: float, policy: CachePolicy,

@@ -9,6 +9,8 @@ from serving import metrics
 from serving.convert import duration
 from serving.errors import DraftMissing
 from serving.speculative import speculative_from_pb
+from snapstream.chat import ChatMessage
+from snapstream.specprefill.pieces import Piece, Rendering, Request
 from snapstream.specprefill.selector import DraftSelector, Selection
 from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.tokenizer import Tokenizer
@@ -18,7 +20,8 @@ from snapstream.v1 import common_pb2, prefill_pb2
 @dataclass(frozen=True)
 class SpeculativeJob:
     settings: SpeculativeSettings
-    text: str
+    request: Request  # what the draft reads, in its own format
+    target_view: Rendering  # the prompt as the router rendered it for the target
     keep_from_char: int | None
 
 
@@ -37,14 +40,33 @@ def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelecto
         raise ValueError("speculative_prompt.text is empty: speculative prefill reads the text")
     keep_from = prompt.keep_from_char if prompt.HasField("keep_from_char") else None
     settings = speculative_from_pb(request.speculative, SpeculativeSettings())
-    return SpeculativeJob(settings, prompt.text, keep_from)
+    return SpeculativeJob(settings, *_request_from_pb(prompt), keep_from)
+
+
+def _request_from_pb(prompt: prefill_pb2.SpeculativePrompt) -> tuple[Request, Rendering]:
+    """The request (a text prompt when no pieces come) and the target's rendering of it;
+    ValueError when a piece is not where it says in the text."""
+    if not prompt.pieces:
+        request = Request.completion(prompt.text)
+        return request, Rendering(prompt.text, (Piece(0, 0, len(prompt.text)),))
+    for i, piece in enumerate(prompt.pieces):
+        if prompt.text[piece.offset:piece.offset + len(piece.content)] != piece.content:
+            raise ValueError(f"speculative_prompt.pieces[{i}]: its content is not at offset "
+                             f"{piece.offset} of the text")
+    try:
+        messages = tuple(ChatMessage(p.role, p.content) for p in prompt.pieces)
+    except ValueError as exc:
+        raise ValueError(f"speculative_prompt.pieces: {exc}") from None
+    return Request(messages, is_chat=True), Rendering(
+        prompt.text, tuple(Piece(p.offset, 0, len(p.content)) for p in prompt.pieces))
 
 
 def select(selector: DraftSelector, job: SpeculativeJob, tokenizer: Tokenizer,
            prompt_ids: list[int]) -> Selection:
     """On the model thread: the draft's pick among ``prompt_ids`` (the router's tokens of the
     same text)."""
-    selection = selector.select(job.text, tokenizer, job.settings, job.keep_from_char)
+    selection = selector.select(job.request, job.target_view, tokenizer, job.settings,
+                                job.keep_from_char)
     if selection.num_prompt_tokens != len(prompt_ids):
         raise ValueError(f"speculative_prompt.text has {selection.num_prompt_tokens} tokens, "
                          f"prompt_token_ids {len(prompt_ids)}: send the text they came from")

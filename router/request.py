@@ -16,6 +16,7 @@ from snapstream.chat import ChatMessage
 from snapstream.config import ModelConfig
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
+from snapstream.specprefill.pieces import Request, render_served
 from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.tokenizer import Tokenizer
 from snapstream.v1 import common_pb2, generation_pb2, prefill_pb2
@@ -94,11 +95,16 @@ def _speculative(request: generation_pb2.GenerateRequest, model: ServedModel
     if which != "messages":
         raise ValueError("speculative: send prompt or messages, not prompt_token_ids (the draft "
                          "model reads the text)")
-    text = model.tokenizer.render_chat(_chat_messages(request.messages))
-    prompt = prefill_pb2.SpeculativePrompt(text=text)
-    turns = [m.content for m in request.messages.messages if m.role == "user" and m.content]
-    if turns and turns[-1] in text:
-        prompt.keep_from_char = text.rindex(turns[-1])
+    chat = _chat_messages(request.messages)
+    view = render_served(model.tokenizer, Request(tuple(chat), is_chat=True))
+    prompt = prefill_pb2.SpeculativePrompt(text=view.text, pieces=[
+        prefill_pb2.SpeculativePiece(
+            role=message.role, offset=piece.text_start,
+            content=view.text[piece.text_start:piece.text_start + piece.length])
+        for message, piece in zip(chat, view.pieces, strict=True)])
+    users = [p for m, p in zip(chat, view.pieces, strict=True) if m.role == "user" and p.length]
+    if users:
+        prompt.keep_from_char = users[-1].text_start
     return prompt, settings.positions == "compact"
 
 

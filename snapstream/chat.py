@@ -13,12 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from typing import Protocol
 
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROLES = ("system", "user", "assistant", "tool")
+# a base model (no chat template) is asked in plain text: the messages' contents, then this cue
+PLAIN_ANSWER_CUE = "\n\nAnswer:"
 
 
 @dataclass(frozen=True)
@@ -91,3 +94,19 @@ class ChatTemplate:
             raise
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template failed on these messages: {exc}") from None
+
+
+class HasChatTemplate(Protocol):
+    chat_template: object | None
+
+
+def model_format(tokenizer: HasChatTemplate) -> str:
+    """How a model is asked: ``chat`` (its chat template) where it has one, ``raw`` (plain
+    text, :func:`render_plain`) for a base model: it has none, and continues text."""
+    return "raw" if tokenizer.chat_template is None else "chat"
+
+
+def render_plain(contents: Sequence[str]) -> str:
+    """A conversation as a base model reads it: the contents one after another, then the
+    answer cue (the model continues after ``Answer:``)."""
+    return "\n\n".join(contents) + PLAIN_ANSWER_CUE

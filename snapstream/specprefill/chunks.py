@@ -7,19 +7,26 @@ import math
 import torch
 
 
-def chunk_bounds(num_tokens: int, chunk_size: int) -> torch.Tensor:
-    """(C, 2) [start, end) token indices of consecutive chunks; the last may be shorter."""
-    starts = torch.arange(0, num_tokens, chunk_size)  # (C,)
-    return torch.stack((starts, (starts + chunk_size).clamp(max=num_tokens)), dim=1)
+def chunk_bounds(num_tokens: int, chunk_size: int, start: int = 0,
+                 end: int | None = None) -> torch.Tensor:
+    """(C, 2) [start, end) token indices: consecutive chunks of ``chunk_size`` over the tokens
+    [start, end) (the last may be shorter), and the tokens before ``start`` and after ``end``
+    (a template's, that no chunk of the text should share), if any, one chunk each."""
+    end = num_tokens if end is None else end
+    starts = torch.arange(start, end, chunk_size)  # (C,)
+    text = torch.stack((starts, (starts + chunk_size).clamp(max=end)), dim=1)
+    head = torch.tensor([[0, start]] if start > 0 else [], dtype=torch.int64).view(-1, 2)
+    tail = torch.tensor([[end, num_tokens]] if end < num_tokens else [],
+                        dtype=torch.int64).view(-1, 2)
+    return torch.cat((head, text, tail))
 
 
-def rank_chunks(scores: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """scores (P,) -> chunk indices (C,), best first: the first and the last chunk lead (they
-    are always kept), the rest by their tokens' mean score (ties: earlier chunk first)."""
-    num_tokens = scores.shape[0]
-    num_chunks = math.ceil(num_tokens / chunk_size)
-    padded = torch.nn.functional.pad(scores.float(), (0, num_chunks * chunk_size - num_tokens))
-    sizes = chunk_bounds(num_tokens, chunk_size).diff(dim=1)[:, 0]  # (C,)
-    means = padded.view(num_chunks, chunk_size).sum(dim=1) / sizes  # (C,)
-    means[0] = means[-1] = math.inf
+def rank_chunks(scores: torch.Tensor, bounds: torch.Tensor, always: tuple[int, int]
+                ) -> torch.Tensor:
+    """scores (P,), bounds (C, 2) -> chunk indices (C,), best first: the two ``always`` chunks
+    lead (the text's first and last, always kept), the rest by their tokens' mean score (ties:
+    earlier chunk first)."""
+    sums = torch.nn.functional.pad(scores.double().cumsum(0), (1, 0))  # (P + 1,)
+    means = (sums[bounds[:, 1]] - sums[bounds[:, 0]]) / bounds.diff(dim=1)[:, 0]  # (C,)
+    means[list(always)] = math.inf
     return torch.sort(means, descending=True, stable=True).indices

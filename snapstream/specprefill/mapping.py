@@ -50,3 +50,18 @@ def tokens_touching(offsets: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
     least one kept character."""
     counts = torch.nn.functional.pad(chars.long().cumsum(0), (1, 0))  # (T + 1,)
     return counts[offsets[:, 1]] > counts[offsets[:, 0]]
+
+
+def carry_spans(spans: torch.Tensor, links: list[tuple[int, int, int]]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """spans (C, 2) [start, end) characters of one text, links (source_start, dest_start,
+    length) to another (:func:`~snapstream.specprefill.pieces.links`) -> the spans' parts in the
+    other text (S, 2) and the index of the span each came from (S,), in order of that index;
+    characters outside every link are dropped."""
+    table = torch.tensor(links, dtype=torch.int64).view(-1, 3)  # (L, 3)
+    src, shift = table[:, 0], table[:, 1] - table[:, 0]  # (L,)
+    lo = torch.maximum(spans[:, :1], src)  # (C, L)
+    hi = torch.minimum(spans[:, 1:], src + table[:, 2])  # (C, L)
+    span_idx, link_idx = (hi > lo).nonzero(as_tuple=True)  # (S,) each, by span then link
+    moved = torch.stack((lo[span_idx, link_idx], hi[span_idx, link_idx]), dim=1)  # (S, 2)
+    return moved + shift[link_idx, None], span_idx

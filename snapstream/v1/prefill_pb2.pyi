@@ -33,12 +33,24 @@ class PrefillRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., blob_key: _Optional[str] = ..., prefix_tokens: _Optional[int] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeSettings, _Mapping]] = ..., speculative_prompt: _Optional[_Union[SpeculativePrompt, _Mapping]] = ...) -> None: ...
 
 class SpeculativePrompt(_message.Message):
-    __slots__ = ("text", "keep_from_char")
+    __slots__ = ("text", "keep_from_char", "pieces")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     KEEP_FROM_CHAR_FIELD_NUMBER: _ClassVar[int]
+    PIECES_FIELD_NUMBER: _ClassVar[int]
     text: str
     keep_from_char: int
-    def __init__(self, text: _Optional[str] = ..., keep_from_char: _Optional[int] = ...) -> None: ...
+    pieces: _containers.RepeatedCompositeFieldContainer[SpeculativePiece]
+    def __init__(self, text: _Optional[str] = ..., keep_from_char: _Optional[int] = ..., pieces: _Optional[_Iterable[_Union[SpeculativePiece, _Mapping]]] = ...) -> None: ...
+
+class SpeculativePiece(_message.Message):
+    __slots__ = ("role", "content", "offset")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    offset: int
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
     __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time", "cache_slots", "prefix_cache", "speculative")

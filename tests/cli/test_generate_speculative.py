@@ -11,6 +11,7 @@ from cli.main import main
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
+from snapstream.specprefill.pieces import Request, render_served
 from snapstream.specprefill.selector import DraftSelector
 from snapstream.specprefill.settings import SpeculativeSettings
 from tests.tiny_models import write_tiny_model
@@ -35,8 +36,9 @@ def test_generate_prefills_the_drafts_pick(tiny_model_dir, draft_dir, tmp_path, 
     assert main(args) == 0
     got = json.loads(capsys.readouterr().out)
     target = Engine.from_pretrained(tiny_model_dir)
+    request = Request.completion(DOCUMENT)  # the draft reads it through its chat template
     selection = DraftSelector(Engine.from_pretrained(draft_dir)).select(
-        DOCUMENT, target.tokenizer,
+        request, render_served(target.tokenizer, request), target.tokenizer,
         SpeculativeSettings(keep=0.25, chunk_size=16, positions=positions))
     expected = target.generate(selection.ids, 8, policy=CachePolicy(kind="full"),
                                sampling=SamplingParams(temperature=0.0),

@@ -105,18 +105,44 @@ def test_the_report_tables_every_pair_and_marks_the_target(result, out_dir, mode
     lines = capsys.readouterr().out.splitlines()
     pair = f"{models[1].name} → {models[0].name}"
     assert lines[0] == ("| draft → target | task | length | full | keep 25% | keep 100% | "
-                        "keep 25% ≥ 90% of full |")
+                        "skipped (too long for the draft) | keep 25% ≥ 90% of full |")
     right = {label: 2 * sum(r["correct"] == "True" for r in records
                             if r["task"] == "passkey" and r["budget_label"] == label)
              for label in ("", "keep 0.25", "keep 1")}
     mark = ("n.a." if right[""] < 2 else "met" if right["keep 0.25"] >= 0.9 * right[""]
             else "missed")
     expected = (f"| {pair} | **passkey** | all | **{right['']}/4** | "
-                f"**{right['keep 0.25']}/4** | **{right['keep 1']}/4** | {mark} |")
+                f"**{right['keep 0.25']}/4** | **{right['keep 1']}/4** |  | {mark} |")
     assert [line for line in lines if "**passkey**" in line] == [expected]
     (niah,) = [line for line in lines if f"| {pair} | niah | 600 |" in line]
     assert niah.count("/4") == 3  # full and both keep shares over 4 samples
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_sample_longer_than_the_drafts_context_is_skipped_and_said(models, tmp_path,
+                                                                    capsys):
+    """The draft reads each prompt through its chat template: the 600-token prompts do not fit
+    its 500 tokens, the 300-token ones do; the run goes on, and the report counts the skips."""
+    short_draft = write_tiny_model(tmp_path / "draft", seed=9, context=500)
+    grid = ["--tasks", "passkey", "--context-lens", "300,600", "--depths", "0.5",
+            "--placements", "after", "--policies", "full", "--n-per-cell", "1", "--no-progress"]
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(models[0]), "--draft-model", str(short_draft),
+                 "--keep", "0.25", "--chunk-size", "16", *grid, "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "speculative: 1 sample(s) longer than the draft's context skipped" in captured.out
+    assert "(passkey, 600) skipped: prompt has" in captured.out
+    summary = json.loads((out / "summary.json").read_text())
+    (skip,) = summary["config"]["speculative_skipped"]
+    assert (skip["task"], skip["context_len"]) == ("passkey", 600)
+    with (out / "results.csv").open(newline="") as file:
+        records = list(csv.DictReader(file))
+    assert sorted((r["policy"], r["context_len"]) for r in records) == [
+        ("full", "300"), ("full", "600"), ("speculative", "300")]
+    speculative.main(["report", str(out), "--out", str(tmp_path / "keep.png")])
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in lines if "| passkey | 600 |" in line]
+    assert row.endswith("| — | 1 |  |")
 
 
 def test_the_kept_tokens_of_one_prompt_are_drawn(models, tmp_path, capsys):

@@ -12,12 +12,14 @@ import pytest
 from prometheus_client import REGISTRY
 
 from prefill_svc.service import PrefillServicer
+from snapstream.chat import ChatMessage, render_plain
 from snapstream.engine import Engine
-from snapstream.specprefill.selector import DraftSelector
+from snapstream.specprefill.pieces import Request, render_served
+from snapstream.specprefill.selector import DraftSelector, pick
 from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.v1 import common_pb2, generation_pb2
 from tests.integration.test_services import ENGINE_POLICY, POLICY, collect, serving_stack, wait_idle
-from tests.tiny_models import write_tiny_model
+from tests.tiny_models import random_model, tiny_config, write_hf_dir, write_tiny_model
 
 DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(40))
 
@@ -62,8 +64,9 @@ async def test_the_target_decodes_what_it_prefilled_of_the_drafts_pick(
         assert report.draft_time.ToNanoseconds() > 0
         assert report.target_prefill_time.ToNanoseconds() > 0
         # the same selection in process, then the same greedy tokens
+        request = Request.completion(DOCUMENT)
         selection = DraftSelector(draft).select(
-            DOCUMENT, stack.engine.tokenizer,
+            request, render_served(stack.engine.tokenizer, request), stack.engine.tokenizer,
             SpeculativeSettings(keep=0.25, chunk_size=16, positions=positions))
         assert len(selection.ids) == report.kept_tokens
         expected = stack.engine.generate(selection.ids, max_new_tokens=6, policy=ENGINE_POLICY,
@@ -177,7 +180,54 @@ def test_the_router_marks_a_chat_prompts_final_user_turn(model_dir):
         messages=chat, speculative=common_pb2.SpeculativeSettings(keep=0.3)), model)
     text = resolved.speculative_prompt.text
     assert text[resolved.speculative_prompt.keep_from_char:].startswith("What does item 7 cost?")
+    pieces = resolved.speculative_prompt.pieces
+    assert [(p.role, p.content) for p in pieces] == [(m.role, m.content) for m in chat.messages]
+    assert all(text[p.offset:p.offset + len(p.content)] == p.content for p in pieces)
     assert model.tokenizer.encode(text) == list(resolved.prompt_ids)
     assert resolved.speculative.keep == pytest.approx(0.3)
     plain = resolve(generation_pb2.GenerateRequest(messages=chat), model)
     assert plain.speculative is None and plain.speculative_prompt is None
+
+
+async def test_a_base_draft_reads_a_chat_request_as_plain_text(model_dir, redis_url,
+                                                               tmp_path_factory):
+    """The router sends the messages' pieces; the worker's draft (no chat template) reads them
+    in its own plain format and its chunks land on the target's chat rendering."""
+    base = Engine.from_pretrained(write_hf_dir(
+        tmp_path_factory.mktemp("base-draft"),
+        random_model(tiny_config(max_position_embeddings=4096), seed=9), chat_template=None))
+    messages = (ChatMessage("user", DOCUMENT), ChatMessage("assistant", "Noted."),
+                ChatMessage("user", "What does item 7 cost?"))
+    chat = generation_pb2.ChatMessages(messages=[
+        generation_pb2.ChatMessage(role=m.role, content=m.content) for m in messages])
+    settings = SpeculativeSettings(keep=0.25, chunk_size=16)
+    async with serving_stack(model_dir, redis_url, prefill_cls=_with_draft(base)) as stack:
+        ids, _, complete = await collect(stack.generation, generation_pb2.GenerateRequest(
+            messages=chat, max_new_tokens=6, policy=POLICY,
+            speculative=common_pb2.SpeculativeSettings(keep=0.25, chunk_size=16)))
+        request = Request(messages, is_chat=True)
+        view = render_served(stack.engine.tokenizer, request)
+        ranking = DraftSelector(base).rank(request, settings)
+        assert ranking.draft_view.text == render_plain([m.content for m in messages])
+        selection = pick(ranking, view, stack.engine.tokenizer, settings,
+                         view.text.rindex("What does item 7 cost?"))
+        assert complete.speculative.kept_tokens == len(selection.ids) < complete.prompt_tokens
+        expected = stack.engine.generate(selection.ids, max_new_tokens=6, policy=ENGINE_POLICY,
+                                         positions=selection.positions)
+        assert ids == expected.token_ids
+        await wait_idle(stack)
+
+
+def test_the_worker_refuses_pieces_that_are_not_where_they_say():
+    from prefill_svc.speculative import job_from_request
+    from snapstream.v1 import prefill_pb2
+
+    prompt = prefill_pb2.SpeculativePrompt(text="<u>hello</u>", pieces=[
+        prefill_pb2.SpeculativePiece(role="user", content="hello", offset=4)])
+    request = prefill_pb2.PrefillRequest(speculative=common_pb2.SpeculativeSettings(),
+                                         speculative_prompt=prompt)
+    with pytest.raises(ValueError, match=r"pieces\[0\]: its content is not at offset 4"):
+        job_from_request(request, DraftSelector.__new__(DraftSelector))
+    request.speculative_prompt.pieces[0].offset = 3
+    job = job_from_request(request, DraftSelector.__new__(DraftSelector))
+    assert job.request.is_chat and job.target_view.pieces[0].text_start == 3

@@ -78,12 +78,22 @@ def test_sliding_layers_do_not_vote_and_a_draft_needs_a_global_layer():
 
 def test_chunks_rank_first_and_last_ahead_then_by_mean_score():
     scores = torch.tensor([0.0] * 4 + [5.0] * 4 + [1.0] * 4 + [9.0] * 4 + [0.0] * 3)
-    assert chunk_bounds(19, 4).tolist() == [[0, 4], [4, 8], [8, 12], [12, 16], [16, 19]]
-    assert rank_chunks(scores, 4).tolist() == [0, 4, 3, 1, 2]
+    bounds = chunk_bounds(19, 4)
+    assert bounds.tolist() == [[0, 4], [4, 8], [8, 12], [12, 16], [16, 19]]
+    assert rank_chunks(scores, bounds, (0, 4)).tolist() == [0, 4, 3, 1, 2]
     # the short last chunk is averaged over its own tokens
     tail = torch.tensor([1.0] * 4 + [3.0] * 4 + [2.0] * 4 + [0.0] * 4 + [4.0])
-    assert rank_chunks(tail, 4).tolist()[:2] == [0, 4]
-    assert rank_chunks(tail, 4).tolist()[2:] == [1, 2, 3]
+    ranked = rank_chunks(tail, chunk_bounds(17, 4), (0, 4)).tolist()
+    assert ranked[:2] == [0, 4] and ranked[2:] == [1, 2, 3]
+
+
+def test_a_templates_tokens_around_the_text_are_chunks_of_their_own():
+    # tokens 0-2 and 17-18: the draft's template; the text's chunks of 4 start at token 3
+    bounds = chunk_bounds(19, 4, start=3, end=17)
+    assert bounds.tolist() == [[0, 3], [3, 7], [7, 11], [11, 15], [15, 17], [17, 19]]
+    scores = torch.tensor([9.0] * 3 + [0.0] * 4 + [2.0] * 4 + [1.0] * 4 + [0.0] * 2 + [9.0] * 2)
+    # the text's first and last chunks lead; the template's rank by their scores
+    assert rank_chunks(scores, bounds, (1, 4)).tolist() == [1, 4, 0, 5, 2, 3]
 
 
 def test_a_bfloat16_prompt_forward_keeps_the_chunks_float32_keeps(tiny_model_dir):
@@ -105,5 +115,7 @@ def test_a_bfloat16_prompt_forward_keeps_the_chunks_float32_keeps(tiny_model_dir
     assert half.scores.dtype == torch.float32 and half.look_ahead_ids == full.look_ahead_ids
     assert torch.corrcoef(torch.stack([half.scores, full.scores]))[0, 1] > 0.999
     num_kept = len(ids) // 32 // 4  # chunks of 32, keep 25%
-    assert rank_chunks(half.scores, 32)[:num_kept].tolist() == \
-        rank_chunks(full.scores, 32)[:num_kept].tolist()
+    bounds = chunk_bounds(len(ids), 32)
+    last = len(bounds) - 1
+    assert rank_chunks(half.scores, bounds, (0, last))[:num_kept].tolist() == \
+        rank_chunks(full.scores, bounds, (0, last))[:num_kept].tolist()

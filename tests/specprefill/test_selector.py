@@ -7,12 +7,19 @@ import pytest
 from snapstream.chat import ChatMessage
 from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.registry import model_path
-from snapstream.specprefill.selector import DraftSelector
+from snapstream.specprefill.pieces import Request, render_served
+from snapstream.specprefill.selector import DraftSelector, pick
 from snapstream.specprefill.settings import SpeculativeSettings
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
 DOCUMENT = " ".join(f"Line {i}: the value of item {i} is {i * 37 % 1000}." for i in range(60))
+
+
+def select_text(selector, text, target, settings):
+    """A text prompt: the tiny draft (no chat template) reads it as it is, as the target does."""
+    request = Request.completion(text)
+    return selector.select(request, render_served(target, request), target, settings)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +34,7 @@ def target():
 
 @pytest.mark.parametrize("keep", [0.1, 0.25, 0.5])
 def test_a_share_keeps_about_that_share_with_the_first_and_last_tokens(selector, target, keep):
-    out = selector.select(DOCUMENT, target, SpeculativeSettings(keep=keep, chunk_size=16))
+    out = select_text(selector, DOCUMENT, target, SpeculativeSettings(keep=keep, chunk_size=16))
     ids = target.encode(DOCUMENT)
     assert out.num_prompt_tokens == len(ids) and not out.skipped
     assert out.ids == [ids[i] for i in out.positions]
@@ -39,9 +46,9 @@ def test_a_share_keeps_about_that_share_with_the_first_and_last_tokens(selector,
 
 def test_a_token_count_is_a_ceiling_and_compact_positions_renumber(selector, target):
     settings = SpeculativeSettings(keep=None, keep_tokens=300, chunk_size=8, positions="compact")
-    out = selector.select(DOCUMENT, target, settings)
+    out = select_text(selector, DOCUMENT, target, settings)
     assert 250 < len(out.ids) <= 300 and out.positions is None
-    whole = selector.select(DOCUMENT, target, SpeculativeSettings(keep=1.0, chunk_size=8))
+    whole = select_text(selector, DOCUMENT, target, SpeculativeSettings(keep=1.0, chunk_size=8))
     assert whole.ids == target.encode(DOCUMENT) and whole.kept_share == 1.0
 
 
@@ -51,7 +58,10 @@ def test_chat_prompts_keep_the_template_tokens_and_the_final_user_turn(selector,
                 ChatMessage("user", question)]
     text = target.render_chat(messages)
     ids, offsets = target.encode_with_offsets(text)
-    out = selector.select(text, target, SpeculativeSettings(keep=0.1, chunk_size=16),
+    request = Request(tuple(messages), is_chat=True)
+    view = render_served(target, request)
+    assert view.text == text
+    out = selector.select(request, view, target, SpeculativeSettings(keep=0.1, chunk_size=16),
                           keep_from_char=text.rindex(question))
     kept = set(out.positions)
     special = {i for i, t in target.inner.get_added_tokens_decoder().items() if t.special}
@@ -62,7 +72,7 @@ def test_chat_prompts_keep_the_template_tokens_and_the_final_user_turn(selector,
 
 
 def test_a_prompt_shorter_than_a_chunk_is_prefilled_whole(selector, target):
-    out = selector.select("A short prompt.", target, SpeculativeSettings(keep=0.1))
+    out = select_text(selector, "A short prompt.", target, SpeculativeSettings(keep=0.1))
     assert out.ids == target.encode("A short prompt.") and out.positions is None
     assert "shorter than one chunk" in out.skipped
 
@@ -79,10 +89,9 @@ def test_bad_settings_name_the_field(fields, message):
 
 
 def test_one_ranking_serves_every_budget(selector, target):
-    from snapstream.specprefill.selector import pick
-
-    ranking = selector.rank(DOCUMENT, SpeculativeSettings(chunk_size=16))
+    request = Request.completion(DOCUMENT)
+    ranking = selector.rank(request, SpeculativeSettings(chunk_size=16))
     for keep in (0.1, 0.5):
         settings = SpeculativeSettings(keep=keep, chunk_size=16)
-        assert pick(ranking, target, settings).ids == selector.select(
-            DOCUMENT, target, settings).ids
+        assert pick(ranking, render_served(target, request), target, settings).ids == \
+            select_text(selector, DOCUMENT, target, settings).ids
