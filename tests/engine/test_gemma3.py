@@ -146,6 +146,6 @@ def test_a_quantized_gemma_prompt_runs_in_bfloat16_close_to_float32(gemma):
     got, want = served.prefill(ids, policy, 4), fp32.prefill(ids, policy, 4)
     assert float((got.logits - want.logits).norm() / want.logits.norm()) < 0.03
     for part, reference in zip(got.cache.groups, want.cache.groups, strict=True):
-        assert part.k.shape == reference.k.shape and part.k.dtype == torch.bfloat16
+        assert part.k.shape == reference.k.shape and part.k.dtype == served.kv_dtype == torch.int8
     sliding = got.cache.groups[1]  # the window ring: the same last tokens whatever the dtype
     assert torch.equal(sliding.positions, want.cache.groups[1].positions)
