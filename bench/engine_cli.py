@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bench.report import (
@@ -12,7 +11,7 @@ from bench.report import (
     fmt_ratio,
     machine_line,
     markdown_table,
-    write_section,
+    publish,
 )
 from serving.settings import add_model_setting
 
@@ -40,12 +39,8 @@ def run(args: argparse.Namespace) -> int:
         with_transformers=not args.no_transformers)
     engine = Engine.from_pretrained(args.model, dtype="float32")  # transformers gets its weights
     results = run_engine_bench(cfg, engine)
-    body = render(results, cfg, engine.config)
-    print(body)
-    write_section(args.doc, "engine", body)
+    publish(render(results, cfg, engine.config), "engine", args.doc, results, args.json_out)
     plot(results, args.doc.parent / "img" / "engine_decode_vs_context.png")
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2))
     return 0
 
 

@@ -12,7 +12,6 @@ bfloat16 GEMM on the dequantized weight (what prefill uses from ``quant.GEMM_MIN
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from bench.report import (
     machine_line,
     markdown_table,
     parse_ints,
-    write_section,
+    publish,
 )
 from serving.settings import add_model_setting
 
@@ -134,9 +133,5 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = KernelBenchConfig(rows=args.rows, calls=args.calls, threads=args.threads)
     results = run_kernel_bench(cfg, args.model)
-    body = render(results, command_line())
-    print(body)
-    write_section(args.doc, "kernels", body)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2))
+    publish(render(results, command_line()), "kernels", args.doc, results, args.json_out)
     return 0

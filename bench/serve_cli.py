@@ -4,7 +4,6 @@ docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.stores or set(args.stores) - set(STORE_SERVERS):
         raise ValueError(f"--stores: choose from {', '.join(STORE_SERVERS)}, got "
                          f"{','.join(args.stores)}")
-    from bench.report import write_section
+    from bench.report import publish
     from bench.serve_report import image_name, plot
     from bench.serve_workload import DEFAULT_SYSTEMS
 
@@ -97,17 +96,14 @@ def run(args: argparse.Namespace) -> int:
             repeats=args.blob_repeats))
         results["blob"] = [asdict(point) for point in points]
     section, body = _render(results, cfg.systems, is_default)
-    print(body)
-    write_section(args.doc, section, body)
+    publish(body, section, args.doc, results, args.json_out)
     for serve in results.get("serve", []):
         plot(serve, args.doc.parent / "img" / image_name(section, serve))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2))
     return 0
 
 
 def _run_doccache(args: argparse.Namespace, cfg) -> int:
-    from bench.report import command_line, write_section
+    from bench.report import command_line, publish
     from bench.serve_doccache import render, run_doccache_bench
 
     if args.parts != ("serve",) or args.systems not in (None, ("router",)):
@@ -116,11 +112,8 @@ def _run_doccache(args: argparse.Namespace, cfg) -> int:
     if args.documents < 1:
         raise ValueError(f"--documents must be >= 1, got {args.documents}")
     results = run_doccache_bench(cfg, args.model, args.documents)
-    body = render(results, command_line())
-    print(body)
-    write_section(args.doc, "serve-doccache", body)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2))
+    publish(render(results, command_line()), "serve-doccache", args.doc, results,
+            args.json_out)
     return 0
 
 
