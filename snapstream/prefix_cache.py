@@ -11,7 +11,10 @@ queries attend to the stored keys (at their original positions, already rotated)
 to each other. Each layer then compresses into the request's layout exactly as a whole prompt
 would be (``compress_kv``), with the stored keys and the suffix's as the only candidates and
 SnapKV's window (the suffix's last queries, so the question's) picking the final ``n_topk``
-among them. A document short enough to be stored whole gives the same cache as a full prefill.
+among them. A suffix shorter than the window (the question was inside the document) has no
+question in it: the window is then the queries of as many tokens decoded greedily after it
+(:func:`_look_ahead`), scored as if they ended the prompt. A document short enough to be stored
+whole gives the same cache as a full prefill.
 """
 
 from __future__ import annotations
@@ -99,44 +102,64 @@ def _one_group(layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, positions:
 
 @dataclass
 class _SuffixAttention:
-    """The suffix's attention, layer by layer, over the stored keys and causally over itself;
-    keeps what the selection after the forward needs (the suffix's K/V, its last queries)."""
+    """The attention of the tokens run after a stored document, forward after forward (the
+    suffix, then any lookahead tokens): over every stored key and causally over each other.
+    Keeps what the selection after the forward needs (their K/V, the last queries)."""
 
-    keys: torch.Tensor  # (L, Hkv, M + T, D): the stored keys, then the suffix's (per layer)
-    values: torch.Tensor  # (L, Hkv, M + T, D)
-    mask: torch.Tensor  # (T, M + T) bool: every stored key, the suffix causally
+    keys: torch.Tensor  # (L, Hkv, M + T + A, D): the stored keys, then room for the run tokens
+    values: torch.Tensor  # (L, Hkv, M + T + A, D)
+    num_prefix: int  # M
     window: int  # the last queries kept for SnapKV's scores; 0: none
-    q_windows: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, W, D)
+    num_run: int = 0  # tokens run so far
+    mask: torch.Tensor | None = None  # (t, M + num_run + t) bool of the current forward
+    q_windows: list[list[torch.Tensor]] = field(default_factory=list)  # L x [(Hq, w, D)]
+
+    def run(self, model: Transformer, ids: list[int], first_position: int,
+            dtype: torch.dtype) -> torch.Tensor:
+        """One forward of ``ids`` at the positions after those run so far -> (t, hidden)."""
+        device = self.keys.device
+        start = self.num_prefix + self.num_run
+        self.mask = torch.ones(len(ids), start + len(ids), dtype=torch.bool,
+                               device=device).tril(start)  # (t, M + num_run + t)
+        positions = torch.arange(first_position + self.num_run,
+                                 first_position + self.num_run + len(ids), device=device)
+        hidden = model(torch.tensor([ids], device=device), positions[None], self, dtype)
+        self.num_run += len(ids)
+        return hidden[0]
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        num_prefix = self.keys.shape[2] - k.shape[2]
-        self.keys[layer_idx, :, num_prefix:] = k[0]
-        self.values[layer_idx, :, num_prefix:] = v[0]
+        start = self.num_prefix + self.num_run
+        end = start + k.shape[2]
+        self.keys[layer_idx, :, start:end] = k[0]
+        self.values[layer_idx, :, start:end] = v[0]
         if self.window:
-            self.q_windows.append(q[0, :, -self.window:])
+            if layer_idx == len(self.q_windows):
+                self.q_windows.append([])
+            self.q_windows[layer_idx].append(q[0, :, -self.window:])
         return F.scaled_dot_product_attention(
-            q, self.keys[layer_idx, None], self.values[layer_idx, None], attn_mask=self.mask,
-            enable_gqa=True)
+            q, self.keys[layer_idx, None, :, :end], self.values[layer_idx, None, :, :end],
+            attn_mask=self.mask, enable_gqa=True)
+
+    def window_queries(self) -> torch.Tensor:
+        """(L, Hq, window, D): the last ``window`` queries run, every layer."""
+        return torch.stack([torch.cat(parts, dim=1)[:, -self.window:]
+                            for parts in self.q_windows])
 
 
 def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int,
                       dtype: torch.dtype) -> tuple[_SuffixAttention, torch.Tensor]:
-    """The attention of a ``num_tokens`` suffix on ``prefix``, and the positions (L, Hkv,
-    M + T) of its keys: the stored document's present slots, then the suffix's."""
+    """The attention of up to ``num_tokens`` tokens run on ``prefix``, and the positions (L,
+    Hkv, M + T) of the prompt's keys: the stored document's present slots, then the ``T``
+    suffix tokens' (the first tokens run; lookahead tokens are not the prompt's)."""
     (stored,) = prefix.groups
     present = stored.positions != EMPTY  # (L, Hkv, S): the same count in every row
     num_layers, num_kv_heads, _ = present.shape
     stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
     num_prefix = stored_pos.shape[2]
-    suffix_pos = torch.arange(prefix.prompt_len, prefix.prompt_len + num_tokens,
-                              device=stored_pos.device)  # (T,)
-    positions = torch.cat((stored_pos, suffix_pos.expand(num_layers, num_kv_heads, -1)), dim=2)
     keys, values = (_with_room(kv_float(rows[present]).view(num_layers, num_kv_heads,
                                                              num_prefix, -1).to(dtype),
                                num_tokens) for rows in (stored.k, stored.v))
-    mask = torch.ones(num_tokens, num_prefix + num_tokens, dtype=torch.bool,
-                      device=keys.device).tril(num_prefix)  # (T, M + T)
-    return _SuffixAttention(keys, values, mask, window), positions
+    return _SuffixAttention(keys, values, num_prefix, window), stored_pos
 
 
 def _with_room(rows: torch.Tensor, num_tokens: int) -> torch.Tensor:
@@ -144,25 +167,43 @@ def _with_room(rows: torch.Tensor, num_tokens: int) -> torch.Tensor:
     return torch.cat((rows, rows.new_zeros(*rows.shape[:2], num_tokens, rows.shape[3])), dim=2)
 
 
-def _select(attention: _SuffixAttention, positions: torch.Tensor, prompt_len: int,
-            policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
+def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: int,
+            prompt_len: int, policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
             ) -> SequenceCache:
-    """Every layer compressed at once into ``layout`` from the stored keys and the suffix's,
-    as a whole prompt would be (a dense prompt with the absent keys zeroed, never picked)."""
+    """Every layer compressed at once into ``layout`` from the stored keys (at ``stored_pos``
+    (L, Hkv, M)) and the suffix's, as a whole prompt would be (a dense prompt with the absent
+    keys zeroed, never picked)."""
     num_layers, num_kv_heads, _, head_dim = attention.keys.shape
     shape = (num_layers, num_kv_heads, prompt_len, head_dim)
+    num_prompt = stored_pos.shape[2] + num_suffix  # M + T (then the lookahead's A rows)
+    suffix_pos = torch.arange(prompt_len - num_suffix, prompt_len, device=stored_pos.device)
+    positions = torch.cat((stored_pos, suffix_pos.expand(num_layers, num_kv_heads, -1)),
+                          dim=2)  # (L, Hkv, M + T)
     index = positions[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, M + T, D)
-    dense_k = attention.keys.new_zeros(shape).scatter_(2, index, attention.keys)
-    dense_v = attention.values.new_zeros(shape).scatter_(2, index, attention.values)
+    dense_k, dense_v = (rows.new_zeros(shape).scatter_(2, index, rows[:, :, :num_prompt])
+                        for rows in (attention.keys, attention.values))  # (L, Hkv, P, D)
     known = torch.zeros(shape[:3], dtype=torch.bool, device=positions.device)
     known.scatter_(2, positions, True)  # (L, Hkv, P)
     scores = None
-    if attention.window:  # every layer's heads as one batch of L x Hkv heads
-        q_windows = torch.stack(attention.q_windows).flatten(0, 1)  # (L*Hq, W, D)
-        scores = snapkv_scores(q_windows, dense_k.flatten(0, 1), policy.kernel, policy.pooling,
-                               known.flatten(0, 1)).view(shape[:3])  # (L, Hkv, P)
+    if attention.window:
+        scores = _window_scores(attention, dense_k, known, num_prompt, policy)
     out_k, out_v, out_pos = compress_kv(layout, dense_k, dense_v, scores, kv_dtype)
     return _one_group(layout, out_k, out_v, out_pos, prompt_len)
+
+
+def _window_scores(attention: _SuffixAttention, dense_k: torch.Tensor, known: torch.Tensor,
+                   num_prompt: int, policy: CachePolicy) -> torch.Tensor:
+    """(L, Hkv, P): SnapKV's scores of the prompt's keys ``dense_k`` (L, Hkv, P, D) (present
+    where ``known``) by the window's queries, as if the lookahead tokens (the attention's rows
+    past ``num_prompt``) ended the prompt; every layer's heads as one batch of L x Hkv heads."""
+    num_layers, num_kv_heads, prompt_len, _ = dense_k.shape
+    lookahead = attention.keys[:, :, num_prompt:]  # (L, Hkv, A, D)
+    keys = torch.cat((dense_k, lookahead), dim=2) if lookahead.shape[2] else dense_k
+    present = F.pad(known, (0, lookahead.shape[2]), value=True)  # (L, Hkv, P + A)
+    q_windows = attention.window_queries().flatten(0, 1)  # (L*Hq, W, D)
+    scores = snapkv_scores(q_windows, keys.flatten(0, 1), policy.kernel, policy.pooling,
+                           present.flatten(0, 1))  # (L*Hkv, P + A)
+    return scores.view(num_layers, num_kv_heads, -1)[..., :prompt_len]
 
 
 @torch.no_grad()
@@ -181,9 +222,25 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
                          f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
-    window = min(policy.window, len(suffix_ids)) if selects else 0
-    attention, positions = _suffix_attention(prefix, len(suffix_ids), window, dtype)
-    device = model.lm_head.weight.device
-    ids = torch.tensor([suffix_ids], device=device)  # (1, T)
-    hidden = model(ids, positions[0, 0, -len(suffix_ids):][None], attention, dtype)
-    return _select(attention, positions, prompt_len, policy, layout, kv_dtype), hidden[0, -1]
+    window = policy.window if selects else 0
+    num_lookahead = window if len(suffix_ids) < window else 0  # see _look_ahead
+    attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + num_lookahead, window,
+                                              dtype)
+    hidden = attention.run(model, suffix_ids, prefix.prompt_len, dtype)[-1]  # (hidden,)
+    _look_ahead(model, attention, hidden, num_lookahead, prefix.prompt_len, dtype)
+    cache = _select(attention, stored_pos, len(suffix_ids), prompt_len, policy, layout,
+                    kv_dtype)
+    return cache, hidden
+
+
+def _look_ahead(model: Transformer, attention: _SuffixAttention, hidden: torch.Tensor,
+                num_tokens: int, first_position: int, dtype: torch.dtype) -> None:
+    """Decode ``num_tokens`` greedily after the suffix (its last state ``hidden``) through
+    ``attention``, for their queries only: they are SnapKV's window when the suffix is shorter
+    than the window. Such a suffix is the template's opening of the answer after a question
+    asked inside the stored document (its queries know nothing of the question: 0-1 of 9
+    answers, docs/accuracy.md); the start of the model's own answer does. Every token is
+    decoded through, an end of turn too; none is kept in the cache."""
+    for _ in range(num_tokens):
+        logits = model.logits(hidden.to(model.model.norm.weight.dtype))  # (V,)
+        hidden = attention.run(model, [int(logits.argmax())], first_position, dtype)[-1]
