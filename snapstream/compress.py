@@ -61,13 +61,17 @@ def _rows(tensor: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
 
 def compress_kv(
     layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, scores: torch.Tensor | None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | None = None, rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """k, v (L, Hkv, P, D) of the whole prompt, for any number of layers L, and their SnapKV
     scores (L, Hkv, P) -> K, V (L, Hkv, S, W) in the KV dtype ``dtype`` (default: k's; only the
     kept tokens are converted, an int8 row quantized here once; W: its row width,
-    :mod:`snapstream.kvquant`) and positions (L, Hkv, S) int32, EMPTY where no token is."""
-    num_layers, num_kv_heads, prompt_len, head_dim = k.shape
+    :mod:`snapstream.kvquant`) and positions (L, Hkv, S) int32, EMPTY where no token is.
+    rows (L, Hkv, P) int64, optional: k, v (L, Hkv, N, D) hold a subset of the prompt's
+    positions, each kept position's at its ``rows`` index (a stored document's keys and the
+    question's; the positions kept must be among them)."""
+    num_layers, num_kv_heads, _, head_dim = k.shape
+    prompt_len = k.shape[2] if rows is None else rows.shape[2]
     codec = kv_codec(dtype or k.dtype)
     shape = (num_layers, num_kv_heads, layout.budget)
     width = codec.row_width(head_dim)
@@ -84,7 +88,8 @@ def compress_kv(
     else:
         keep = torch.arange(prompt_len, device=k.device).expand(num_layers, num_kv_heads, -1)
         slots = slot_indices(layout, keep)
-    gather = keep[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, n_kept, D)
+    taken = keep if rows is None else rows.gather(2, keep)  # (L, Hkv, n_kept): rows of k
+    gather = taken[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, n_kept, D)
     scatter = slots[..., None].expand(-1, -1, -1, width)  # (L, Hkv, n_kept, W)
     out_k.scatter_(2, scatter, codec.encode(k.gather(2, gather)))
     out_v.scatter_(2, scatter, codec.encode(v.gather(2, gather)))

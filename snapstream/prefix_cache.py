@@ -171,39 +171,30 @@ def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: i
             prompt_len: int, policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
             ) -> SequenceCache:
     """Every layer compressed at once into ``layout`` from the stored keys (at ``stored_pos``
-    (L, Hkv, M)) and the suffix's, as a whole prompt would be (a dense prompt with the absent
-    keys zeroed, never picked)."""
-    num_layers, num_kv_heads, _, head_dim = attention.keys.shape
-    shape = (num_layers, num_kv_heads, prompt_len, head_dim)
-    num_prompt = stored_pos.shape[2] + num_suffix  # M + T (then the lookahead's A rows)
-    suffix_pos = torch.arange(prompt_len - num_suffix, prompt_len, device=stored_pos.device)
-    positions = torch.cat((stored_pos, suffix_pos.expand(num_layers, num_kv_heads, -1)),
-                          dim=2)  # (L, Hkv, M + T)
-    index = positions[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, M + T, D)
-    dense_k, dense_v = (rows.new_zeros(shape).scatter_(2, index, rows[:, :, :num_prompt])
-                        for rows in (attention.keys, attention.values))  # (L, Hkv, P, D)
-    known = torch.zeros(shape[:3], dtype=torch.bool, device=positions.device)
-    known.scatter_(2, positions, True)  # (L, Hkv, P)
+    (L, Hkv, M)) and the suffix's, as a whole prompt would be, without a prompt-sized copy:
+    SnapKV scores the keys where they are (absent ones score -inf, never picked) and the kept
+    ones are gathered from them. Every layer's heads are one batch of L x Hkv heads."""
+    num_layers, num_kv_heads, num_run, _ = attention.keys.shape
+    run_pos = torch.arange(prompt_len - num_suffix, prompt_len - num_suffix + num_run
+                           - stored_pos.shape[2], device=stored_pos.device)  # (T + A,)
+    positions = torch.cat((stored_pos, run_pos.expand(num_layers, num_kv_heads, -1)),
+                          dim=2)  # (L, Hkv, M + T + A): the lookahead's A after the prompt
+    num_prompt = stored_pos.shape[2] + num_suffix  # M + T
     scores = None
-    if attention.window:
-        scores = _window_scores(attention, dense_k, known, num_prompt, policy)
-    out_k, out_v, out_pos = compress_kv(layout, dense_k, dense_v, scores, kv_dtype)
+    if attention.window:  # as if the lookahead tokens ended the prompt, then cut to it
+        scores = snapkv_scores(attention.window_queries().flatten(0, 1),  # (L*Hq, W, D)
+                               attention.keys.flatten(0, 1), policy.kernel, policy.pooling,
+                               positions.flatten(0, 1))
+        scores = scores.view(num_layers, num_kv_heads, -1)[..., :prompt_len]  # (L, Hkv, P)
+    index = torch.arange(num_prompt, device=positions.device).expand(
+        num_layers, num_kv_heads, -1)  # (L, Hkv, M + T)
+    rows = torch.zeros(num_layers, num_kv_heads, prompt_len, dtype=torch.long,
+                       device=positions.device).scatter_(2, positions[..., :num_prompt],
+                                                         index)  # (L, Hkv, P): each key's row
+    out_k, out_v, out_pos = compress_kv(layout, attention.keys[:, :, :num_prompt],
+                                        attention.values[:, :, :num_prompt], scores, kv_dtype,
+                                        rows)
     return _one_group(layout, out_k, out_v, out_pos, prompt_len)
-
-
-def _window_scores(attention: _SuffixAttention, dense_k: torch.Tensor, known: torch.Tensor,
-                   num_prompt: int, policy: CachePolicy) -> torch.Tensor:
-    """(L, Hkv, P): SnapKV's scores of the prompt's keys ``dense_k`` (L, Hkv, P, D) (present
-    where ``known``) by the window's queries, as if the lookahead tokens (the attention's rows
-    past ``num_prompt``) ended the prompt; every layer's heads as one batch of L x Hkv heads."""
-    num_layers, num_kv_heads, prompt_len, _ = dense_k.shape
-    lookahead = attention.keys[:, :, num_prompt:]  # (L, Hkv, A, D)
-    keys = torch.cat((dense_k, lookahead), dim=2) if lookahead.shape[2] else dense_k
-    present = F.pad(known, (0, lookahead.shape[2]), value=True)  # (L, Hkv, P + A)
-    q_windows = attention.window_queries().flatten(0, 1)  # (L*Hq, W, D)
-    scores = snapkv_scores(q_windows, keys.flatten(0, 1), policy.kernel, policy.pooling,
-                           present.flatten(0, 1))  # (L*Hkv, P + A)
-    return scores.view(num_layers, num_kv_heads, -1)[..., :prompt_len]
 
 
 @torch.no_grad()

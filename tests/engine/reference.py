@@ -23,12 +23,15 @@ LOGITS_ATOL = {torch.float32: 1e-4, torch.bfloat16: 1e-4, torch.int8: 1e-3}
 
 
 def snapkv_reference_scores(
-    q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str
+    q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str,
+    present: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SnapKV (Li et al. 2024, Alg. 1) per query head, as kvpress's SnapKVPress computes it: the
     attention of each window query (causal inside the window) over the keys before the window,
     averaged over the window, 1-D pooled with zero/-inf padding, then averaged over each GQA
-    group; the window's own keys score +inf (SnapKV always keeps them). Returns (Hkv, P)."""
+    group; the window's own keys score +inf (SnapKV always keeps them). Returns (Hkv, P).
+    present (Hkv, P) bool, optional: only these keys exist (the others get no attention and
+    score -inf)."""
     num_q_heads, window, head_dim = q_window.shape
     num_kv_heads, prompt_len, _ = k.shape
     group = num_q_heads // num_kv_heads
@@ -39,6 +42,8 @@ def snapkv_reference_scores(
         for i in range(window):
             pos = prompt_len - window + i
             logits = keys[: pos + 1] @ q_window[head, i].double() / math.sqrt(head_dim)
+            if present is not None:
+                logits[~present[head // group, : pos + 1]] = -math.inf
             per_head[head] += torch.softmax(logits, dim=0)[:before] / window
     pooled = torch.empty_like(per_head)
     half = kernel // 2
@@ -50,6 +55,8 @@ def snapkv_reference_scores(
             pooled[:, j] = per_head[:, lo:hi].max(dim=1).values
     scores = torch.full((num_kv_heads, prompt_len), math.inf, dtype=torch.float64)
     scores[:, :before] = pooled.view(num_kv_heads, group, before).mean(dim=1)
+    if present is not None:
+        scores[:, :before][~present[:, :before]] = -math.inf
     return scores
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from snapstream.attention import PrefillRecorder
 from snapstream.policy import CachePolicy
+from snapstream.snapkv import snapkv_scores
 from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.engine.reference import (
     LOGITS_ATOL,
@@ -175,3 +177,26 @@ def test_snapkv_selection_matches_paper_reference(num_heads, num_kv_heads, pooli
             kth = candidates[head].topk(policy.n_topk).values[-1]
             # only exact ties at the k-th score may be broken differently
             assert all(abs(scores[head, p] - kth) < 1e-9 for p in differ), (layer, head, differ)
+
+
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "pooling", "kernel"),
+                         [(4, 2, "avg", 5), (4, 1, "max", 3)])
+def test_snapkv_scores_keys_given_at_their_positions(num_heads, num_kv_heads, pooling, kernel):
+    """A subset of a prompt's keys, in any order, with their positions (a stored document's and
+    its question's) scores as the reference does when only those keys exist."""
+    model = random_model(tiny_config(num_heads=num_heads, num_kv_heads=num_kv_heads), seed=7)
+    queries, keys = record_prefill(model, prompt(60, seed=12))
+    q, k = queries[1], keys[1]  # (Hq, P, D), (Hkv, P, D)
+    window, generator = 8, torch.Generator().manual_seed(5)
+    positions = torch.stack([
+        torch.cat((torch.randperm(52, generator=generator)[:30], torch.arange(52, 60)))
+        [torch.randperm(38, generator=generator)] for _ in range(num_kv_heads)
+    ])  # (Hkv, 38): 30 keys before the window and the window's 8, shuffled
+    present = torch.zeros(num_kv_heads, 60, dtype=torch.bool).scatter_(1, positions, True)
+    subset = k.gather(1, positions[..., None].expand(-1, -1, k.shape[2]))  # (Hkv, 38, D)
+    got = snapkv_scores(q[:, -window:], subset, kernel, pooling, positions)
+    expected = snapkv_reference_scores(q[:, -window:], k, kernel, pooling, present)
+    assert torch.equal(got == -math.inf, expected == -math.inf)
+    assert (got == -math.inf).sum() == num_kv_heads * 22
+    finite = expected.isfinite()
+    torch.testing.assert_close(got[finite].double(), expected[finite], atol=1e-6, rtol=1e-5)

@@ -3,14 +3,13 @@ prefilled on top of it, against full prefills and brute-force restricted attenti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 import torch
 
 from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY
-from snapstream.model import causal_attention
 from snapstream.policy import CachePolicy
 from snapstream.prefix_cache import store_layout
 from snapstream.prefix_config import SCORES, DocumentCacheConfig
@@ -24,7 +23,7 @@ from snapstream.prefix_scores import (
     spread_in_sentence,
 )
 from tests.engine.helpers import engine_for, greedy_with_logits
-from tests.engine.reference import masked_logits, snapkv_reference_scores
+from tests.engine.reference import masked_logits, record_prefill, snapkv_reference_scores
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
@@ -198,21 +197,6 @@ def test_the_final_cache_picks_among_stored_and_question_tokens(engine):
             assert set(picks[layer, head].tolist()) <= stored | set(range(120, 122))
 
 
-@dataclass
-class _Recorder:
-    """Causal attention that keeps every layer's queries, keys and values."""
-
-    q: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, T, D)
-    k: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, T, D)
-    v: list[torch.Tensor] = field(default_factory=list)
-
-    def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
-        self.q.append(q[0])
-        self.k.append(k[0])
-        self.v.append(v[0])
-        return causal_attention(q, k, v)
-
-
 def test_a_suffix_shorter_than_the_window_is_scored_by_the_greedy_answer(engine):
     """A 2-token suffix cannot fill the 4-query window: the model's next 4 greedy tokens are
     decoded and their queries score the prompt, as SnapKV scores a prompt that they end."""
@@ -222,16 +206,14 @@ def test_a_suffix_shorter_than_the_window_is_scored_by_the_greedy_answer(engine)
     reused = engine.prefill_on_prefix(prefix, ids, POLICY, max_new_tokens=4)
     lookahead, _, _ = greedy_with_logits(engine, ids, CachePolicy(kind="full"),
                                          steps=POLICY.window)
-    recorder = _Recorder()
-    longer = ids + lookahead
-    engine.model(torch.tensor([longer]), torch.arange(len(longer))[None], recorder)
+    queries, keys = record_prefill(engine.model, ids + lookahead)
     window, num_prompt = POLICY.window, len(ids)
     scores = torch.stack([snapkv_reference_scores(q[:, -window:], k, POLICY.kernel,
                                                   POLICY.pooling)[:, :num_prompt]
-                          for q, k in zip(recorder.q, recorder.k, strict=True)])
-    _, _, expected = compress_kv(POLICY.layout(num_prompt, 4),
-                                 torch.stack(recorder.k)[:, :, :num_prompt],
-                                 torch.stack(recorder.v)[:, :, :num_prompt], scores.float())
+                          for q, k in zip(queries, keys, strict=True)])  # (L, Hkv, P)
+    prompt_keys = torch.stack(keys)[:, :, :num_prompt]  # (L, Hkv, P, D)
+    _, _, expected = compress_kv(POLICY.layout(num_prompt, 4), prompt_keys, prompt_keys,
+                                 scores.float())
     assert torch.equal(reused.cache.groups[0].positions, expected)
     # not the selection of the suffix's own queries (the full prefill's, window 2)
     own = engine.prefill(ids, replace(POLICY, window=2), max_new_tokens=4)
