@@ -29,6 +29,7 @@ from evaldata.phrasing import PHRASES
 from evaldata.sample import TaskConfig, exact_match
 from evaluation.budget import Budget, SplitRule
 from evaluation.results import markdown_header, markdown_row
+from kvstore.codec import BlobSpec, decode_blob, encode_blob
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
 from snapstream.kvcache import SequenceCache
@@ -181,7 +182,8 @@ def run_document(engine: Engine, doc: str, asks: list[Ask], budget: Budget, plac
 def measure_ttft(engine: Engine, doc_len: int, repeats: int,
                  doc_config: DocumentCacheConfig) -> dict:
     """Seconds to the first token's logits of a question on a cached ``doc_len``-token document
-    against a full re-prefill (the document compressed per question by SnapKV)."""
+    (read back from its blob, as a served question is) against a full re-prefill (the
+    document compressed per question by SnapKV); the blob's size and codec times."""
     rng = random.Random(0)
     doc, asks = build_document("niah", rng, engine, doc_len, 2)
     rule = SplitRule.from_policy(engine.default_policy)
@@ -191,6 +193,13 @@ def measure_ttft(engine: Engine, doc_len: int, repeats: int,
     start = time.perf_counter()
     stored = engine.compress_prefix(ids[:n_prefix], policy, 16, doc_config=doc_config)
     compress_s = time.perf_counter() - start
+    spec = BlobSpec.for_model(engine.config, bytes(32), engine.kv_dtype)
+    start = time.perf_counter()
+    blob = encode_blob(stored, spec)
+    encode_s = time.perf_counter() - start
+    start = time.perf_counter()
+    stored = decode_blob(blob, spec)  # what a served question reads back from the store
+    decode_s = time.perf_counter() - start
     full_s, suffix_s = [], []
     for ask in asks[:repeats]:
         ids, _ = split(engine, [ChatMessage("system", doc), ChatMessage("user", ask.question)],
@@ -202,7 +211,8 @@ def measure_ttft(engine: Engine, doc_len: int, repeats: int,
         engine.prefill_on_prefix(stored, ids, policy, 16, doc_config=doc_config)
         suffix_s.append(time.perf_counter() - start)
     return {"doc_tokens": n_prefix, "compress_s": compress_s, "full_s": min(full_s),
-            "suffix_s": min(suffix_s), "policy": policy}
+            "suffix_s": min(suffix_s), "policy": policy, "blob_bytes": len(blob),
+            "kv_dtype": engine.kv_dtype, "encode_s": encode_s, "decode_s": decode_s}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"TTFT at {t['doc_tokens']} document tokens ({t['policy']}): full re-prefill "
               f"{t['full_s']:.2f} s, cached document {t['suffix_s']:.3f} s "
               f"({t['full_s'] / t['suffix_s']:.1f}x); compressing the document once "
-              f"{t['compress_s']:.2f} s")
+              f"{t['compress_s']:.2f} s; its blob {t['blob_bytes'] / 1e6:.1f} MB "
+              f"({t['kv_dtype']}), encoded in {t['encode_s'] * 1e3:.0f} ms, read back "
+              f"(decode_blob) in {t['decode_s'] * 1e3:.1f} ms")
     print(markdown_header(["task", "placement", "asked", "full", f"snapkv {args.budget}",
                            f"doccache {args.budget}", "doccache, stored kept",
                            "compress s", "suffix s / question",
