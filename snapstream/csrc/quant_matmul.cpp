@@ -6,10 +6,10 @@
 // snapstream/checkpoints/gguf_blocks.py); G is K / (the scales' second dimension).
 //
 // The weights are read once per call for all rows of x, up to kRowTile rows at a time in
-// registers (a matrix-vector kernel reads them again for every row).
+// registers, or 32 rows in AMX tiles (a matrix-vector kernel reads them again for every row).
 //
-// int4 (weight-only): codes unpacked to bfloat16 and multiplied with AVX512-BF16 pair dot
-// products (vdpbf16ps, float32 accumulation). An int4 value q becomes the bfloat16 128 + q by
+// int4 (weight-only): codes unpacked to bfloat16 and multiplied with AMX tiles (tdpbf16ps)
+// where the CPU has them, else AVX512-BF16 pair dot products (vdpbf16ps); float32 sums. An int4 value q becomes the bfloat16 128 + q by
 // bit operations alone (0x4300 | q). A group's dot product sum x c (c = 128 + q) then takes the
 // group's scale and offset once per group and row:
 //   sum x w = scale * sum x c + (offset - 128 scale) * sum x.
@@ -45,6 +45,9 @@
 #include <numeric>
 #include <utility>
 #include <vector>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "generic_kernels.h"
 
@@ -270,6 +273,126 @@ SNAPSTREAM_BF16 void int4_rows_block(const Block& block, const Rows& x, const Bl
   for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
 }
 
+// int4 on AMX (where the CPU and the kernel allow it): per 32 inputs the block's 16 pairs are
+// unpacked as above into a 16 x 64-byte tile (B: pair p of output j, the layout vdpbf16ps
+// reads), and one tdpbf16ps multiplies it with up to 16 rows of x (A: each row's 32 bfloat16
+// inputs, read in place); two C tiles take 32 rows, so the weights are unpacked once per 32
+// rows, not once per 8. A group's C tile then takes its scale and offset as in the AVX-512
+// kernel. Each output is a dot product of its row alone: a row's result does not depend on its
+// batch (the tiles' rows are independent).
+constexpr int64_t kAmxRows = 16;   // rows of x per tile
+constexpr int64_t kAmxInputs = 32; // bfloat16 inputs per tile row (64 bytes)
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// The kernel asks Linux once for the right to use the tile registers (arch_prctl); without it
+// the first tile instruction faults.
+bool amx_usable() {
+  static const bool usable = [] {
+    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile")) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+
+// Tiles: per group's parity, C for rows 0-15 and 16-31 of the pass (0 and 1, or 5 and 6) and B
+// (4, or 7); A (2 and 3: the same rows of x). Alternating lets a group's products run while
+// the previous group's C tiles are stored and scaled.
+#define SNAPSTREAM_AMX __attribute__((target("avx512f,avx512bw,avx512bf16,f16c,amx-tile,amx-bf16")))
+
+// The tile intrinsics take their tile numbers as literal text, so the even and odd groups'
+// functions are written out by a macro.
+#define SNAPSTREAM_INT4_AMX_GROUP(NAME, C_LO, C_HI, B)                                         \
+  SNAPSTREAM_AMX inline void NAME(const Block& block, const Rows& x, int64_t g, bool two_tiles, \
+                                  uint32_t(*pairs)[kBlock]) {                                    \
+    const int64_t x_stride = block.k * 2; /* bytes between rows of x */                          \
+    _tile_zero(C_LO);                                                                            \
+    if (two_tiles) _tile_zero(C_HI);                                                             \
+    for (int64_t k0 = g * block.group; k0 < (g + 1) * block.group; k0 += kAmxInputs) {          \
+      for (int64_t i = 0; i < kAmxInputs / 2; ++i)                                               \
+        _mm512_store_si512(pairs[i], (__m512i)int4_pairs(block.weight, k0 / 2 + i));             \
+      _tile_loadd(B, pairs, 64);                                                                 \
+      _tile_loadd(2, x.x + k0, x_stride);                                                        \
+      _tile_dpbf16ps(C_LO, 2, B);                                                                \
+      if (two_tiles) {                                                                           \
+        _tile_loadd(3, x.x + kAmxRows * block.k + k0, x_stride);                                 \
+        _tile_dpbf16ps(C_HI, 3, B);                                                              \
+      }                                                                                          \
+    }                                                                                            \
+  }                                                                                              \
+  SNAPSTREAM_AMX inline void NAME##_store(float(*dots)[kBlock], bool two_tiles) {                \
+    _tile_stored(C_LO, dots[0], 64);                                                             \
+    if (two_tiles) _tile_stored(C_HI, dots[kAmxRows], 64);                                       \
+  }
+SNAPSTREAM_INT4_AMX_GROUP(int4_amx_even, 0, 1, 4)
+SNAPSTREAM_INT4_AMX_GROUP(int4_amx_odd, 5, 6, 7)
+#undef SNAPSTREAM_INT4_AMX_GROUP
+
+// acc (rows, 16) += group g's dots (rows, 16) times its scale, plus x's group sums times its
+// offset - 128 scale.
+SNAPSTREAM_AMX inline void int4_amx_scale(const Block& block, const Rows& x, int64_t g,
+                                          int64_t rows, float (*dots)[kBlock],
+                                          float (*acc)[kBlock]) {
+  const __m512 scale = load_scales(block, g * block.stride);
+  __m512 offset = block.has_offset ? load_scales(block, g * block.stride + kBlock)
+                                   : _mm512_setzero_ps();
+  offset = _mm512_fnmadd_ps(_mm512_set1_ps(128.f), scale, offset);  // offset - 128 scale
+  for (int64_t m = 0; m < rows; ++m) {
+    __m512 sum = _mm512_fmadd_ps(_mm512_load_ps(dots[m]), scale, _mm512_load_ps(acc[m]));
+    sum = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, sum);
+    _mm512_store_ps(acc[m], sum);
+  }
+}
+
+SNAPSTREAM_AMX void int4_amx_pass(const Block& block, const Rows& x, int64_t rows,
+                                  const BlockOut& out) {
+  TileConfig config;
+  const bool two_tiles = rows > kAmxRows;
+  for (int t = 0; t < 2; ++t) {  // C even (0, 1), C odd (5, 6), A (2, 3)
+    const auto tile_rows = static_cast<uint8_t>(std::clamp(rows - t * kAmxRows, int64_t{0}, kAmxRows));
+    for (int tile : {t, 5 + t, 2 + t}) {
+      config.rows[tile] = tile_rows;
+      config.bytes_per_row[tile] = tile_rows ? 64 : 0;
+    }
+  }
+  for (int tile : {4, 7}) {  // B
+    config.rows[tile] = kAmxInputs / 2;
+    config.bytes_per_row[tile] = 64;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) uint32_t pairs[kAmxInputs / 2][kBlock];  // B: (16 pairs, 16 outputs)
+  alignas(64) float dots[2 * kAmxRows][kBlock];        // C of one group
+  alignas(64) float acc[2 * kAmxRows][kBlock] = {};
+  for (int64_t g = 0; g < x.groups; ++g) {
+    if (g % 2 == 0) {
+      int4_amx_even(block, x, g, two_tiles, pairs);
+      if (g > 0) {
+        int4_amx_odd_store(dots, two_tiles);
+        int4_amx_scale(block, x, g - 1, rows, dots, acc);
+      }
+    } else {
+      int4_amx_odd(block, x, g, two_tiles, pairs);
+      int4_amx_even_store(dots, two_tiles);
+      int4_amx_scale(block, x, g - 1, rows, dots, acc);
+    }
+  }
+  if (x.groups % 2 == 1) {
+    int4_amx_even_store(dots, two_tiles);
+  } else {
+    int4_amx_odd_store(dots, two_tiles);
+  }
+  int4_amx_scale(block, x, x.groups - 1, rows, dots, acc);
+  _tile_release();
+  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
+  for (int64_t m = 0; m < rows; ++m)
+    _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, _mm512_load_ps(acc[m]));
+}
+
 // ROWS rows of x's 8-bit codes times an int8 block: per sub-group, int32 sums of 4-byte
 // products (exact, so one chain per row is as deterministic as any), then the scales in float.
 template <int ROWS>
@@ -321,6 +444,12 @@ void block_avx512(const Block& block, const Rows& x, int64_t rows, const BlockOu
   for (int64_t m = 0; m < rows; m += kRowTile)
     kernels[std::min<int64_t>(kRowTile, rows - m)](block, x.from(m), out.from(m));
 }
+void int4_amx(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
+  if (block.group % kAmxInputs != 0) return block_avx512<Format::kInt4>(block, x, rows, out);
+  for (int64_t m = 0; m < rows; m += 2 * kAmxRows)
+    int4_amx_pass(block, x.from(m), std::min(2 * kAmxRows, rows - m), out.from(m));
+}
+
 #endif
 
 // The block kernel for a format on this CPU: AVX512-BF16 (int4) / AVX512-VNNI (int8) where
@@ -330,6 +459,7 @@ BlockKernel block_kernel(Format format) {
 #if SNAPSTREAM_AVX512_KERNELS
   static const bool bf16 = __builtin_cpu_supports("avx512bf16");
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (format == Format::kInt4 && !generic && amx_usable()) return &int4_amx;
   if (format == Format::kInt4 && bf16 && !generic) return &block_avx512<Format::kInt4>;
   if (format == Format::kInt8 && vnni && !generic) return &block_avx512<Format::kInt8>;
 #endif

@@ -20,11 +20,13 @@
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "generic_kernels.h"
@@ -135,75 +137,182 @@ __attribute__((target("avx512f"))) inline __m512 load16(const int8_t* src) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
 }
 
-// Scores of G queries (G, D) against slots [begin, end) of k (S, row_stride(D)), D a multiple of
-// 16: scores (G, end - begin), -inf where a slot is empty. 16 slots at a time, one accumulator
-// each; an int8 key's dot product with its codes times its scale.
+// Scores of G queries (G, D) against COUNT slots from s0 of k (S, row_stride(D)), D a multiple of
+// 16, into scores + s0 - begin of each query's row of n: one accumulator per slot, kept in
+// registers because COUNT is a constant (a runtime count spills them to the stack); an int8
+// key's dot product with its codes times its scale, -inf where a slot is empty.
+template <typename KV, int COUNT>
+__attribute__((target("avx512f"))) inline void score_block(const float* q, const KV* k,
+                                                           const bool* empty, int64_t s0,
+                                                           int64_t begin, int64_t n,
+                                                           int64_t group, int64_t dim,
+                                                           float* scores) {
+  const int64_t stride = row_stride<KV>(dim);
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 scales = _mm512_set1_ps(1.f);
+  if constexpr (is_quantized<KV>()) {
+    float lane[16] = {};
+    for (int j = 0; j < COUNT; ++j) lane[j] = row_scale(k + (s0 + j) * stride, dim);
+    scales = _mm512_loadu_ps(lane);
+  }
+  __mmask16 is_empty = 0;
+  for (int j = 0; j < COUNT; ++j) is_empty |= static_cast<__mmask16>(empty[s0 + j]) << j;
+  for (int64_t g = 0; g < group; ++g) {
+    __m512 acc[16];
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < dim; d += 16) {
+      const __m512 query = _mm512_loadu_ps(q + g * dim + d);
+      for (int j = 0; j < COUNT; ++j)
+        acc[j] = _mm512_fmadd_ps(query, load16(k + (s0 + j) * stride + d), acc[j]);
+    }
+    __m512 dots = sum16(acc);
+    if constexpr (is_quantized<KV>()) dots = _mm512_mul_ps(dots, scales);
+    const __m512 sums = _mm512_mask_blend_ps(is_empty, dots, neg_inf);
+    _mm512_mask_storeu_ps(scores + g * n + (s0 - begin),
+                          static_cast<__mmask16>((1u << COUNT) - 1), sums);
+  }
+}
+
+template <typename KV, int... C>
+constexpr std::array<void (*)(const float*, const KV*, const bool*, int64_t, int64_t, int64_t,
+                              int64_t, int64_t, float*),
+                     sizeof...(C)>
+score_blocks(std::integer_sequence<int, C...>) {
+  return {&score_block<KV, C + 1>...};
+}
+
+// Scores of G queries (G, D) against slots [begin, end): scores (G, end - begin), 16 slots at a
+// time (the last block's count picks its instance).
 template <typename KV>
 __attribute__((target("avx512f"))) void scores_avx512(const float* q, const KV* k,
                                                       const bool* empty, int64_t begin,
                                                       int64_t end, int64_t group, int64_t dim,
                                                       float* scores) {
-  const int64_t n = end - begin, stride = row_stride<KV>(dim);
+  static constexpr auto kBlocks = score_blocks<KV>(std::make_integer_sequence<int, 16>{});
+  const int64_t n = end - begin;
+  for (int64_t s0 = begin; s0 < end; s0 += 16)
+    kBlocks[std::min<int64_t>(16, end - s0) - 1](q, k, empty, s0, begin, n, group, dim, scores);
+}
+
+// exp_nonpositive on 16 lanes, the same operations in the same order (the scalar code's
+// multiply-adds are contracted to FMAs too).
+__attribute__((target("avx512f"))) inline __m512 exp16_nonpositive(__m512 x) {
+  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+  const __m512 n = _mm512_roundscale_ps(
+      _mm512_fmadd_ps(clamped, _mm512_set1_ps(1.44269504f), _mm512_set1_ps(0.5f)),
+      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), clamped));
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  const __m512i bits =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_LT_OQ);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~underflow), p, _mm512_castsi512_ps(bits));
+}
+
+// Each query's scores (G, n) in place -> probabilities against the row's max: chunk_max (G),
+// chunk_sum (G); a row of empty slots only (max -inf) gets zeros.
+__attribute__((target("avx512f"))) void softmax_avx512(float* scores, int64_t n, int64_t group,
+                                                       float* chunk_max, float* chunk_sum) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t s0 = begin; s0 < end; s0 += 16) {
-    const int64_t count = std::min<int64_t>(16, end - s0);
-    __m512 scales = _mm512_set1_ps(1.f);
-    if constexpr (is_quantized<KV>()) {
-      float lane[16] = {};
-      for (int64_t j = 0; j < count; ++j) lane[j] = row_scale(k + (s0 + j) * stride, dim);
-      scales = _mm512_loadu_ps(lane);
+  for (int64_t g = 0; g < group; ++g) {
+    float* probs = scores + g * n;
+    __m512 m = neg_inf;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 lanes = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - i)) - 1);
+      m = _mm512_max_ps(m, _mm512_mask_loadu_ps(neg_inf, lanes, probs + i));
     }
-    for (int64_t g = 0; g < group; ++g) {
-      __m512 acc[16];
-      for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
-      for (int64_t d = 0; d < dim; d += 16) {
-        const __m512 query = _mm512_loadu_ps(q + g * dim + d);
-        for (int64_t j = 0; j < count; ++j)
-          acc[j] = _mm512_fmadd_ps(query, load16(k + (s0 + j) * stride + d), acc[j]);
+    const float row_max = _mm512_reduce_max_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    if (row_max != -std::numeric_limits<float>::infinity()) {
+      const __m512 shift = _mm512_set1_ps(row_max);
+      for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 lanes = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - i)) - 1);
+        const __m512 e = exp16_nonpositive(
+            _mm512_sub_ps(_mm512_mask_loadu_ps(neg_inf, lanes, probs + i), shift));
+        _mm512_mask_storeu_ps(probs + i, lanes, e);
+        sum = _mm512_add_ps(sum, e);  // lanes past n hold e^-inf = 0
       }
-      __mmask16 is_empty = 0;
-      for (int64_t j = 0; j < count; ++j) is_empty |= static_cast<__mmask16>(empty[s0 + j]) << j;
-      __m512 dots = sum16(acc);
-      if constexpr (is_quantized<KV>()) dots = _mm512_mul_ps(dots, scales);
-      const __m512 sums = _mm512_mask_blend_ps(is_empty, dots, neg_inf);
-      _mm512_mask_storeu_ps(scores + g * n + (s0 - begin),
-                            static_cast<__mmask16>((1u << count) - 1), sums);
+    } else {
+      std::fill(probs, probs + n, 0.f);
     }
+    chunk_max[g] = row_max;
+    chunk_sum[g] = _mm512_reduce_add_ps(sum);
   }
 }
 
+// HEADS query heads' weighted sums of VECTORS x 16 value dimensions from d0, held in registers
+// (both counts are constants: runtime bounds spill the sums to the stack); each value row is
+// widened once for all of the heads, an int8 row's scale joins the probabilities.
+template <typename KV, int HEADS, int VECTORS>
+__attribute__((target("avx512f"))) void values_tile(const float* probs, const KV* v,
+                                                   const bool* empty, int64_t begin,
+                                                   int64_t end, int64_t g0, int64_t d0,
+                                                   int64_t dim, float* acc) {
+  const int64_t n = end - begin, stride = row_stride<KV>(dim);
+  __m512 sums[HEADS][VECTORS];
+  for (int h = 0; h < HEADS; ++h)
+    for (int u = 0; u < VECTORS; ++u) sums[h][u] = _mm512_setzero_ps();
+  for (int64_t s = begin; s < end; ++s) {
+    if (empty[s]) continue;  // NaN or stale values never leak in
+    const KV* src = v + s * stride;
+    const float scale = row_scale(src, dim);
+    __m512 row[VECTORS];
+    for (int u = 0; u < VECTORS; ++u) row[u] = load16(src + d0 + 16 * u);
+    for (int h = 0; h < HEADS; ++h) {
+      const __m512 p = _mm512_set1_ps(probs[(g0 + h) * n + (s - begin)] * scale);
+      for (int u = 0; u < VECTORS; ++u) sums[h][u] = _mm512_fmadd_ps(p, row[u], sums[h][u]);
+    }
+  }
+  for (int h = 0; h < HEADS; ++h)
+    for (int u = 0; u < VECTORS; ++u)
+      _mm512_storeu_ps(acc + (g0 + h) * dim + d0 + 16 * u, sums[h][u]);
+}
+
+constexpr int kTileHeads = 4, kTileVectors = 4;  // query heads and 16-wide vectors per tile
+
+using ValuesTile = void (*)(const float*, const void*, const bool*, int64_t, int64_t, int64_t,
+                            int64_t, int64_t, float*);
+
+template <typename KV, int HEADS, int VECTORS>
+__attribute__((target("avx512f"))) void values_tile_erased(const float* probs, const void* v,
+                                                           const bool* empty, int64_t begin,
+                                                           int64_t end, int64_t g0, int64_t d0,
+                                                           int64_t dim, float* acc) {
+  values_tile<KV, HEADS, VECTORS>(probs, static_cast<const KV*>(v), empty, begin, end, g0, d0,
+                                  dim, acc);
+}
+
+template <typename KV, int HEADS, int... V>
+constexpr std::array<ValuesTile, kTileVectors> values_row(std::integer_sequence<int, V...>) {
+  return {&values_tile_erased<KV, HEADS, V + 1>...};
+}
+
+template <typename KV, int... H>
+constexpr std::array<std::array<ValuesTile, kTileVectors>, kTileHeads> values_tiles(
+    std::integer_sequence<int, H...>) {
+  return {values_row<KV, H + 1>(std::make_integer_sequence<int, kTileVectors>{})...};
+}
+
 // acc (G, D) = probs (G, end - begin) @ v[begin:end] (S, row_stride(D)), D a multiple of 16,
-// skipping empty slots: for 64 dimensions and up to 4 query heads at a time, the sums stay in
-// registers and each value row is widened once for all of them (an int8 row's scale joins the
-// probabilities).
+// skipping empty slots, in register tiles of up to 4 query heads x 64 dimensions.
 template <typename KV>
 __attribute__((target("avx512f"))) void values_avx512(const float* probs, const KV* v,
                                                       const bool* empty, int64_t begin,
                                                       int64_t end, int64_t group, int64_t dim,
                                                       float* acc) {
-  constexpr int kHeads = 4, kVectors = 4;  // query heads and 16-wide vectors per register tile
-  const int64_t n = end - begin, stride = row_stride<KV>(dim);
-  for (int64_t d0 = 0; d0 < dim; d0 += 16 * kVectors) {
-    const int64_t vectors = std::min<int64_t>(kVectors, (dim - d0) / 16);
-    for (int64_t g0 = 0; g0 < group; g0 += kHeads) {
-      const int64_t heads = std::min<int64_t>(kHeads, group - g0);
-      __m512 sums[kHeads][kVectors];
-      for (int h = 0; h < kHeads; ++h)
-        for (int u = 0; u < kVectors; ++u) sums[h][u] = _mm512_setzero_ps();
-      for (int64_t s = begin; s < end; ++s) {
-        if (empty[s]) continue;  // NaN or stale values never leak in
-        const KV* src = v + s * stride;
-        const float scale = row_scale(src, dim);
-        __m512 row[kVectors];
-        for (int64_t u = 0; u < vectors; ++u) row[u] = load16(src + d0 + 16 * u);
-        for (int64_t h = 0; h < heads; ++h) {
-          const __m512 p = _mm512_set1_ps(probs[(g0 + h) * n + (s - begin)] * scale);
-          for (int64_t u = 0; u < vectors; ++u) sums[h][u] = _mm512_fmadd_ps(p, row[u], sums[h][u]);
-        }
-      }
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t u = 0; u < vectors; ++u)
-          _mm512_storeu_ps(acc + (g0 + h) * dim + d0 + 16 * u, sums[h][u]);
+  static constexpr auto kTiles = values_tiles<KV>(std::make_integer_sequence<int, kTileHeads>{});
+  for (int64_t d0 = 0; d0 < dim; d0 += 16 * kTileVectors) {
+    const int64_t vectors = std::min<int64_t>(kTileVectors, (dim - d0) / 16);
+    for (int64_t g0 = 0; g0 < group; g0 += kTileHeads) {
+      const int64_t heads = std::min<int64_t>(kTileHeads, group - g0);
+      kTiles[heads - 1][vectors - 1](probs, v, empty, begin, end, g0, d0, dim, acc);
     }
   }
 }
@@ -256,23 +365,29 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
       }
     }
   }
-  for (int64_t g = 0; g < group; ++g) {
-    float* probs = scores + g * n;
-    float m = neg_inf;
+  if (use_avx512 && dim % 16 == 0) {
+#if SNAPSTREAM_AVX512
+    softmax_avx512(scores, n, group, chunk_max, chunk_sum);
+#endif
+  } else {
+    for (int64_t g = 0; g < group; ++g) {
+      float* probs = scores + g * n;
+      float m = neg_inf;
 #pragma omp simd reduction(max : m)
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, probs[i]);
-    float sum = 0.f;
-    if (m != neg_inf) {
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, probs[i]);
+      float sum = 0.f;
+      if (m != neg_inf) {
 #pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < n; ++i) {
-        probs[i] = exp_nonpositive(probs[i] - m);
-        sum += probs[i];
+        for (int64_t i = 0; i < n; ++i) {
+          probs[i] = exp_nonpositive(probs[i] - m);
+          sum += probs[i];
+        }
+      } else {
+        std::fill(probs, probs + n, 0.f);
       }
-    } else {
-      std::fill(probs, probs + n, 0.f);
+      chunk_max[g] = m;
+      chunk_sum[g] = sum;
     }
-    chunk_max[g] = m;
-    chunk_sum[g] = sum;
   }
   if (use_avx512 && dim % 16 == 0) {
 #if SNAPSTREAM_AVX512

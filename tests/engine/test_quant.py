@@ -290,7 +290,7 @@ def activation_codes(x: torch.Tensor, group: int) -> torch.Tensor:
 @pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 kernels where the CPU has them
 @pytest.mark.parametrize("grouping", GROUPINGS)
 @pytest.mark.parametrize("n", [24, 50, 64])  # outputs filling part of the last block of 16
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17])  # register tiles of 8, chains for few
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17, 33])  # tiles of 8 (16 on AMX), passes of 32
 def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, generic,
                                                                   grouping, n, rows):
     """int4: x (rounded to bfloat16) @ the float32 weight; int8: x's 8-bit codes (per
