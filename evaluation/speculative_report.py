@@ -19,13 +19,15 @@ TARGET_KEEP, TARGET_SHARE, TARGET_FULL_AT_LEAST = 0.25, 0.9, 0.5
 
 
 def load_pair(out_dir: Path) -> dict:
-    """An eval directory's summary.json with its pair named (``draft -> target``)."""
+    """An eval directory's summary.json with its pair named (``draft -> target``, and the
+    position mode unless ``original``: runs of two modes are two pairs)."""
     summary = json.loads((out_dir / "summary.json").read_text())
     spec = summary["config"]["speculative"]
     if spec is None:
         raise ValueError(f"{out_dir}: not a speculative run (eval without --draft-model)")
-    return summary | {"pair": f"{Path(spec['draft']).name} → {Path(summary['model']).name}",
-                      "keeps": spec["keeps"]}
+    positions = "" if spec["positions"] == "original" else f", {spec['positions']} positions"
+    return summary | {"pair": f"{Path(spec['draft']).name} → {Path(summary['model']).name}"
+                              f"{positions}", "keeps": spec["keeps"]}
 
 
 # what tells one accuracy entry of a summary from another (the grouping's keys, the run's)

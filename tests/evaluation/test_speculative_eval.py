@@ -16,7 +16,7 @@ from cli.main import main
 from evaldata import Needle, Placement, Sample
 from evaluation import speculative
 from evaluation.config import EvalConfig, SpeculativeGrid
-from evaluation.speculative_report import verdict
+from evaluation.speculative_report import load_pair, verdict
 from evaluation.speculative_runs import needle_kept
 from tests.tiny_models import write_tiny_model
 
@@ -244,3 +244,11 @@ def test_a_grid_needs_the_question_after_the_context():
     assert EvalConfig(placements=(Placement.AFTER,), speculative=grid).speculative == grid
     with pytest.raises(ValueError, match="placements=after and gaps=0"):
         EvalConfig(placements=(Placement.AFTER,), gaps=(0, 64), speculative=grid)
+
+
+@pytest.mark.parametrize(("positions", "pair"), [
+    ("original", "draft → target"), ("compact", "draft → target, compact positions")])
+def test_runs_of_two_position_modes_are_two_pairs(tmp_path, positions, pair):
+    (tmp_path / "summary.json").write_text(json.dumps({"model": "/models/target", "config": {
+        "speculative": {"draft": "draft", "keeps": [0.25], "positions": positions}}}))
+    assert load_pair(tmp_path)["pair"] == pair
