@@ -10,7 +10,6 @@ Run: ``snapstream bench specprefill``.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import time
@@ -111,7 +110,6 @@ def project(cfg: SpecPrefillBenchConfig) -> list[dict]:
 
 def render(cfg: SpecPrefillBenchConfig, measured: list[dict], projected: list[dict],
            command: str) -> str:
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     table = []
     for r in measured:
         both = r["draft_s"] + r["kept_s"]
@@ -128,8 +126,8 @@ def render(cfg: SpecPrefillBenchConfig, measured: list[dict], projected: list[di
     return "\n\n".join([
         f"## Speculative prefill: time to first token, {Path(cfg.draft).name} drafting for "
         f"{Path(cfg.target).name}",
-        f"Command: `{command}`  \nMachine: {machine_line()}; shared with other jobs (load "
-        f"average at the end: {load}): compare ratios within a row only.",
+        f"Command: `{command}`  \nMachine: {machine_line()}: compare ratios within a row "
+        "only (other jobs' load falls on all three timings alike).",
         f"Measured: {cfg.draft} drafting for {cfg.target} at keep {cfg.keep:g} (passkey "
         f"prompts, raw; `full` cache policy, so the prefill is the whole cost; median of "
         f"{cfg.rounds} round(s), after an untimed warm-up pass on a {WARM_UP_TOKENS}-token "

@@ -60,6 +60,9 @@ class Row:
     forced_nll: float | None
     draft: str | None = None  # speculative rows: the draft model (the target is the run's)
     keep: float | None = None  # speculative rows: the keep share asked for
+    # speculative rows: share of the target needles' target tokens kept (1: the draft kept the
+    # needle whole, so a wrong answer is the target's; below 1: the draft lost part of it)
+    needle_kept: float | None = None
 
 
 COLUMNS = tuple(f.name for f in fields(Row))
@@ -93,10 +96,15 @@ def _entry(entry: dict, members: list[Row]) -> dict:
     fractions = [row.budget_fraction for row in members if row.budget_fraction is not None]
     correct = sum(row.correct for row in members)
     nll = [row.forced_nll for row in members if row.forced_nll is not None]
+    wrong = [row.needle_kept for row in members
+             if not row.correct and row.needle_kept is not None]
     return entry | {
         "budget_fraction": sum(fractions) / len(fractions) if fractions else None,
         "n": len(members), "correct": correct, "accuracy": correct / len(members),
         "forced_nll": sum(nll) / len(nll) if nll else None,
+        # speculative rows' wrong answers: the draft lost part of the needle / kept it whole
+        "wrong_needle_lost": sum(share < 1 for share in wrong),
+        "wrong_needle_whole": sum(share == 1 for share in wrong),
     }
 
 

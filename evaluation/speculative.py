@@ -32,7 +32,7 @@ from evaluation.speculative_report import (
     plot_kept_chunks,
     table,
 )
-from evaluation.speculative_runs import sample_request
+from evaluation.speculative_runs import needle_kept, sample_request
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -112,23 +112,13 @@ def run_compact(args: argparse.Namespace) -> None:
                 for name in names:
                     wins[budget, name] += right[name]
                 marks = " | ".join("yes" if right[name] else "no" for name in names)
-                needle = _needle_kept(prompt, sample, offsets, selection.positions)
+                needle = needle_kept(prompt, sample, offsets, selection.indices)
                 print(f"| {task} | {depth} | {len(ids)} | {budget} | {marks} | {needle:.0%} | "
                       f"{ranking.draft_s:.0f} |", flush=True)
     total = args.samples * len(args.tasks)
     for budget in args.budgets:
         counts = " | ".join(f"{wins[budget, n]}/{total}" for n in names)
         print(f"| **right** | | | {budget} | {counts} | | |")
-
-
-def _needle_kept(prompt: str, sample: Sample, offsets: list[tuple[int, int]],
-                 kept: list[int]) -> float:
-    """Share of the target needle's target tokens the selection kept."""
-    needle = next(n for n in sample.needles if n.is_target)
-    start = prompt.index(needle.text)
-    inside = [i for i, (a, b) in enumerate(offsets)
-              if a < start + len(needle.text) and b > start]
-    return len(set(inside) & set(kept)) / len(inside)
 
 
 def _answers(target: Engine, ids: list[int], sample, max_new_tokens: int) -> bool:
@@ -153,11 +143,11 @@ def run_chunks(args: argparse.Namespace) -> None:
         selection = pick(ranking, view, target.tokenizer, SpeculativeSettings(keep=keep),
                          text.rindex(sample.question))
         mask = [False] * len(offsets)
-        for i in (selection.positions or range(len(selection.ids))):
+        for i in selection.indices:
             mask[i] = True
         kept[keep] = mask
         print(f"keep {keep:g}: {len(selection.ids)}/{len(offsets)} target tokens, needle "
-              f"{_needle_kept(text, sample, offsets, selection.positions):.0%} kept")
+              f"{needle_kept(text, sample, offsets, selection.indices):.0%} kept")
     needle = next(n for n in sample.needles if n.is_target)
     marks = {"needle": _token_span(offsets, text.index(needle.text), len(needle.text)),
              "question": _token_span(offsets, text.rindex(sample.question),

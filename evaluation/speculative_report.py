@@ -19,13 +19,15 @@ TARGET_KEEP, TARGET_SHARE, TARGET_FULL_AT_LEAST = 0.25, 0.9, 0.5
 
 
 def load_pair(out_dir: Path) -> dict:
-    """An eval directory's summary.json with its pair named (``draft -> target``)."""
+    """An eval directory's summary.json with its pair named (``draft -> target``, and the
+    position mode unless ``original``: runs of two modes are two pairs)."""
     summary = json.loads((out_dir / "summary.json").read_text())
     spec = summary["config"]["speculative"]
     if spec is None:
         raise ValueError(f"{out_dir}: not a speculative run (eval without --draft-model)")
-    return summary | {"pair": f"{Path(spec['draft']).name} → {Path(summary['model']).name}",
-                      "keeps": spec["keeps"]}
+    positions = "" if spec["positions"] == "original" else f", {spec['positions']} positions"
+    return summary | {"pair": f"{Path(spec['draft']).name} → {Path(summary['model']).name}"
+                              f"{positions}", "keeps": spec["keeps"]}
 
 
 # what tells one accuracy entry of a summary from another (the grouping's keys, the run's)
@@ -54,14 +56,17 @@ def _merged(runs: list[dict]) -> dict:
            for name in ("by_task", "by_task_length")}}
 
 
+# what adds up over runs: answers right, samples, and the wrong answers by whose miss it is
+_COUNTS = ("correct", "n", "wrong_needle_lost", "wrong_needle_whole")
+
+
 def _added(entries: list[dict]) -> list[dict]:
-    """Entries of equal keys summed (answers right, samples), their accuracy recomputed."""
+    """Entries of equal keys summed (``_COUNTS``), their accuracy recomputed."""
     cells: dict[tuple, dict] = {}
     for entry in entries:
         key = tuple(entry.get(k) for k in _ENTRY_KEYS)
         if key in cells:
-            cell = cells[key]
-            cell["correct"], cell["n"] = cell["correct"] + entry["correct"], cell["n"] + entry["n"]
+            cells[key] |= {k: cells[key][k] + entry[k] for k in _COUNTS}
         else:
             cells[key] = dict(entry)
     return [cell | {"accuracy": cell["correct"] / cell["n"]} for cell in cells.values()]
@@ -73,6 +78,10 @@ def _cells(entries: list[dict], keeps: list[float]) -> tuple[dict | None, list[d
     return full, [by_keep.get(f"keep {k:g}") for k in keeps]
 
 
+def _at_target(cells: list[dict | None], keeps: list[float]) -> dict | None:
+    return cells[keeps.index(TARGET_KEEP)] if TARGET_KEEP in keeps else None
+
+
 def _fmt(entry: dict | None) -> str:
     return "—" if entry is None else f"{entry['correct']}/{entry['n']}"
 
@@ -82,6 +91,14 @@ def verdict(full: dict | None, at_target: dict | None) -> str:
     if full is None or at_target is None or full["accuracy"] < TARGET_FULL_AT_LEAST:
         return "n.a."
     return "met" if at_target["accuracy"] >= TARGET_SHARE * full["accuracy"] else "missed"
+
+
+def _whose(entry: dict | None) -> str:
+    """``draft lost / target failed``: the wrong answers whose needle the draft did not keep
+    whole, and those whose needle it kept whole ("" with no wrong answer)."""
+    if entry is None or entry["correct"] == entry["n"]:
+        return ""
+    return f"{entry['wrong_needle_lost']} / {entry['wrong_needle_whole']}"
 
 
 def _skipped(pair: dict, task: str, length: int | None) -> str:
@@ -105,13 +122,14 @@ def table(pairs: list[dict]) -> str:
                            if e["task"] == task and e["context_len"] == length]
                 full, cells = _cells(entries, keeps)
                 body.append([pair["pair"], task, length, _fmt(full), *map(_fmt, cells),
-                             _skipped(pair, task, length), ""])
+                             _whose(_at_target(cells, keeps)), _skipped(pair, task, length), ""])
             full, cells = _cells([e for e in pair["by_task"] if e["task"] == task], keeps)
-            at = cells[keeps.index(TARGET_KEEP)] if TARGET_KEEP in keeps else None
+            at = _at_target(cells, keeps)
             body.append([pair["pair"], f"**{task}**", "all", f"**{_fmt(full)}**",
-                         *(f"**{_fmt(c)}**" for c in cells), _skipped(pair, task, None),
-                         verdict(full, at)])
+                         *(f"**{_fmt(c)}**" for c in cells), _whose(at),
+                         _skipped(pair, task, None), verdict(full, at)])
     headers = ["draft → target", "task", "length", "full", *(f"keep {k:.0%}" for k in keeps),
+               f"keep {TARGET_KEEP:.0%} wrong: needle lost / kept whole",
                "skipped (too long for the draft)",
                f"keep {TARGET_KEEP:.0%} ≥ {TARGET_SHARE:.0%} of full"]
     return markdown_table(headers, body)

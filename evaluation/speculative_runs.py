@@ -48,6 +48,17 @@ def sample_request(target: Engine, sample: Sample, prompt_format: str
     return request, view
 
 
+def needle_kept(text: str, sample: Sample, offsets: list[tuple[int, int]],
+                kept: list[int]) -> float:
+    """Share of the target needles' tokens (``offsets``: the target's tokens of ``text``, which
+    holds each needle's text) that ``kept`` (token indices) holds."""
+    spans = [(start := text.index(n.text), start + len(n.text))
+             for n in sample.needles if n.is_target]
+    inside = {i for i, (a, b) in enumerate(offsets) for start, end in spans
+              if a < end and b > start}
+    return len(inside & set(kept)) / len(inside)
+
+
 def keep_label(keep: float) -> str:
     return f"keep {keep:g}"
 
@@ -77,6 +88,7 @@ def evaluate_speculative(target: Engine, draft: Engine, cfg: EvalConfig,
                 bar.update(1 + len(grid.keeps))
                 continue
             bar.update(1)
+            _, offsets = target.tokenizer.encode_with_offsets(view.text)
             for keep in grid.keeps:
                 selection = pick(ranking, view, target.tokenizer, grid.settings(keep),
                                  view.text.rindex(sample.question))
@@ -87,13 +99,13 @@ def evaluate_speculative(target: Engine, draft: Engine, cfg: EvalConfig,
                     cache=prefilled.cache, logits=prefilled.logits, forced_ids=tuple(forced),
                     answers=sample.answers, max_new_tokens=new)])
                 rows.append(_row(index, sample, grid, keep, policy, selection, len(forced),
-                                 out))
+                                 out, needle_kept(view.text, sample, offsets, selection.indices)))
                 bar.update(1)
     return rows, skipped
 
 
 def _row(index: int, sample: Sample, grid: SpeculativeGrid, keep: float, policy: CachePolicy,
-         selection: Selection, num_forced: int, out: RowOutput) -> Row:
+         selection: Selection, num_forced: int, out: RowOutput, needle: float) -> Row:
     return Row(
         sample=index, task=sample.task, context_len=sample.context_len, depth=sample.depth,
         placement=str(sample.placement), gap=0, policy=SPECULATIVE,
@@ -103,4 +115,5 @@ def _row(index: int, sample: Sample, grid: SpeculativeGrid, keep: float, policy:
         pooling=policy.pooling, correct=bool(out.correct), answer=sample.answer,
         generated=out.text, prompt_tokens=selection.num_prompt_tokens,
         new_tokens=len(out.token_ids), finish_reason=out.finish_reason,
-        forced_nll=out.mean_forced_nll(num_forced), draft=grid.draft, keep=keep)
+        forced_nll=out.mean_forced_nll(num_forced), draft=grid.draft, keep=keep,
+        needle_kept=needle)

@@ -35,6 +35,7 @@ POSITIONS: dict[str, Callable[[list[int]], list[int] | None]] = {
 @dataclass(frozen=True)
 class Selection:
     ids: list[int]  # the target tokens to prefill
+    indices: list[int]  # their indices in the whole prompt's target tokens
     positions: list[int] | None  # their positions; None: 0..len(ids)-1
     num_prompt_tokens: int  # the target's tokens in the whole prompt
     draft_s: float
@@ -110,8 +111,8 @@ def pick(ranking: DraftRanking, target_view: Rendering, target: Tokenizer,
     target_offsets = torch.tensor(target_spans, dtype=torch.int64).view(-1, 2)  # (M, 2)
     check_offsets(target_offsets, len(text), "target model")
     if ranking.skipped:
-        return Selection(target_ids, None, len(target_ids), ranking.draft_s,
-                         skipped=ranking.skipped)
+        return Selection(target_ids, list(range(len(target_ids))), None, len(target_ids),
+                         ranking.draft_s, skipped=ranking.skipped)
     forced = _forced_tokens(target, target_ids, target_offsets)
     if keep_from_char is not None:
         forced |= tokens_touching(target_offsets, char_mask(
@@ -122,8 +123,9 @@ def pick(ranking: DraftRanking, target_view: Rendering, target: Tokenizer,
     kept = _fill(spans, chunk_idx, len(ranked), target_offsets, forced, len(text),
                  settings.budget(len(target_ids)))
     kept_idx = kept.nonzero()[:, 0].tolist()
-    return Selection([target_ids[i] for i in kept_idx], POSITIONS[settings.positions](kept_idx),
-                     len(target_ids), ranking.draft_s + time.perf_counter() - start)
+    return Selection([target_ids[i] for i in kept_idx], kept_idx,
+                     POSITIONS[settings.positions](kept_idx), len(target_ids),
+                     ranking.draft_s + time.perf_counter() - start)
 
 
 def _ranked_spans(ranking: DraftRanking, shared: list[tuple[int, int, int]]) -> torch.Tensor:

@@ -7,15 +7,17 @@ import contextlib
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from cli.main import main
-from evaldata import Placement
+from evaldata import Needle, Placement, Sample
 from evaluation import speculative
 from evaluation.config import EvalConfig, SpeculativeGrid
-from evaluation.speculative_report import verdict
+from evaluation.speculative_report import load_pair, verdict
+from evaluation.speculative_runs import needle_kept
 from tests.tiny_models import write_tiny_model
 
 GRID = ["--tasks", "passkey,niah", "--context-lens", "600", "--depths", "0.2,0.8",
@@ -84,6 +86,32 @@ def test_keeping_everything_answers_as_the_full_prompt(result):
                                                             rel=1e-4)
 
 
+def test_each_speculative_row_says_how_much_of_the_needle_the_target_read(result):
+    records, _, _ = result
+    for record in records:
+        if record["policy"] == "full":
+            assert record["needle_kept"] == ""
+        elif record["budget_label"] == "keep 1":
+            assert float(record["needle_kept"]) == 1.0
+
+
+def test_the_needle_share_counts_the_target_needles_tokens_only():
+    """Word tokens; the distractor's tokens, kept or not, do not count."""
+    text = "filler words here. The key is 42 now. More filler. The key was 7. End"
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    needle, distractor = "The key is 42 now.", "The key was 7."
+    sample = Sample(task="niah", prompt=text, answers=("42",), question="End", cue="",
+                    context_len=16, depth=0.5, placement=Placement.AFTER,
+                    needles=(Needle(needle, text.index(needle), True),
+                             Needle(distractor, text.index(distractor), False)),
+                    num_tokens=len(words), body=text)
+    first = next(i for i, (a, _) in enumerate(words) if a == text.index(needle))
+    other = next(i for i, (a, _) in enumerate(words) if a == text.index(distractor))
+    assert needle_kept(text, sample, words, [first, first + 1, other, other + 1]) == 2 / 5
+    assert needle_kept(text, sample, words, list(range(first, first + 5))) == 1.0
+    assert needle_kept(text, sample, words, [other]) == 0.0
+
+
 def test_summary_reports_speculative_runs_relative_to_full(result):
     _, summary, stdout = result
     assert summary["config"]["speculative"]["keeps"] == [0.25, 1.0]
@@ -105,14 +133,19 @@ def test_the_report_tables_every_pair_and_marks_the_target(result, out_dir, mode
     lines = capsys.readouterr().out.splitlines()
     pair = f"{models[1].name} → {models[0].name}"
     assert lines[0] == ("| draft → target | task | length | full | keep 25% | keep 100% | "
+                        "keep 25% wrong: needle lost / kept whole | "
                         "skipped (too long for the draft) | keep 25% ≥ 90% of full |")
     right = {label: 2 * sum(r["correct"] == "True" for r in records
                             if r["task"] == "passkey" and r["budget_label"] == label)
              for label in ("", "keep 0.25", "keep 1")}
+    wrong = [float(r["needle_kept"]) for r in records if r["task"] == "passkey"
+             and r["budget_label"] == "keep 0.25" and r["correct"] == "False"]
+    whose = (f"{2 * sum(s < 1 for s in wrong)} / {2 * sum(s == 1 for s in wrong)}"
+             if wrong else "")
     mark = ("n.a." if right[""] < 2 else "met" if right["keep 0.25"] >= 0.9 * right[""]
             else "missed")
     expected = (f"| {pair} | **passkey** | all | **{right['']}/4** | "
-                f"**{right['keep 0.25']}/4** | **{right['keep 1']}/4** |  | {mark} |")
+                f"**{right['keep 0.25']}/4** | **{right['keep 1']}/4** | {whose} |  | {mark} |")
     assert [line for line in lines if "**passkey**" in line] == [expected]
     (niah,) = [line for line in lines if f"| {pair} | niah | 600 |" in line]
     assert niah.count("/4") == 3  # full and both keep shares over 4 samples
@@ -142,7 +175,7 @@ def test_a_sample_longer_than_the_drafts_context_is_skipped_and_said(models, tmp
     speculative.main(["report", str(out), "--out", str(tmp_path / "keep.png")])
     lines = capsys.readouterr().out.splitlines()
     (row,) = [line for line in lines if "| passkey | 600 |" in line]
-    assert row.endswith("| — | 1 |  |")
+    assert row.endswith("| — |  | 1 |  |")
 
 
 def test_the_kept_tokens_of_one_prompt_are_drawn(models, tmp_path, capsys):
@@ -211,3 +244,11 @@ def test_a_grid_needs_the_question_after_the_context():
     assert EvalConfig(placements=(Placement.AFTER,), speculative=grid).speculative == grid
     with pytest.raises(ValueError, match="placements=after and gaps=0"):
         EvalConfig(placements=(Placement.AFTER,), gaps=(0, 64), speculative=grid)
+
+
+@pytest.mark.parametrize(("positions", "pair"), [
+    ("original", "draft → target"), ("compact", "draft → target, compact positions")])
+def test_runs_of_two_position_modes_are_two_pairs(tmp_path, positions, pair):
+    (tmp_path / "summary.json").write_text(json.dumps({"model": "/models/target", "config": {
+        "speculative": {"draft": "draft", "keeps": [0.25], "positions": positions}}}))
+    assert load_pair(tmp_path)["pair"] == pair
