@@ -277,25 +277,17 @@ __attribute__((target("avx512f"))) void values_tile(const float* probs, const KV
 
 constexpr int kTileHeads = 4, kTileVectors = 4;  // query heads and 16-wide vectors per tile
 
-using ValuesTile = void (*)(const float*, const void*, const bool*, int64_t, int64_t, int64_t,
+template <typename KV>
+using ValuesTile = void (*)(const float*, const KV*, const bool*, int64_t, int64_t, int64_t,
                             int64_t, int64_t, float*);
 
-template <typename KV, int HEADS, int VECTORS>
-__attribute__((target("avx512f"))) void values_tile_erased(const float* probs, const void* v,
-                                                           const bool* empty, int64_t begin,
-                                                           int64_t end, int64_t g0, int64_t d0,
-                                                           int64_t dim, float* acc) {
-  values_tile<KV, HEADS, VECTORS>(probs, static_cast<const KV*>(v), empty, begin, end, g0, d0,
-                                  dim, acc);
-}
-
 template <typename KV, int HEADS, int... V>
-constexpr std::array<ValuesTile, kTileVectors> values_row(std::integer_sequence<int, V...>) {
-  return {&values_tile_erased<KV, HEADS, V + 1>...};
+constexpr std::array<ValuesTile<KV>, kTileVectors> values_row(std::integer_sequence<int, V...>) {
+  return {&values_tile<KV, HEADS, V + 1>...};
 }
 
 template <typename KV, int... H>
-constexpr std::array<std::array<ValuesTile, kTileVectors>, kTileHeads> values_tiles(
+constexpr std::array<std::array<ValuesTile<KV>, kTileVectors>, kTileHeads> values_tiles(
     std::integer_sequence<int, H...>) {
   return {values_row<KV, H + 1>(std::make_integer_sequence<int, kTileVectors>{})...};
 }
