@@ -13,7 +13,7 @@ import argparse
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench.report import command_line, machine_line, markdown_table, parse_ints, publish
@@ -60,8 +60,8 @@ def measure(cfg: SpecPrefillBenchConfig) -> list[dict]:
     from snapstream.specprefill.settings import SpeculativeSettings
 
     target, draft = Engine.from_pretrained(cfg.target), Engine.from_pretrained(cfg.draft)
-    selector, settings, full = DraftSelector(draft), SpeculativeSettings(keep=cfg.keep), \
-        CachePolicy(kind="full")
+    selector, full = DraftSelector(draft), CachePolicy(kind="full")
+    settings = replace(SpeculativeSettings.defaults_for(target.config), keep=cfg.keep)
 
     def prefill_s(ids: list[int], positions: list[int] | None) -> float:
         start = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from snapstream.checkpoints.registry import MODEL_HELP
@@ -68,11 +69,15 @@ def add_speculative_flags(parser: argparse.ArgumentParser) -> None:
                         help="draft tokens decoded after the prompt to score with")
     parser.add_argument("--positions", choices=POSITION_MODES, default=None,
                         help="original: kept tokens at their prompt positions; compact: "
-                             "renumbered (a prompt longer than the target's context)")
+                             "renumbered (a prompt longer than the target's context); "
+                             "default: compact for a target with sliding-window layers, "
+                             "original otherwise")
 
 
-def speculative_from_args(args: argparse.Namespace) -> SpeculativeSettings | None:
-    """None without --draft-model (ValueError when a speculative flag is given anyway)."""
+def speculative_flags(args: argparse.Namespace) -> dict | None:
+    """The speculative flags given (SpeculativeSettings' fields, checked: ValueError naming a
+    bad one); None without --draft-model (ValueError when a speculative flag is given
+    anyway). Unset ones take the target's defaults (:meth:`SpeculativeSettings.defaults_for`)."""
     given = {name: getattr(args, name) for name in SPECULATIVE_FLAGS
              if getattr(args, name) is not None}
     if args.draft_model is None:
@@ -82,7 +87,8 @@ def speculative_from_args(args: argparse.Namespace) -> SpeculativeSettings | Non
         return None
     if "keep_tokens" in given:
         given.setdefault("keep", None)
-    return SpeculativeSettings(**given)
+    SpeculativeSettings(**given)
+    return given
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -122,11 +128,13 @@ def run(args: argparse.Namespace) -> int:
     if args.chat and text is None:
         raise ValueError("--chat needs --prompt or --prompt-file (a user message), not "
                          "--prompt-ids")
-    settings = speculative_from_args(args)
-    if settings is not None and text is None:
+    given = speculative_flags(args)
+    if given is not None and text is None:
         raise ValueError("--draft-model needs --prompt or --prompt-file: the draft reads text")
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
                                     kv_dtype=args.kv_dtype)
+    settings = (None if given is None
+                else replace(SpeculativeSettings.defaults_for(engine.config), **given))
     policy = policy_from_args(args, engine.default_policy)
     prompt = text if text is not None else args.prompt_ids
     if args.chat:
@@ -146,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         prompt, positions = selection.ids, selection.positions
         report = {"kept_tokens": len(selection.ids), "prompt_tokens":
                   selection.num_prompt_tokens, "kept_share": round(selection.kept_share, 4),
-                  "draft_time_s": round(selection.draft_s, 4), "skipped": selection.skipped}
+                  "draft_time_s": round(selection.draft_s, 4), "skipped": selection.skipped,
+                  "positions": selection.position_mode}
     result = engine.generate(prompt, max_new_tokens=args.max_new_tokens, policy=policy,
                              sampling=sampling_from_args(args, args.stop_token_ids),
                              positions=positions)

@@ -22,7 +22,7 @@ from evaluation.budget import Budget, SplitRule
 from evaluation.config import EvalConfig, SpeculativeGrid
 from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.policy import POOLINGS, CachePolicy
-from snapstream.specprefill.settings import POSITION_MODES
+from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
 
 
@@ -84,7 +84,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         help=f"keep shares of the target's prompt tokens (default: "
         f"{','.join(f'{k:g}' for k in SPECULATIVE_DEFAULTS.keeps)})")
     add("--positions", choices=POSITION_MODES, default=None,
-        help="original: kept tokens at their prompt positions; compact: renumbered")
+        help="original: kept tokens at their prompt positions; compact: renumbered "
+        "(default: compact for a target with sliding-window layers, original otherwise)")
     add("--chunk-size", type=int, default=None, help="draft tokens per chunk")
     add("--look-ahead", type=int, default=None,
         help="draft tokens decoded after the prompt to score with")
@@ -93,9 +94,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, model_policy: CachePolicy,
-                     model_prompt_format: str) -> EvalConfig:
+                     model_prompt_format: str, model_positions: str) -> EvalConfig:
     """``model_policy``: the model's default policy, whose split unset flags keep;
-    ``model_prompt_format``: the format used unless --prompt-format names one."""
+    ``model_prompt_format``: the format used unless --prompt-format names one;
+    ``model_positions``: the speculative position mode unless --positions names one."""
     given = {name: getattr(args, name) for name in
              ("n_sink", "window", "recent_fraction", "kernel", "pooling")}
     rule = replace(SplitRule.from_policy(model_policy),
@@ -107,11 +109,14 @@ def config_from_args(args: argparse.Namespace, model_policy: CachePolicy,
         prompt_format=args.prompt_format or model_prompt_format,
         num_distractors=args.num_distractors, num_hops=args.num_hops,
         num_values=args.num_values, gaps=args.gaps, split_rule=rule, limit=args.limit,
-        max_group_tokens=args.max_group_tokens, speculative=speculative_from_args(args))
+        max_group_tokens=args.max_group_tokens,
+        speculative=speculative_from_args(args, model_positions))
 
 
-def speculative_from_args(args: argparse.Namespace) -> SpeculativeGrid | None:
-    """None without --draft-model (ValueError when a speculative flag is given anyway)."""
+def speculative_from_args(args: argparse.Namespace, model_positions: str
+                          ) -> SpeculativeGrid | None:
+    """None without --draft-model (ValueError when a speculative flag is given anyway); the
+    positions are ``model_positions`` unless --positions names them."""
     given = {field: getattr(args, flag) for flag, field in SPECULATIVE_FLAGS.items()
              if getattr(args, flag) is not None}
     if args.draft_model is None:
@@ -120,7 +125,7 @@ def speculative_from_args(args: argparse.Namespace) -> SpeculativeGrid | None:
                               if getattr(args, flag) is not None)
             raise ValueError(f"{flags} need(s) --draft-model")
         return None
-    return SpeculativeGrid(draft=args.draft_model, **given)
+    return SpeculativeGrid(draft=args.draft_model, **({"positions": model_positions} | given))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
 
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
                                     kv_dtype=args.kv_dtype)
-    cfg = config_from_args(args, engine.default_policy, model_format(engine.tokenizer))
+    cfg = config_from_args(args, engine.default_policy, model_format(engine.tokenizer),
+                           SpeculativeSettings.defaults_for(engine.config).positions)
     longest = max(cfg.context_lens) + max(cfg.gaps)
     if longest > engine.context_len:
         raise ValueError(f"context_lens: {max(cfg.context_lens)} + gap {max(cfg.gaps)} exceeds "

@@ -21,6 +21,7 @@ from snapstream.policy import CachePolicy
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
 from snapstream.specprefill.selector import DraftSelector
+from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
 
 
@@ -41,6 +42,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         self.engine, self.store, self.spec = engine, store, spec
         self.prefixes = prefixes or PrefixStore(store, spec, PrefixStoreConfig())
         self.selector = selector  # the draft model, for speculative prefill
+        self.speculative_defaults = SpeculativeSettings.defaults_for(engine.config)
         self.blob_ttl_s, self.max_queue = blob_ttl_s, max_queue
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill-model")
         self.outstanding = 0
@@ -50,7 +52,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         if self.outstanding >= self.max_queue + 1:
             raise QueueFull(f"prefill queue is full ({self.max_queue} waiting); retry later")
         ids, policy, sampling = self._resolve(request)
-        job = speculative.job_from_request(request, self.selector)
+        job = speculative.job_from_request(request, self.selector, self.speculative_defaults)
         key = check_key(request.blob_key) if request.blob_key else new_blob_key()
         self.outstanding += 1
         metrics.WAITING.labels("prefill").set(self.outstanding)

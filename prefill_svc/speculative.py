@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from serving import metrics
 from serving.convert import duration
 from serving.errors import DraftMissing
-from serving.speculative import speculative_from_pb
+from serving.speculative import POSITIONS_TO_PB, speculative_from_pb
 from snapstream.chat import ChatMessage
 from snapstream.specprefill.pieces import Piece, Rendering, Request
 from snapstream.specprefill.selector import DraftSelector, Selection
@@ -25,11 +25,11 @@ class SpeculativeJob:
     keep_from_char: int | None
 
 
-def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelector | None
-                     ) -> SpeculativeJob | None:
+def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelector | None,
+                     defaults: SpeculativeSettings) -> SpeculativeJob | None:
     """None when the request does not ask for speculative prefill; DraftMissing when it does
-    and this worker has no draft model. Unset settings: the worker's defaults (those of
-    :class:`SpeculativeSettings`)."""
+    and this worker has no draft model. Unset settings: ``defaults``, the worker's
+    (:meth:`SpeculativeSettings.defaults_for` its target)."""
     if not request.HasField("speculative"):
         return None
     if selector is None:
@@ -39,7 +39,7 @@ def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelecto
     if not prompt.text:
         raise ValueError("speculative_prompt.text is empty: speculative prefill reads the text")
     keep_from = prompt.keep_from_char if prompt.HasField("keep_from_char") else None
-    settings = speculative_from_pb(request.speculative, SpeculativeSettings())
+    settings = speculative_from_pb(request.speculative, defaults)
     return SpeculativeJob(settings, *_request_from_pb(prompt), keep_from)
 
 
@@ -80,4 +80,4 @@ def report(selection: Selection, target_prefill_s: float) -> common_pb2.Speculat
     return common_pb2.SpeculativeReport(
         draft_time=duration(selection.draft_s), target_prefill_time=duration(target_prefill_s),
         kept_tokens=len(selection.ids), prompt_tokens=selection.num_prompt_tokens,
-        skipped=selection.skipped)
+        skipped=selection.skipped, positions=POSITIONS_TO_PB[selection.position_mode])

@@ -88,7 +88,8 @@ def _speculative(request: generation_pb2.GenerateRequest, model: ServedModel
     prompt may be longer than the target's context: the prefill worker checks what it keeps)."""
     if not request.HasField("speculative"):
         return None, False
-    settings = speculative_from_pb(request.speculative, SpeculativeSettings())
+    settings = speculative_from_pb(request.speculative,
+                                   SpeculativeSettings.defaults_for(model.config))
     which = request.WhichOneof("input")
     if which == "prompt":
         return prefill_pb2.SpeculativePrompt(text=request.prompt), settings.positions == "compact"

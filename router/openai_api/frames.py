@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from router.flow import Finished, TextChunk
+from serving.speculative import POSITIONS_FROM_PB
 from snapstream.v1 import common_pb2
 
 FINISH_REASONS = {"length": "length", "context_length": "length", "stop_token": "stop",
@@ -68,7 +69,7 @@ def speculative_details(report: common_pb2.SpeculativeReport) -> dict:
             "target_prefill_time_s": round(report.target_prefill_time.ToNanoseconds() / 1e9, 6),
             "kept_tokens": report.kept_tokens, "prompt_tokens": report.prompt_tokens,
             "kept_share": round(report.kept_tokens / max(report.prompt_tokens, 1), 4),
-            "skipped": report.skipped}
+            "skipped": report.skipped, "positions": POSITIONS_FROM_PB[report.positions]}
 
 
 @dataclass(frozen=True)

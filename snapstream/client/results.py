@@ -15,6 +15,8 @@ _POLICY_KINDS = {value: name for name, value in
                  enum_names(common_pb2.PolicyKind, "POLICY_KIND_").items()}
 _PREFIX_CACHE = {value: name for name, value in
                  enum_names(common_pb2.PrefixCache, "PREFIX_CACHE_").items()}
+_POSITION_MODES = {value: name for name, value in
+                   enum_names(common_pb2.PositionMode, "POSITION_MODE_").items()}
 _POOLINGS = {value: name for name, value in enum_names(common_pb2.Pooling, "POOLING_").items()}
 
 
@@ -28,20 +30,22 @@ class Chunk:
 
 @dataclass(frozen=True)
 class SpeculativeUsage:
-    """What a speculative prefill did (``skipped`` says why a prompt was prefilled whole)."""
+    """What a speculative prefill did (``skipped`` says why a prompt was prefilled whole;
+    ``positions``: the position mode that ran, the request's or the worker's default)."""
 
     draft_time_s: float
     target_prefill_time_s: float
     kept_tokens: int
     prompt_tokens: int
     skipped: str
+    positions: str
 
     @classmethod
     def from_pb(cls, msg: common_pb2.SpeculativeReport) -> SpeculativeUsage:
         return cls(draft_time_s=msg.draft_time.ToNanoseconds() / 1e9,
                    target_prefill_time_s=msg.target_prefill_time.ToNanoseconds() / 1e9,
                    kept_tokens=msg.kept_tokens, prompt_tokens=msg.prompt_tokens,
-                   skipped=msg.skipped)
+                   skipped=msg.skipped, positions=_POSITION_MODES[msg.positions])
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class Selection:
     ids: list[int]  # the target tokens to prefill
     indices: list[int]  # their indices in the whole prompt's target tokens
     positions: list[int] | None  # their positions; None: 0..len(ids)-1
+    position_mode: str  # the settings' mode that gave ``positions`` (POSITIONS' key)
     num_prompt_tokens: int  # the target's tokens in the whole prompt
     draft_s: float
     skipped: str = ""  # why the prompt was prefilled whole ("" when the draft selected)
@@ -111,8 +112,8 @@ def pick(ranking: DraftRanking, target_view: Rendering, target: Tokenizer,
     target_offsets = torch.tensor(target_spans, dtype=torch.int64).view(-1, 2)  # (M, 2)
     check_offsets(target_offsets, len(text), "target model")
     if ranking.skipped:
-        return Selection(target_ids, list(range(len(target_ids))), None, len(target_ids),
-                         ranking.draft_s, skipped=ranking.skipped)
+        return Selection(target_ids, list(range(len(target_ids))), None, settings.positions,
+                         len(target_ids), ranking.draft_s, skipped=ranking.skipped)
     forced = _forced_tokens(target, target_ids, target_offsets)
     if keep_from_char is not None:
         forced |= tokens_touching(target_offsets, char_mask(
@@ -124,8 +125,8 @@ def pick(ranking: DraftRanking, target_view: Rendering, target: Tokenizer,
                  settings.budget(len(target_ids)))
     kept_idx = kept.nonzero()[:, 0].tolist()
     return Selection([target_ids[i] for i in kept_idx], kept_idx,
-                     POSITIONS[settings.positions](kept_idx), len(target_ids),
-                     ranking.draft_s + time.perf_counter() - start)
+                     POSITIONS[settings.positions](kept_idx), settings.positions,
+                     len(target_ids), ranking.draft_s + time.perf_counter() - start)
 
 
 def _ranked_spans(ranking: DraftRanking, shared: list[tuple[int, int, int]]) -> torch.Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snapstream.config import ModelConfig
+
 # position mode -> what the target's kept tokens are numbered with (see selector.POSITIONS)
 POSITION_MODES = ("original", "compact")
 
@@ -41,6 +43,14 @@ class SpeculativeSettings:
         if self.kernel < 1 or self.kernel % 2 == 0:
             raise ValueError(f"speculative.kernel must be a positive odd number, "
                              f"got {self.kernel}")
+
+    @classmethod
+    def defaults_for(cls, target: ModelConfig) -> SpeculativeSettings:
+        """The settings a request's unset fields take with ``target`` as the target model:
+        its kept tokens renumbered (``compact``) when it has sliding-window layers (their
+        window then holds kept tokens only, not the gaps between them; measured in
+        docs/accuracy.md), at their original positions otherwise."""
+        return cls(positions="compact" if target.sliding_layers else "original")
 
     def budget(self, num_target_tokens: int) -> int:
         """Target tokens the ranked chunks may fill (forced spans can exceed it)."""

@@ -120,15 +120,17 @@ class SpeculativeSettings(_message.Message):
     def __init__(self, keep: _Optional[float] = ..., keep_tokens: _Optional[int] = ..., chunk_size: _Optional[int] = ..., look_ahead: _Optional[int] = ..., positions: _Optional[_Union[PositionMode, str]] = ...) -> None: ...
 
 class SpeculativeReport(_message.Message):
-    __slots__ = ("draft_time", "target_prefill_time", "kept_tokens", "prompt_tokens", "skipped")
+    __slots__ = ("draft_time", "target_prefill_time", "kept_tokens", "prompt_tokens", "skipped", "positions")
     DRAFT_TIME_FIELD_NUMBER: _ClassVar[int]
     TARGET_PREFILL_TIME_FIELD_NUMBER: _ClassVar[int]
     KEPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
     draft_time: _duration_pb2.Duration
     target_prefill_time: _duration_pb2.Duration
     kept_tokens: int
     prompt_tokens: int
     skipped: str
-    def __init__(self, draft_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kept_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., skipped: _Optional[str] = ...) -> None: ...
+    positions: PositionMode
+    def __init__(self, draft_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kept_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., skipped: _Optional[str] = ..., positions: _Optional[_Union[PositionMode, str]] = ...) -> None: ...

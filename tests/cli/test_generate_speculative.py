@@ -14,7 +14,12 @@ from snapstream.sampling_params import SamplingParams
 from snapstream.specprefill.pieces import Request, render_served
 from snapstream.specprefill.selector import DraftSelector
 from snapstream.specprefill.settings import SpeculativeSettings
-from tests.tiny_models import write_tiny_model
+from tests.tiny_models import (
+    random_model,
+    tiny_gemma3_config,
+    write_hf_dir,
+    write_tiny_model,
+)
 
 DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(40))
 
@@ -47,6 +52,28 @@ def test_generate_prefills_the_drafts_pick(tiny_model_dir, draft_dir, tmp_path, 
     report = got["speculative"]
     assert report["kept_tokens"] == len(selection.ids) < report["prompt_tokens"]
     assert report["skipped"] == "" and report["draft_time_s"] > 0
+    assert report["positions"] == positions
+
+
+@pytest.mark.parametrize(("flags", "expected"), [([], "compact"),
+                                                 (["--positions", "original"], "original")])
+def test_a_sliding_window_target_renumbers_unless_told(draft_dir, tmp_path, capsys, flags,
+                                                       expected):
+    target_dir = write_hf_dir(tmp_path / "gemma", random_model(tiny_gemma3_config(), seed=4))
+    args = ["generate", "--model", str(target_dir), "--draft-model", str(draft_dir),
+            "--keep", "0.25", "--chunk-size", "16", *flags, "--prompt", DOCUMENT,
+            "--max-new-tokens", "4", "--policy", "full", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["speculative"]["positions"] == expected
+
+
+def test_a_target_without_sliding_window_layers_keeps_positions_by_default(
+        tiny_model_dir, draft_dir, capsys):
+    args = ["generate", "--model", str(tiny_model_dir), "--draft-model", str(draft_dir),
+            "--keep", "0.25", "--chunk-size", "16", "--prompt", DOCUMENT,
+            "--max-new-tokens", "4", "--policy", "full", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["speculative"]["positions"] == "original"
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -42,10 +42,11 @@ def test_the_completion_carries_the_report():
     builder = CompletionBuilder()
     report = common_pb2.SpeculativeReport(
         draft_time=Duration(nanos=250_000_000), target_prefill_time=Duration(nanos=5_000_000),
-        kept_tokens=100, prompt_tokens=400)
+        kept_tokens=100, prompt_tokens=400, positions=common_pb2.POSITION_MODE_COMPACT)
     builder.add(generation_pb2.GenerateResponse(complete=generation_pb2.GenerateComplete(
         prompt_tokens=400, speculative=report)))
-    assert builder.finish().speculative == SpeculativeUsage(0.25, 0.005, 100, 400, "")
+    assert builder.finish().speculative == SpeculativeUsage(0.25, 0.005, 100, 400, "",
+                                                                 "compact")
     plain = CompletionBuilder()
     plain.add(generation_pb2.GenerateResponse(complete=generation_pb2.GenerateComplete()))
     assert plain.finish().speculative is None

@@ -3,6 +3,7 @@ validation, through the real CLI registry on tiny random checkpoints."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import csv
 import io
@@ -15,6 +16,7 @@ import pytest
 from cli.main import main
 from evaldata import Needle, Placement, Sample
 from evaluation import speculative
+from evaluation.cli import speculative_from_args
 from evaluation.config import EvalConfig, SpeculativeGrid
 from evaluation.speculative_report import load_pair, verdict
 from evaluation.speculative_runs import needle_kept
@@ -116,6 +118,7 @@ def test_summary_reports_speculative_runs_relative_to_full(result):
     _, summary, stdout = result
     assert summary["config"]["speculative"]["keeps"] == [0.25, 1.0]
     assert summary["config"]["speculative"]["chunk_size"] == 16
+    assert summary["config"]["speculative"]["positions"] == "original"  # no sliding layers
     entries = {(e["task"], e["policy"], e["budget_label"]): e for e in summary["by_task"]}
     for task in ("passkey", "niah"):
         spec = entries[task, "speculative", "keep 0.25"]
@@ -226,6 +229,16 @@ def test_speculative_flags_need_a_draft(models, tmp_path, capsys):
     assert main(["eval", "--model", str(models[0]), "--keep", "0.25", "--positions", "compact",
                  *GRID, "--out", str(tmp_path)]) == 2
     assert "--keep, --positions need(s) --draft-model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "target_default", "expected"), [
+    (None, "compact", "compact"), (None, "original", "original"),
+    ("original", "compact", "original"), ("compact", "original", "compact")])
+def test_the_grids_positions_are_the_targets_default_unless_named(flag, target_default,
+                                                                  expected):
+    args = argparse.Namespace(draft_model="d", keep=None, positions=flag, chunk_size=None,
+                              look_ahead=None)
+    assert speculative_from_args(args, target_default).positions == expected
 
 
 @pytest.mark.parametrize(("fields", "message"), [

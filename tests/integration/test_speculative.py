@@ -19,7 +19,13 @@ from snapstream.specprefill.selector import DraftSelector, pick
 from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.v1 import common_pb2, generation_pb2
 from tests.integration.test_services import ENGINE_POLICY, POLICY, collect, serving_stack, wait_idle
-from tests.tiny_models import random_model, tiny_config, write_hf_dir, write_tiny_model
+from tests.tiny_models import (
+    random_model,
+    tiny_config,
+    tiny_gemma3_config,
+    write_hf_dir,
+    write_tiny_model,
+)
 
 DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(40))
 
@@ -82,6 +88,8 @@ async def test_unset_settings_take_the_workers_defaults_and_short_prompts_are_wh
         _, _, defaulted = await collect(stack.generation, _request(DOCUMENT))
         kept = round(SpeculativeSettings().keep * defaulted.prompt_tokens)
         assert abs(defaulted.speculative.kept_tokens - kept) <= 2 * 32
+        # no sliding-window layers in this target: its kept tokens keep their positions
+        assert defaulted.speculative.positions == common_pb2.POSITION_MODE_ORIGINAL
         short = "A short prompt."
         ids, _, complete = await collect(stack.generation, _request(short, keep=0.1))
         assert "shorter than one chunk" in complete.speculative.skipped
@@ -141,6 +149,7 @@ async def test_the_openai_api_asks_through_its_extension_object(model_dir, redis
         report = text.model_extra["snapstream"]["speculative"]
         assert report["kept_tokens"] == done.speculative.kept_tokens
         assert report["prompt_tokens"] == done.prompt_tokens and report["skipped"] == ""
+        assert report["positions"] == "original"
         await wait_idle(stack)
 
 
@@ -164,6 +173,39 @@ async def test_compact_positions_read_a_prompt_longer_than_the_targets_context(
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await collect(stack.generation, _request(long_prompt, keep=0.25))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        await wait_idle(stack)
+
+
+async def test_a_sliding_window_target_renumbers_by_default_and_says_so(
+        tmp_path_factory, redis_url, draft):
+    """Gemma 3 in miniature, its context shorter than the prompt: unset positions are compact
+    (the router lets the prompt past the context as the worker renumbers it), the tokens are
+    the in-process engine's on the compact selection; a request's own mode wins."""
+    target_dir = write_hf_dir(tmp_path_factory.mktemp("tiny-gemma3"), random_model(
+        tiny_gemma3_config(max_position_embeddings=512), seed=4))
+    async with serving_stack(target_dir, redis_url, prefill_cls=_with_draft(draft)) as stack:
+        assert len(stack.engine.tokenizer.encode(DOCUMENT)) > stack.engine.context_len
+        ids, _, complete = await collect(stack.generation, _request(
+            DOCUMENT, keep_tokens=200, chunk_size=16))
+        assert complete.speculative.positions == common_pb2.POSITION_MODE_COMPACT
+        request = Request.completion(DOCUMENT)
+        selection = DraftSelector(draft).select(
+            request, render_served(stack.engine.tokenizer, request), stack.engine.tokenizer,
+            SpeculativeSettings(keep=None, keep_tokens=200, chunk_size=16,
+                                positions="compact"))
+        assert selection.positions is None and len(selection.ids) == (
+            complete.speculative.kept_tokens)
+        expected = stack.engine.generate(selection.ids, max_new_tokens=6, policy=ENGINE_POLICY)
+        assert ids == expected.token_ids
+        # asked for original positions: the prompt is past the context, refused
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await collect(stack.generation, _request(
+                DOCUMENT, keep_tokens=200, positions=common_pb2.POSITION_MODE_ORIGINAL))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        short = " ".join(DOCUMENT.split()[:60])
+        _, _, original = await collect(stack.generation, _request(
+            short, keep=0.5, chunk_size=16, positions=common_pb2.POSITION_MODE_ORIGINAL))
+        assert original.speculative.positions == common_pb2.POSITION_MODE_ORIGINAL
         await wait_idle(stack)
 
 
@@ -227,7 +269,7 @@ def test_the_worker_refuses_pieces_that_are_not_where_they_say():
     request = prefill_pb2.PrefillRequest(speculative=common_pb2.SpeculativeSettings(),
                                          speculative_prompt=prompt)
     with pytest.raises(ValueError, match=r"pieces\[0\]: its content is not at offset 4"):
-        job_from_request(request, DraftSelector.__new__(DraftSelector))
+        job_from_request(request, DraftSelector.__new__(DraftSelector), SpeculativeSettings())
     request.speculative_prompt.pieces[0].offset = 3
-    job = job_from_request(request, DraftSelector.__new__(DraftSelector))
+    job = job_from_request(request, DraftSelector.__new__(DraftSelector), SpeculativeSettings())
     assert job.request.is_chat and job.target_view.pieces[0].text_start == 3

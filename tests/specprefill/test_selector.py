@@ -7,11 +7,12 @@ import pytest
 from snapstream.chat import ChatMessage
 from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.registry import model_path
+from snapstream.config import FULL
 from snapstream.specprefill.pieces import Request, render_served
 from snapstream.specprefill.selector import DraftSelector, pick
 from snapstream.specprefill.settings import SpeculativeSettings
 from tests.engine.helpers import engine_for
-from tests.tiny_models import random_model, tiny_config
+from tests.tiny_models import random_model, tiny_config, tiny_gemma3_config
 
 DOCUMENT = " ".join(f"Line {i}: the value of item {i} is {i * 37 % 1000}." for i in range(60))
 
@@ -86,6 +87,25 @@ def test_a_prompt_shorter_than_a_chunk_is_prefilled_whole(selector, target):
 def test_bad_settings_name_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         SpeculativeSettings(**fields)
+
+
+def test_a_target_with_sliding_window_layers_defaults_to_compact_positions():
+    """The rule is the config's (its sliding layers), not the model's name; only the
+    positions differ from the plain defaults."""
+    assert SpeculativeSettings.defaults_for(tiny_gemma3_config()) == SpeculativeSettings(
+        positions="compact")
+    assert SpeculativeSettings.defaults_for(tiny_config()) == SpeculativeSettings(
+        positions="original")
+    assert SpeculativeSettings.defaults_for(
+        tiny_gemma3_config(layer_types=(FULL,) * 5)).positions == "original"
+
+
+def test_the_selection_says_which_position_mode_gave_its_positions(selector, target):
+    for mode in ("original", "compact"):
+        settings = SpeculativeSettings(keep=0.25, chunk_size=16, positions=mode)
+        assert select_text(selector, DOCUMENT, target, settings).position_mode == mode
+        short = select_text(selector, "Too short.", target, settings)
+        assert short.skipped and short.position_mode == mode
 
 
 def test_one_ranking_serves_every_budget(selector, target):
