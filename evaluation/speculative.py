@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,6 @@ from evaldata import (
     PromptSpec,
     Sample,
     TaskConfig,
-    corpus,
     generate,
     model_format,
     verdict,
@@ -57,44 +57,24 @@ TRUNCATIONS: dict[str, Callable[[list[int], int], list[int]]] = {
     "last": keep_last, "first+last": keep_first_and_last}
 
 
-BASE_LEN = 8192  # the evaluation sets' prompts stop short of 24k tokens: one is widened
-
-
-def long_sample(task: str, rng: random.Random, length: int, depth: float,
-                spec: PromptSpec) -> tuple[Sample, str]:
-    """A ``task`` sample of ``BASE_LEN`` tokens widened to about ``length`` with more of the
-    same prose filler on both sides of its needle (``depth`` of it before, so the needle stays
-    near ``depth``) -> the sample and its widened prompt."""
-    sample = generate(task, rng, TaskConfig(context_len=BASE_LEN, depth=depth), spec)
-    needle = next(n for n in sample.needles if n.is_target)
-    start, end = needle.offset, needle.offset + len(needle.text)
-    prose, prompt = corpus("prose"), sample.prompt
-    starts = (prose.draw_start(rng), prose.draw_start(rng))
-    extra = round((length - sample.num_tokens) * len(prompt) / sample.num_tokens)
-    for _ in range(2):  # the second pass corrects the prose's own characters per token
-        before = prose.window(starts[0], round(extra * depth)).text
-        after = prose.window(starts[1], extra - len(before)).text
-        widened = f"{prompt[:start]}{before} {prompt[start:end]} {after}{prompt[end:]}"
-        added = spec.count(widened) - sample.num_tokens
-        extra = round(extra * (length - sample.num_tokens) / added)
-    return sample, widened
-
-
 def run_compact(args: argparse.Namespace) -> None:
-    """One row per (sample, budget): the draft ranks a sample's chunks once for every budget."""
+    """One row per (sample, budget): the draft ranks a sample's chunks once for every budget.
+    The samples are the eval sets' own at ``args.length`` target tokens (raw prompts)."""
     target, draft = Engine.from_pretrained(args.target), Engine.from_pretrained(args.draft)
     selector = DraftSelector(draft)
     names = [*TRUNCATIONS, "speculative"]
     wins = {(budget, name): 0 for budget in args.budgets for name in names}
-    print(f"| task | depth | prompt tokens | budget | {' | '.join(names)} | needle kept | "
-          "draft s |")
-    print(f"|---|---|---|---|{'---|' * len(names)}---|---|", flush=True)
-    for i in range(args.samples):
+    print(f"| task | depth | prompt tokens | draft tokens | budget | {' | '.join(names)} | "
+          "needle kept | draft s | peak RSS GiB |")
+    print(f"|---|---|---|---|---|{'---|' * len(names)}---|---|---|", flush=True)
+    for i in range(args.first_sample, args.first_sample + args.samples):
         for task in args.tasks:
-            depth = DEPTHS[i % len(DEPTHS)]
-            sample, prompt = long_sample(
-                task, random.Random(f"speculative/{args.seed}/{task}/{i}"), args.length, depth,
-                PromptSpec(target.tokenizer, "raw"))
+            depth = args.depths[i % len(args.depths)]
+            sample = generate(task, random.Random(f"speculative/{args.seed}/{task}/{i}"),
+                              TaskConfig(context_len=args.length, depth=depth,
+                                         placement=args.placement),
+                              PromptSpec(target.tokenizer, "raw"))
+            prompt = sample.prompt
             ids, offsets = target.tokenizer.encode_with_offsets(prompt)
             request = Request.completion(prompt)
             ranking = selector.rank(request, SpeculativeSettings())
@@ -104,7 +84,7 @@ def run_compact(args: argparse.Namespace) -> None:
                 selection = pick(ranking, render_served(target.tokenizer, request),
                                  target.tokenizer, SpeculativeSettings(
                                      keep=None, keep_tokens=budget),
-                                 prompt.rindex(sample.question))
+                                 _always_kept_from(prompt, sample))
                 kept = {name: cut(ids, budget) for name, cut in TRUNCATIONS.items()}
                 kept["speculative"] = selection.ids
                 right = {name: _answers(target, kept[name], sample, args.max_new_tokens)
@@ -113,12 +93,24 @@ def run_compact(args: argparse.Namespace) -> None:
                     wins[budget, name] += right[name]
                 marks = " | ".join("yes" if right[name] else "no" for name in names)
                 needle = needle_kept(prompt, sample, offsets, selection.indices)
-                print(f"| {task} | {depth} | {len(ids)} | {budget} | {marks} | {needle:.0%} | "
-                      f"{ranking.draft_s:.0f} |", flush=True)
+                print(f"| {task} | {depth} | {len(ids)} | {len(ranking.offsets)} | {budget} | "
+                      f"{marks} | {needle:.0%} | {ranking.draft_s:.1f} | {_peak_rss_gib():.2f} |",
+                      flush=True)
     total = args.samples * len(args.tasks)
     for budget in args.budgets:
         counts = " | ".join(f"{wins[budget, n]}/{total}" for n in names)
-        print(f"| **right** | | | {budget} | {counts} | | |")
+        print(f"| **right** | | | | {budget} | {counts} | | | |")
+
+
+def _always_kept_from(prompt: str, sample: Sample) -> int:
+    """Where the always-kept tail starts: the question after the context, the answer cue when
+    the question comes before it (then in the first chunks, kept too)."""
+    after = sample.placement is Placement.AFTER
+    return prompt.rindex(sample.question) if after else prompt.rindex(sample.cue)
+
+
+def _peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def _answers(target: Engine, ids: list[int], sample, max_new_tokens: int) -> bool:
@@ -171,6 +163,11 @@ def main(argv: list[str] | None = None) -> None:
                          default=[8000], help="target tokens kept")
     compact.add_argument("--tasks", type=lambda s: s.split(","), default=["niah"])
     compact.add_argument("--samples", type=int, default=3, help="per task")
+    compact.add_argument("--first-sample", type=int, default=0,
+                         help="index of the first sample (split a grid into runs)")
+    compact.add_argument("--placement", type=Placement, default=Placement.AFTER)
+    compact.add_argument("--depths", type=lambda s: [float(x) for x in s.split(",")],
+                         default=list(DEPTHS), help="needle depths, cycled through")
     compact.add_argument("--max-new-tokens", type=int, default=12)
     compact.add_argument("--seed", type=int, default=0)
     chunks = commands.add_parser("chunks", help="the kept tokens of one prompt, drawn")
