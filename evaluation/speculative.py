@@ -65,8 +65,8 @@ def run_compact(args: argparse.Namespace) -> None:
     names = [*TRUNCATIONS, "speculative"]
     wins = {(budget, name): 0 for budget in args.budgets for name in names}
     print(f"| task | depth | prompt tokens | draft tokens | budget | {' | '.join(names)} | "
-          "needle kept | draft s | peak RSS GiB |")
-    print(f"|---|---|---|---|---|{'---|' * len(names)}---|---|---|", flush=True)
+          "speculative kept | needle kept | draft s | peak RSS GiB |")
+    print(f"|---|---|---|---|---|{'---|' * len(names)}---|---|---|---|", flush=True)
     for i in range(args.first_sample, args.first_sample + args.samples):
         for task in args.tasks:
             depth = args.depths[i % len(args.depths)]
@@ -94,17 +94,19 @@ def run_compact(args: argparse.Namespace) -> None:
                 marks = " | ".join("yes" if right[name] else "no" for name in names)
                 needle = needle_kept(prompt, sample, offsets, selection.indices)
                 print(f"| {task} | {depth} | {len(ids)} | {len(ranking.offsets)} | {budget} | "
-                      f"{marks} | {needle:.0%} | {ranking.draft_s:.1f} | {_peak_rss_gib():.2f} |",
+                      f"{marks} | {len(selection.ids)} | {needle:.0%} | {ranking.draft_s:.1f} | "
+                      f"{_peak_rss_gib():.2f} |",
                       flush=True)
     total = args.samples * len(args.tasks)
     for budget in args.budgets:
         counts = " | ".join(f"{wins[budget, n]}/{total}" for n in names)
-        print(f"| **right** | | | | {budget} | {counts} | | | |")
+        print(f"| **right** | | | | {budget} | {counts} | | | | |")
 
 
 def _always_kept_from(prompt: str, sample: Sample) -> int:
-    """Where the always-kept tail starts: the question after the context, the answer cue when
-    the question comes before it (then in the first chunks, kept too)."""
+    """Where the always-kept tail starts: the question after the context; the answer cue when
+    the question comes before it (the question itself is then kept only where the draft ranks
+    its chunk high enough)."""
     after = sample.placement is Placement.AFTER
     return prompt.rindex(sample.question) if after else prompt.rindex(sample.cue)
 

@@ -193,6 +193,34 @@ def test_the_kept_tokens_of_one_prompt_are_drawn(models, tmp_path, capsys):
     assert wrote == f"wrote {png}" and png.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.parametrize("placement", ["after", "before"])
+def test_compact_compares_the_drafts_cut_with_truncations_past_the_targets_context(
+        models, tmp_path, capsys, placement):
+    """A prompt past the target's 1024 tokens (the draft reads 4096): one row per budget, each
+    method's answer, the speculative cut within its budget plus the always-kept tail."""
+    long_draft = write_tiny_model(tmp_path / "draft", seed=9, context=4096)
+    speculative.main(["compact", "--target", str(models[0]), "--draft", str(long_draft),
+                      "--length", "1500", "--budgets", "300,600", "--samples", "2",
+                      "--tasks", "niah", "--placement", placement, "--max-new-tokens", "4"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| task | depth | prompt tokens | draft tokens | budget | last | "
+                               "first+last | speculative | speculative kept |")
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    rows = [row for row in cells if row[0] == "niah"]
+    assert [(row[1], row[4]) for row in rows] == [
+        ("0.1", "300"), ("0.1", "600"), ("0.3", "300"), ("0.3", "600")]
+    for row in rows:
+        assert 1024 < int(row[2]) <= 1500
+        tail = 60 if placement == "after" else 20  # the question and the cue / the cue
+        assert int(row[4]) - 32 <= int(row[8]) <= int(row[4]) + tail
+    totals = {row[4]: row[5:8] for row in cells if row[0] == "**right**"}
+    assert sorted(totals) == ["300", "600"]
+    for budget, counts in totals.items():
+        for column, count in zip((5, 6, 7), counts, strict=True):
+            answered = sum(row[column] == "yes" for row in rows if row[4] == budget)
+            assert count == f"{answered}/2"
+
+
 def _entry(correct: int, n: int) -> dict:
     return {"correct": correct, "n": n, "accuracy": correct / n}
 
