@@ -137,17 +137,29 @@ __attribute__((target("avx512f"))) inline __m512 load16(const int8_t* src) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
 }
 
+// Cache lines from src on to src + bytes into L1, ahead of their use.
+inline void prefetch_bytes(const void* src, int64_t bytes) {
+  const char* p = static_cast<const char*>(src);
+  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(p + at, _MM_HINT_T0);
+}
+
 // Scores of G queries (G, D) against COUNT slots from s0 of k (S, row_stride(D)), D a multiple of
 // 16, into scores + s0 - begin of each query's row of n: one accumulator per slot, kept in
 // registers because COUNT is a constant (a runtime count spills them to the stack); an int8
-// key's dot product with its codes times its scale, -inf where a slot is empty.
+// key's dot product with its codes times its scale, -inf where a slot is empty. A bfloat16 or
+// int8 block is widened to float32 once into keys (COUNT, D) for all G query heads; the next
+// blocks' keys and this block's values are fetched meanwhile (the values pass reads them next).
 template <typename KV, int COUNT>
 __attribute__((target("avx512f"))) inline void score_block(const float* q, const KV* k,
-                                                           const bool* empty, int64_t s0,
-                                                           int64_t begin, int64_t n,
-                                                           int64_t group, int64_t dim,
+                                                           const KV* v, const bool* empty,
+                                                           int64_t s0, int64_t begin,
+                                                           int64_t end, int64_t group,
+                                                           int64_t dim, float* keys,
                                                            float* scores) {
-  const int64_t stride = row_stride<KV>(dim);
+  const int64_t stride = row_stride<KV>(dim), n = end - begin;
+  const int64_t ahead = std::min<int64_t>(32, end - s0 - COUNT);  // slots past this block
+  if (ahead > 0) prefetch_bytes(k + (s0 + COUNT) * stride, ahead * stride * sizeof(KV));
+  prefetch_bytes(v + s0 * stride, COUNT * stride * sizeof(KV));
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 scales = _mm512_set1_ps(1.f);
   if constexpr (is_quantized<KV>()) {
@@ -157,13 +169,22 @@ __attribute__((target("avx512f"))) inline void score_block(const float* q, const
   }
   __mmask16 is_empty = 0;
   for (int j = 0; j < COUNT; ++j) is_empty |= static_cast<__mmask16>(empty[s0 + j]) << j;
+  const float* wide = reinterpret_cast<const float*>(k + s0 * stride);  // float keys: as stored
+  int64_t wide_stride = stride;
+  if constexpr (!std::is_same_v<KV, float>) {
+    for (int j = 0; j < COUNT; ++j)
+      for (int64_t d = 0; d < dim; d += 16)
+        _mm512_storeu_ps(keys + j * dim + d, load16(k + (s0 + j) * stride + d));
+    wide = keys;
+    wide_stride = dim;
+  }
   for (int64_t g = 0; g < group; ++g) {
     __m512 acc[16];
     for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t d = 0; d < dim; d += 16) {
       const __m512 query = _mm512_loadu_ps(q + g * dim + d);
       for (int j = 0; j < COUNT; ++j)
-        acc[j] = _mm512_fmadd_ps(query, load16(k + (s0 + j) * stride + d), acc[j]);
+        acc[j] = _mm512_fmadd_ps(query, _mm512_loadu_ps(wide + j * wide_stride + d), acc[j]);
     }
     __m512 dots = sum16(acc);
     if constexpr (is_quantized<KV>()) dots = _mm512_mul_ps(dots, scales);
@@ -174,8 +195,8 @@ __attribute__((target("avx512f"))) inline void score_block(const float* q, const
 }
 
 template <typename KV, int... C>
-constexpr std::array<void (*)(const float*, const KV*, const bool*, int64_t, int64_t, int64_t,
-                              int64_t, int64_t, float*),
+constexpr std::array<void (*)(const float*, const KV*, const KV*, const bool*, int64_t, int64_t,
+                              int64_t, int64_t, int64_t, float*, float*),
                      sizeof...(C)>
 score_blocks(std::integer_sequence<int, C...>) {
   return {&score_block<KV, C + 1>...};
@@ -184,14 +205,15 @@ score_blocks(std::integer_sequence<int, C...>) {
 // Scores of G queries (G, D) against slots [begin, end): scores (G, end - begin), 16 slots at a
 // time (the last block's count picks its instance).
 template <typename KV>
-__attribute__((target("avx512f"))) void scores_avx512(const float* q, const KV* k,
+__attribute__((target("avx512f"))) void scores_avx512(const float* q, const KV* k, const KV* v,
                                                       const bool* empty, int64_t begin,
                                                       int64_t end, int64_t group, int64_t dim,
                                                       float* scores) {
   static constexpr auto kBlocks = score_blocks<KV>(std::make_integer_sequence<int, 16>{});
-  const int64_t n = end - begin;
+  alignas(64) float keys[16 * kMaxDim];  // one block's keys in float32
   for (int64_t s0 = begin; s0 < end; s0 += 16)
-    kBlocks[std::min<int64_t>(16, end - s0) - 1](q, k, empty, s0, begin, n, group, dim, scores);
+    kBlocks[std::min<int64_t>(16, end - s0) - 1](q, k, v, empty, s0, begin, end, group, dim, keys,
+                                                 scores);
 }
 
 // exp_nonpositive on 16 lanes, the same operations in the same order (the scalar code's
@@ -328,7 +350,7 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
   float rows[kUnroll][kMaxDim];  // keys or values, widened once for every query head
   if (use_avx512 && dim % 16 == 0) {
 #if SNAPSTREAM_AVX512
-    scores_avx512(q, k, empty, begin, end, group, dim, scores);
+    scores_avx512(q, k, v, empty, begin, end, group, dim, scores);
 #endif
   } else {
     for (int64_t s = begin; s < end; s += kUnroll) {
