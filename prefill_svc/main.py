@@ -28,11 +28,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                      "deleted first; a larger document is served without caching)")
     add_setting(parser, "--prefix-score", default=DocumentCacheConfig.score,
                 choices=SCORES,
-                help="how a reusable document's kept tokens are chosen without the question "
-                     "(docs/accuracy.md, 'Compress once, ask many')")
+                help="how a reusable document's stored tokens are chosen without the question "
+                     "when --prefix-superset is set (docs/accuracy.md, 'Compress once, ask many')")
     add_setting(parser, "--prefix-superset", type=int, default=DocumentCacheConfig.superset,
                 help="a stored document keeps this many picks per pick of a request's policy "
-                     "(the question's SnapKV window chooses among them)")
+                     "(the question's SnapKV window chooses among them); 0: the whole document")
     add_setting(parser, "--draft-model", default=None,
                 help="a draft model for speculative prefill (a model name or path, any family "
                      "the engine loads); unset: requests asking for it are refused")

@@ -1,10 +1,11 @@
 """Compress once, ask many: a document's question-agnostic cache, and prompts prefilled on it.
 
-Store time (:func:`compress_document`): the document is prefilled, then scored without any
-question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``;
-``sentence`` by default). The cache keeps a *superset* of what a request's layout holds
-(:func:`store_layout`): its sinks, ``superset`` x its ``n_topk`` by that score, and the
-document's last ``n_recent`` tokens.
+Store time (:func:`compress_document`): the document is prefilled and, by default, stored whole
+(:func:`store_layout`: a layout of exactly its tokens). With a ``superset`` (the worker's
+``--prefix-superset``) the cache keeps only a superset of what a request's layout holds: its
+sinks, ``superset`` x its ``n_topk`` scored without any question by a scorer of
+:mod:`snapstream.prefix_scores` (``--prefix-score``), and the document's last ``n_recent``
+tokens; the question's own keys and values are then computed over that subset.
 
 Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suffix) runs; its
 queries attend to the stored keys (at their original positions, already rotated) and causally
@@ -13,8 +14,8 @@ would be (``compress_kv``), with the stored keys and the suffix's as the only ca
 SnapKV's window (the suffix's last queries, so the question's) picking the final ``n_topk``
 among them. A suffix shorter than the window (the question was inside the document) has no
 question in it: the window is then the queries of as many tokens decoded greedily after it
-(:func:`_look_ahead`), scored as if they ended the prompt. A document short enough to be stored
-whole gives the same cache as a full prefill.
+(:func:`_look_ahead`), scored as if they ended the prompt. A document stored whole (the default,
+or one short enough) gives the same cache as a full prefill.
 """
 
 from __future__ import annotations
@@ -29,17 +30,19 @@ from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CacheLayout, CachePolicy
-from snapstream.prefix_config import DocumentCacheConfig
+from snapstream.prefix_config import WHOLE, DocumentCacheConfig
 from snapstream.prefix_scores import SCORERS, DocumentPass
 from snapstream.snapkv import snapkv_scores
 
 
-def store_layout(layout: CacheLayout, config: DocumentCacheConfig) -> CacheLayout:
-    """What a document's stored cache holds for requests of ``layout``: its sinks, a superset
-    of its SnapKV picks, and the last ``n_recent`` document tokens (the ring's reach when the
-    question is short)."""
-    return CacheLayout(layout.n_sink, config.superset * layout.n_topk, layout.n_recent,
-                       layout.n_recent)
+def store_layout(layout: CacheLayout, config: DocumentCacheConfig, doc_len: int
+                 ) -> CacheLayout:
+    """What the stored cache of a ``doc_len``-token document holds for requests of ``layout``:
+    its sinks, a superset of its SnapKV picks (``WHOLE``: every other token, one slot each), and
+    the last ``n_recent`` document tokens (the ring's reach when the question is short)."""
+    n_topk = (max(doc_len - layout.n_sink - layout.n_recent, 0) if config.superset == WHOLE
+              else config.superset * layout.n_topk)
+    return CacheLayout(layout.n_sink, n_topk, layout.n_recent, layout.n_recent)
 
 
 def check_model(model: Transformer) -> None:
@@ -72,12 +75,13 @@ def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
                       instruction_ids: list[int], layout: CacheLayout,
                       config: DocumentCacheConfig, kv_dtype: torch.dtype,
                       dtype: torch.dtype | None = None) -> SequenceCache:
-    """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits,
-    else scored by ``config.score``. Slots past a short document's tokens stay EMPTY.
+    """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits
+    (always under ``WHOLE``), else scored by ``config.score``. Slots past a short document's
+    tokens stay EMPTY.
     ``pieces``: each document token's text; ``dtype``: the activations of the document's
     forward (the engine's prefill dtype)."""
     check_model(model)
-    stored = store_layout(layout, config)
+    stored = store_layout(layout, config, len(doc_ids))
     device = model.lm_head.weight.device
     recorder = _FullRecorder()
     hidden = model(torch.tensor([doc_ids], device=device),
@@ -208,7 +212,7 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
-    if stored != store_layout(layout, config):
+    if stored != store_layout(layout, config, prefix.prompt_len):
         raise ValueError(f"the stored document's layout {stored} is not the one of "
                          f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
