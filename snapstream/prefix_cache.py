@@ -159,16 +159,26 @@ def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int,
     present = stored.positions != EMPTY  # (L, Hkv, S): the same count in every row
     num_layers, num_kv_heads, _ = present.shape
     stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
-    num_prefix = stored_pos.shape[2]
-    keys, values = (_with_room(kv_float(rows[present]).view(num_layers, num_kv_heads,
-                                                             num_prefix, -1).to(dtype),
-                               num_tokens) for rows in (stored.k, stored.v))
-    return _SuffixAttention(keys, values, num_prefix, window), stored_pos
+    keys, values = (_decoded_with_room(rows, present, num_tokens, dtype)
+                    for rows in (stored.k, stored.v))
+    return _SuffixAttention(keys, values, stored_pos.shape[2], window), stored_pos
 
 
-def _with_room(rows: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """rows (L, Hkv, M, D) -> (L, Hkv, M + num_tokens, D), the new rows zero."""
-    return torch.cat((rows, rows.new_zeros(*rows.shape[:2], num_tokens, rows.shape[3])), dim=2)
+def _decoded_with_room(rows: torch.Tensor, present: torch.Tensor, num_tokens: int,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """rows (L, Hkv, S, W) in the KV dtype, present (L, Hkv, S) -> (L, Hkv, M + num_tokens, D)
+    in ``dtype``: the M present rows decoded, then zero rows. Decoded a layer at a time into
+    one buffer (a whole document's K is ~100 MB at 8k: no float32 copy of all of it)."""
+    num_layers, num_kv_heads, num_slots = present.shape
+    num_prefix = int(present[0, 0].sum())
+    head_dim = kv_float(rows[0, 0, :1]).shape[-1]
+    out = rows.new_zeros(num_layers, num_kv_heads, num_prefix + num_tokens, head_dim,
+                         dtype=dtype)
+    for layer in range(num_layers):
+        kept = rows[layer] if num_prefix == num_slots else rows[layer][present[layer]].view(
+            num_kv_heads, num_prefix, -1)  # (Hkv, M, W)
+        out[layer, :, :num_prefix] = kv_float(kept)
+    return out
 
 
 def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: int,
