@@ -34,7 +34,7 @@ from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
-from snapstream.prefix_config import SCORES, WHOLE, DocumentCacheConfig
+from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
 
 NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
     "niah": values.label, "realtext": values.function_name}
@@ -126,10 +126,10 @@ def kept_whole(policy: CachePolicy, doc_config: DocumentCacheConfig, doc_len: in
                ) -> tuple[CachePolicy, DocumentCacheConfig]:
     """A policy, and the document config it reads the stored cache of a ``doc_len``-token
     document under, whose question keeps every stored pick (``superset`` x ``n_topk``; the
-    whole document's under ``WHOLE``) but a few of the document's last tokens (those the
+    whole document's when it is stored whole) but a few of the document's last tokens (those the
     question pushes out of the ring compete too); the upper bound of the question's
     selection."""
-    if doc_config.superset == WHOLE:
+    if doc_config.store == "whole":
         return replace(policy, n_topk=doc_len - policy.n_sink - policy.n_recent), doc_config
     return (replace(policy, n_topk=doc_config.superset * policy.n_topk),
             replace(doc_config, superset=1))
@@ -233,11 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix-score", default=DocumentCacheConfig.score,
                         choices=SCORES, help="the store-time scorer")
     parser.add_argument("--prefix-superset", type=int, default=DocumentCacheConfig.superset,
-                        help="stored picks per request pick (0: the whole document)")
+                        help="superset picks per request pick")
+    parser.add_argument("--prefix-store", default=DocumentCacheConfig.store, choices=STORES,
+                        help="store the whole document or its superset alone")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the full cache and per-question SnapKV")
     args = parser.parse_args(argv)
-    doc_config = DocumentCacheConfig(args.prefix_score, args.prefix_superset)
+    doc_config = DocumentCacheConfig(args.prefix_score, args.prefix_superset,
+                                     args.prefix_store)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     engine = Engine.from_pretrained()

@@ -1,11 +1,12 @@
 """Compress once, ask many: a document's question-agnostic cache, and prompts prefilled on it.
 
-Store time (:func:`compress_document`): the document is prefilled and, by default, stored whole
-(:func:`store_layout`: a layout of exactly its tokens). With a ``superset`` (the worker's
-``--prefix-superset``) the cache keeps only a superset of what a request's layout holds: its
-sinks, ``superset`` x its ``n_topk`` scored without any question by a scorer of
-:mod:`snapstream.prefix_scores` (``--prefix-score``), and the document's last ``n_recent``
-tokens; the question's own keys and values are then computed over that subset.
+Store time (:func:`compress_document`): the document is prefilled and scored without any
+question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``). Its
+*superset* (:func:`superset_layout`) is what a request's layout holds and more: the sinks,
+``superset`` x ``n_topk`` picks by that score, and the document's last ``n_recent`` tokens. By
+default (``store="whole"``) every token is stored (:func:`store_layout`: a layout of exactly
+the document), the superset's picks in the first pick slots (:func:`_superset_view`);
+``store="superset"`` stores the superset alone.
 
 Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suffix) runs; its
 queries attend to the stored keys (at their original positions, already rotated) and causally
@@ -14,8 +15,9 @@ would be (``compress_kv``), with the stored keys and the suffix's as the only ca
 SnapKV's window (the suffix's last queries, so the question's) picking the final ``n_topk``
 among them. A suffix shorter than the window (the question was inside the document) has no
 question in it: the window is then the queries of as many tokens decoded greedily after it
-(:func:`_look_ahead`), scored as if they ended the prompt. A document stored whole (the default,
-or one short enough) gives the same cache as a full prefill.
+(:func:`_look_ahead`), scored as if they ended the prompt, and the suffix and those tokens see
+the superset only (the store-time score's prior on what answers need; docs/accuracy.md). A
+question after a document stored whole gets the same cache as a full prefill.
 """
 
 from __future__ import annotations
@@ -25,24 +27,33 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from snapstream.compress import compress_kv
+from snapstream.compress import compress_kv, kept_positions
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
 from snapstream.policy import CacheLayout, CachePolicy
-from snapstream.prefix_config import WHOLE, DocumentCacheConfig
+from snapstream.prefix_config import DocumentCacheConfig
 from snapstream.prefix_scores import SCORERS, DocumentPass
 from snapstream.snapkv import snapkv_scores
 
 
+def superset_layout(layout: CacheLayout, config: DocumentCacheConfig) -> CacheLayout:
+    """A document's superset for requests of ``layout``: its sinks, ``superset`` x its SnapKV
+    picks, and the last ``n_recent`` document tokens (the ring's reach when the question is
+    short)."""
+    return CacheLayout(layout.n_sink, config.superset * layout.n_topk, layout.n_recent,
+                       layout.n_recent)
+
+
 def store_layout(layout: CacheLayout, config: DocumentCacheConfig, doc_len: int
                  ) -> CacheLayout:
-    """What the stored cache of a ``doc_len``-token document holds for requests of ``layout``:
-    its sinks, a superset of its SnapKV picks (``WHOLE``: every other token, one slot each), and
-    the last ``n_recent`` document tokens (the ring's reach when the question is short)."""
-    n_topk = (max(doc_len - layout.n_sink - layout.n_recent, 0) if config.superset == WHOLE
-              else config.superset * layout.n_topk)
-    return CacheLayout(layout.n_sink, n_topk, layout.n_recent, layout.n_recent)
+    """What the stored cache of a ``doc_len``-token document holds: its superset, or under
+    ``store="whole"`` every token, one slot each."""
+    superset = superset_layout(layout, config)
+    if config.store == "superset":
+        return superset
+    return CacheLayout(layout.n_sink, max(doc_len - layout.n_sink - layout.n_recent, 0),
+                       layout.n_recent, layout.n_recent)
 
 
 def check_model(model: Transformer) -> None:
@@ -75,11 +86,10 @@ def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
                       instruction_ids: list[int], layout: CacheLayout,
                       config: DocumentCacheConfig, kv_dtype: torch.dtype,
                       dtype: torch.dtype | None = None) -> SequenceCache:
-    """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits
-    (always under ``WHOLE``), else scored by ``config.score``. Slots past a short document's
-    tokens stay EMPTY.
-    ``pieces``: each document token's text; ``dtype``: the activations of the document's
-    forward (the engine's prefill dtype)."""
+    """The document's stored cache in :func:`store_layout` of ``layout``; scored by
+    ``config.score`` when its superset does not hold it all. Slots past a short document's
+    tokens stay EMPTY. ``pieces``: each document token's text; ``dtype``: the activations of
+    the document's forward (the engine's prefill dtype)."""
     check_model(model)
     stored = store_layout(layout, config, len(doc_ids))
     device = model.lm_head.weight.device
@@ -87,12 +97,24 @@ def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
     hidden = model(torch.tensor([doc_ids], device=device),
                    torch.arange(len(doc_ids), device=device)[None], recorder, dtype)
     k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
-    scores = None
-    if stored.compresses(len(doc_ids)) and stored.n_topk > 0:
-        doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
-                           instruction_ids, pieces)
-        scores = SCORERS[config.score](doc)  # (L, Hkv, P)
+    superset = superset_layout(layout, config)
+    if not superset.compresses(len(doc_ids)) or superset.n_topk == 0:
+        return _one_group(stored, *compress_kv(stored, k, v, None, kv_dtype), len(doc_ids))
+    doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
+                       instruction_ids, pieces)
+    scores = SCORERS[config.score](doc)  # (L, Hkv, P)
     out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
+    if stored != superset:  # whole, slot = position: the superset's picks put first
+        middle = slice(stored.n_sink, stored.ring_start)
+        picked = kept_positions(superset, len(doc_ids), scores)[..., middle.start :
+                                                                superset.ring_start]
+        is_pick = torch.zeros_like(out_pos[..., middle], dtype=torch.bool).scatter_(
+            2, picked.to(device) - stored.n_sink, True)  # (L, Hkv, N)
+        order = (~is_pick).byte().argsort(dim=-1, stable=True)  # (L, Hkv, N): picks, the rest
+        out_pos[..., middle] = out_pos[..., middle].gather(2, order)
+        rows = order[..., None].expand(-1, -1, -1, out_k.shape[3])  # (L, Hkv, N, W)
+        out_k[..., middle, :] = out_k[..., middle, :].gather(2, rows)
+        out_v[..., middle, :] = out_v[..., middle, :].gather(2, rows)
     return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))
 
 
@@ -150,13 +172,24 @@ class _SuffixAttention:
                             for parts in self.q_windows])
 
 
-def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int,
-                      dtype: torch.dtype) -> tuple[_SuffixAttention, torch.Tensor]:
-    """The attention of up to ``num_tokens`` tokens run on ``prefix``, and the positions (L,
-    Hkv, M + T) of the prompt's keys: the stored document's present slots, then the ``T``
-    suffix tokens' (the first tokens run; lookahead tokens are not the prompt's)."""
+def _superset_view(prefix: SequenceCache, superset: CacheLayout) -> torch.Tensor:
+    """(S,) bool: the slots of ``prefix`` that hold its ``superset`` (a document stored whole
+    keeps the superset's picks in its first pick slots, :func:`compress_document`)."""
+    stored = prefix.groups[0].group.layout
+    slots = torch.arange(stored.budget, device=prefix.groups[0].positions.device)  # (S,)
+    return (slots < superset.ring_start) | (slots >= stored.ring_start)
+
+
+def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int, dtype: torch.dtype,
+                      view: torch.Tensor | None = None) -> tuple[_SuffixAttention, torch.Tensor]:
+    """The attention of up to ``num_tokens`` tokens run on ``prefix`` (only its slots in
+    ``view`` (S,) when given), and the positions (L, Hkv, M + T) of the prompt's keys: the
+    stored document's present slots, then the ``T`` suffix tokens' (the first tokens run;
+    lookahead tokens are not the prompt's)."""
     (stored,) = prefix.groups
     present = stored.positions != EMPTY  # (L, Hkv, S): the same count in every row
+    if view is not None:
+        present &= view
     num_layers, num_kv_heads, _ = present.shape
     stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
     keys, values = (_decoded_with_room(rows, present, num_tokens, dtype)
@@ -229,8 +262,12 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
     window = policy.window if selects else 0
     num_lookahead = window if len(suffix_ids) < window else 0  # see _look_ahead
+    superset = superset_layout(layout, config)
+    view = (_superset_view(prefix, superset)
+            if num_lookahead and stored != superset and superset.compresses(prefix.prompt_len)
+            else None)  # a question inside a document stored whole: the superset only
     attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + num_lookahead, window,
-                                              dtype)
+                                              dtype, view)
     hidden = attention.run(model, suffix_ids, prefix.prompt_len, dtype)[-1]  # (hidden,)
     _look_ahead(model, attention, hidden, num_lookahead, prefix.prompt_len, dtype)
     cache = _select(attention, stored_pos, len(suffix_ids), prompt_len, policy, layout,

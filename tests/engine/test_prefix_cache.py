@@ -27,9 +27,9 @@ from tests.engine.reference import masked_logits, record_prefill, snapkv_referen
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
-SENTENCE = DocumentCacheConfig(superset=3)
-REPEAT = DocumentCacheConfig(score="repeat", superset=3)
-SURPRISAL = DocumentCacheConfig(score="surprisal", superset=3)
+SENTENCE = DocumentCacheConfig(store="superset")
+REPEAT = DocumentCacheConfig(score="repeat", store="superset")
+SURPRISAL = DocumentCacheConfig(score="surprisal", store="superset")
 
 
 def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
@@ -81,6 +81,37 @@ def test_the_default_stores_the_whole_document_and_gives_the_full_prefill_cache(
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
 
 
+def test_a_whole_document_holds_its_superset_in_its_first_pick_slots(engine):
+    """Stored whole, the picks' slots are in the score's order: the first superset x n_topk
+    of them hold what the superset store keeps (the same keys, the same bytes)."""
+    doc = prompt(120, seed=4)
+    whole = engine.compress_prefix(doc, POLICY, max_new_tokens=4).groups[0]
+    alone = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE).groups[0]
+    head = slice(0, 2 + 36)  # sinks + 3 x 12 picks
+    assert torch.equal(whole.positions[..., head].sort(dim=-1).values,
+                       alone.positions[..., head])
+    order = whole.positions[..., head].long().argsort(dim=-1)  # (L, Hkv, 38)
+    rows = order[..., None].expand(-1, -1, -1, whole.k.shape[3])
+    torch.testing.assert_close(whole.k[..., head, :].gather(2, rows), alone.k[..., head, :],
+                               atol=1e-6, rtol=0)
+    assert torch.equal(whole.positions[..., -8:].sort(dim=-1).values,
+                       alone.positions[..., -8:].sort(dim=-1).values)  # the document's end
+
+
+def test_a_question_inside_a_whole_document_sees_its_superset_only(engine):
+    """A suffix shorter than the window (the lookahead) over a document stored whole gives the
+    cache and logits it gets over the superset stored alone."""
+    doc, suffix = prompt(120, seed=4), prompt(2, seed=11)
+    whole = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    alone = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE)
+    on_whole = engine.prefill_on_prefix(whole, doc + suffix, POLICY, max_new_tokens=4)
+    on_alone = engine.prefill_on_prefix(alone, doc + suffix, POLICY, max_new_tokens=4,
+                                        doc_config=SENTENCE)
+    assert torch.equal(on_whole.cache.groups[0].positions.sort(dim=-1).values,
+                       on_alone.cache.groups[0].positions.sort(dim=-1).values)
+    torch.testing.assert_close(on_whole.logits, on_alone.logits, atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("doc_config", [SENTENCE, SURPRISAL, REPEAT],
                          ids=lambda c: c.score)
 def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc_config):
@@ -99,7 +130,7 @@ def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc
 
 
 def test_the_superset_factor_sizes_the_stored_picks(engine):
-    doc_config = DocumentCacheConfig(superset=2)
+    doc_config = replace(SENTENCE, superset=2)
     prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
                                     doc_config=doc_config)
     assert prefix.groups[0].group.layout.n_topk == 24
@@ -257,7 +288,7 @@ def test_refuses_what_it_cannot_serve(engine):
     with pytest.raises(ValueError, match="compressed for another policy"):
         engine.prefill_on_prefix(prefix, prompt(50, 1), replace(POLICY, n_topk=20),
                                  max_new_tokens=4, doc_config=SENTENCE)
-    for other in (DocumentCacheConfig(superset=2), DocumentCacheConfig()):
+    for other in (replace(SENTENCE, superset=2), DocumentCacheConfig()):
         with pytest.raises(ValueError, match="compressed for another policy"):
             engine.prefill_on_prefix(prefix, prompt(50, 1), POLICY, max_new_tokens=4,
                                      doc_config=other)
@@ -267,8 +298,10 @@ def test_refuses_what_it_cannot_serve(engine):
                                  max_new_tokens=4)
     with pytest.raises(ValueError, match="--prefix-score must be one of"):
         DocumentCacheConfig(score="h2o")
-    with pytest.raises(ValueError, match="--prefix-superset must be >= 0"):
-        DocumentCacheConfig(superset=-1)
+    with pytest.raises(ValueError, match="--prefix-superset must be >= 1"):
+        DocumentCacheConfig(superset=0)
+    with pytest.raises(ValueError, match="--prefix-store must be one of"):
+        DocumentCacheConfig(store="half")
 
 
 def test_every_configurable_score_has_a_scorer():

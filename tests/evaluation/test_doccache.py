@@ -23,7 +23,7 @@ def prompt(length: int, seed: int) -> list[int]:
 def test_held_share_counts_the_needle_tokens_of_every_layer_and_head():
     engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
     prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
-                                    doc_config=DocumentCacheConfig(superset=3))
+                                    doc_config=DocumentCacheConfig(store="superset"))
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
     held = sorted(set(positions[0, 0].tolist()))
     missing = sorted(set(range(120)) - set(positions.flatten().tolist()))
@@ -35,7 +35,7 @@ def test_held_share_counts_the_needle_tokens_of_every_layer_and_head():
 
 def test_kept_whole_reads_the_stored_cache_and_keeps_its_picks():
     engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
-    doc_config = DocumentCacheConfig(superset=2)
+    doc_config = DocumentCacheConfig(superset=2, store="superset")
     doc, question = prompt(120, seed=4), prompt(4, seed=5)
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=doc_config)
     policy, config = kept_whole(POLICY, doc_config, len(doc))
