@@ -34,7 +34,7 @@ from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
-from snapstream.prefix_config import SCORES, DocumentCacheConfig
+from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
 
 NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
     "niah": values.label, "realtext": values.function_name}
@@ -122,12 +122,15 @@ def shares(cache: SequenceCache, needle: dict[str, list[int]]) -> str:
     return "/".join(f"{held_share(cache, tokens):.2f}" for tokens in needle.values())
 
 
-def kept_whole(policy: CachePolicy, doc_config: DocumentCacheConfig
+def kept_whole(policy: CachePolicy, doc_config: DocumentCacheConfig, doc_len: int
                ) -> tuple[CachePolicy, DocumentCacheConfig]:
-    """A policy, and the document config it reads the stored cache under, whose question keeps
-    ``superset`` x ``n_topk`` picks: every stored pick but a few of the document's last tokens
-    (those the question pushes out of the ring compete too); the upper bound of the question's
+    """A policy, and the document config it reads the stored cache of a ``doc_len``-token
+    document under, whose question keeps every stored pick (``superset`` x ``n_topk``; the
+    whole document's when it is stored whole) but a few of the document's last tokens (those the
+    question pushes out of the ring compete too); the upper bound of the question's
     selection."""
+    if doc_config.store == "whole":
+        return replace(policy, n_topk=doc_len - policy.n_sink - policy.n_recent), doc_config
     return (replace(policy, n_topk=doc_config.superset * policy.n_topk),
             replace(doc_config, superset=1))
 
@@ -166,7 +169,7 @@ def run_document(engine: Engine, doc: str, asks: list[Ask], budget: Budget, plac
         reused = engine.prefill_on_prefix(stored, ids, policy, 16, doc_config=doc_config)
         times["suffix"] += time.perf_counter() - start
         answers["doccache"] = answer(engine, reused, len(ids), " " + ask.cue)
-        wide_policy, wide_config = kept_whole(policy, doc_config)
+        wide_policy, wide_config = kept_whole(policy, doc_config, n_prefix)
         whole = engine.prefill_on_prefix(stored, ids, wide_policy, 16, doc_config=wide_config)
         answers["whole"] = answer(engine, whole, len(ids), " " + ask.cue)
         for method, text in answers.items():
@@ -230,11 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix-score", default=DocumentCacheConfig.score,
                         choices=SCORES, help="the store-time scorer")
     parser.add_argument("--prefix-superset", type=int, default=DocumentCacheConfig.superset,
-                        help="stored picks per request pick")
+                        help="superset picks per request pick")
+    parser.add_argument("--prefix-store", default=DocumentCacheConfig.store, choices=STORES,
+                        help="store the whole document or its superset alone")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the full cache and per-question SnapKV")
     args = parser.parse_args(argv)
-    doc_config = DocumentCacheConfig(args.prefix_score, args.prefix_superset)
+    doc_config = DocumentCacheConfig(args.prefix_score, args.prefix_superset,
+                                     args.prefix_store)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     engine = Engine.from_pretrained()

@@ -8,7 +8,7 @@ import logging
 
 from serving.settings import add_server_settings, add_setting, add_worker_settings
 from serving.tls import TlsFiles, add_tls_settings, tls_from_args
-from snapstream.prefix_config import SCORES, DocumentCacheConfig
+from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,14 @@ def register(parser: argparse.ArgumentParser) -> None:
                      "deleted first; a larger document is served without caching)")
     add_setting(parser, "--prefix-score", default=DocumentCacheConfig.score,
                 choices=SCORES,
-                help="how a reusable document's kept tokens are chosen without the question "
-                     "(docs/accuracy.md, 'Compress once, ask many')")
+                help="how a reusable document's stored tokens are chosen without the question "
+                     "(its superset; docs/accuracy.md, 'Compress once, ask many')")
     add_setting(parser, "--prefix-superset", type=int, default=DocumentCacheConfig.superset,
                 help="a stored document keeps this many picks per pick of a request's policy "
                      "(the question's SnapKV window chooses among them)")
+    add_setting(parser, "--prefix-store", default=DocumentCacheConfig.store, choices=STORES,
+                help="'whole': a reusable document is stored whole, its superset first (a "
+                     "question after it sees all of it); 'superset': the superset alone")
     add_setting(parser, "--draft-model", default=None,
                 help="a draft model for speculative prefill (a model name or path, any family "
                      "the engine loads); unset: requests asking for it are refused")
@@ -59,7 +62,8 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     engine, store = worker.engine, worker.store
     prefixes = PrefixStore(store, worker.spec, PrefixStoreConfig(
         ttl_s=args.prefix_cache_ttl_s, max_bytes=args.prefix_cache_max_bytes,
-        document=DocumentCacheConfig(args.prefix_score, args.prefix_superset)))
+        document=DocumentCacheConfig(args.prefix_score, args.prefix_superset,
+                                     args.prefix_store)))
     draft = args.draft_model and Engine.from_pretrained(args.draft_model, dtype=args.dtype,
                                                         device=args.device)
     servicer = PrefillServicer(engine, store, worker.spec, args.blob_ttl_s, args.max_queue,

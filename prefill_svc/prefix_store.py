@@ -37,7 +37,8 @@ from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 
 log = logging.getLogger(__name__)
 
-PREFIX_FORMAT = 2  # the stored cache's meaning: a change makes new keys (2: DocumentCacheConfig)
+PREFIX_FORMAT = 3  # the stored cache's meaning: a change makes new keys (2: DocumentCacheConfig;
+# 3: whole documents, the superset's picks first)
 STORED, HIT, BYPASS = "stored", "hit", "bypass"
 
 

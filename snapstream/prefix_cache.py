@@ -1,10 +1,12 @@
 """Compress once, ask many: a document's question-agnostic cache, and prompts prefilled on it.
 
-Store time (:func:`compress_document`): the document is prefilled, then scored without any
-question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``;
-``sentence`` by default). The cache keeps a *superset* of what a request's layout holds
-(:func:`store_layout`): its sinks, ``superset`` x its ``n_topk`` by that score, and the
-document's last ``n_recent`` tokens.
+Store time (:func:`compress_document`): the document is prefilled and scored without any
+question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``). Its
+*superset* (:func:`superset_layout`) is what a request's layout holds and more: the sinks,
+``superset`` x ``n_topk`` picks by that score, and the document's last ``n_recent`` tokens. By
+default (``store="whole"``) every token is stored (:func:`store_layout`: a layout of exactly
+the document), the superset's picks in the first pick slots (:func:`_superset_view`);
+``store="superset"`` stores the superset alone.
 
 Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suffix) runs; its
 queries attend to the stored keys (at their original positions, already rotated) and causally
@@ -13,8 +15,9 @@ would be (``compress_kv``), with the stored keys and the suffix's as the only ca
 SnapKV's window (the suffix's last queries, so the question's) picking the final ``n_topk``
 among them. A suffix shorter than the window (the question was inside the document) has no
 question in it: the window is then the queries of as many tokens decoded greedily after it
-(:func:`_look_ahead`), scored as if they ended the prompt. A document short enough to be stored
-whole gives the same cache as a full prefill.
+(:func:`_look_ahead`), scored as if they ended the prompt, and the suffix and those tokens see
+the superset only (the store-time score's prior on what answers need; docs/accuracy.md). A
+question after a document stored whole gets the same cache as a full prefill.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from snapstream.compress import compress_kv
+from snapstream.compress import compress_kv, kept_positions
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
@@ -34,12 +37,23 @@ from snapstream.prefix_scores import SCORERS, DocumentPass
 from snapstream.snapkv import snapkv_scores
 
 
-def store_layout(layout: CacheLayout, config: DocumentCacheConfig) -> CacheLayout:
-    """What a document's stored cache holds for requests of ``layout``: its sinks, a superset
-    of its SnapKV picks, and the last ``n_recent`` document tokens (the ring's reach when the
-    question is short)."""
+def superset_layout(layout: CacheLayout, config: DocumentCacheConfig) -> CacheLayout:
+    """A document's superset for requests of ``layout``: its sinks, ``superset`` x its SnapKV
+    picks, and the last ``n_recent`` document tokens (the ring's reach when the question is
+    short)."""
     return CacheLayout(layout.n_sink, config.superset * layout.n_topk, layout.n_recent,
                        layout.n_recent)
+
+
+def store_layout(layout: CacheLayout, config: DocumentCacheConfig, doc_len: int
+                 ) -> CacheLayout:
+    """What the stored cache of a ``doc_len``-token document holds: its superset, or under
+    ``store="whole"`` every token, one slot each."""
+    superset = superset_layout(layout, config)
+    if config.store == "superset":
+        return superset
+    return CacheLayout(layout.n_sink, max(doc_len - layout.n_sink - layout.n_recent, 0),
+                       layout.n_recent, layout.n_recent)
 
 
 def check_model(model: Transformer) -> None:
@@ -72,23 +86,35 @@ def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
                       instruction_ids: list[int], layout: CacheLayout,
                       config: DocumentCacheConfig, kv_dtype: torch.dtype,
                       dtype: torch.dtype | None = None) -> SequenceCache:
-    """The document's stored cache in :func:`store_layout` of ``layout``: whole when it fits,
-    else scored by ``config.score``. Slots past a short document's tokens stay EMPTY.
-    ``pieces``: each document token's text; ``dtype``: the activations of the document's
-    forward (the engine's prefill dtype)."""
+    """The document's stored cache in :func:`store_layout` of ``layout``; scored by
+    ``config.score`` when its superset does not hold it all. Slots past a short document's
+    tokens stay EMPTY. ``pieces``: each document token's text; ``dtype``: the activations of
+    the document's forward (the engine's prefill dtype)."""
     check_model(model)
-    stored = store_layout(layout, config)
+    stored = store_layout(layout, config, len(doc_ids))
     device = model.lm_head.weight.device
     recorder = _FullRecorder()
     hidden = model(torch.tensor([doc_ids], device=device),
                    torch.arange(len(doc_ids), device=device)[None], recorder, dtype)
     k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
-    scores = None
-    if stored.compresses(len(doc_ids)) and stored.n_topk > 0:
-        doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
-                           instruction_ids, pieces)
-        scores = SCORERS[config.score](doc)  # (L, Hkv, P)
+    superset = superset_layout(layout, config)
+    if not superset.compresses(len(doc_ids)) or superset.n_topk == 0:
+        return _one_group(stored, *compress_kv(stored, k, v, None, kv_dtype), len(doc_ids))
+    doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
+                       instruction_ids, pieces)
+    scores = SCORERS[config.score](doc)  # (L, Hkv, P)
     out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
+    if stored != superset:  # whole, slot = position: the superset's picks put first
+        middle = slice(stored.n_sink, stored.ring_start)
+        picked = kept_positions(superset, len(doc_ids), scores)[..., middle.start :
+                                                                superset.ring_start]
+        is_pick = torch.zeros_like(out_pos[..., middle], dtype=torch.bool).scatter_(
+            2, picked.to(device) - stored.n_sink, True)  # (L, Hkv, N)
+        order = (~is_pick).byte().argsort(dim=-1, stable=True)  # (L, Hkv, N): picks, the rest
+        out_pos[..., middle] = out_pos[..., middle].gather(2, order)
+        rows = order[..., None].expand(-1, -1, -1, out_k.shape[3])  # (L, Hkv, N, W)
+        out_k[..., middle, :] = out_k[..., middle, :].gather(2, rows)
+        out_v[..., middle, :] = out_v[..., middle, :].gather(2, rows)
     return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))
 
 
@@ -146,25 +172,46 @@ class _SuffixAttention:
                             for parts in self.q_windows])
 
 
-def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int,
-                      dtype: torch.dtype) -> tuple[_SuffixAttention, torch.Tensor]:
-    """The attention of up to ``num_tokens`` tokens run on ``prefix``, and the positions (L,
-    Hkv, M + T) of the prompt's keys: the stored document's present slots, then the ``T``
-    suffix tokens' (the first tokens run; lookahead tokens are not the prompt's)."""
+def _superset_view(prefix: SequenceCache, superset: CacheLayout) -> torch.Tensor:
+    """(S,) bool: the slots of ``prefix`` that hold its ``superset`` (a document stored whole
+    keeps the superset's picks in its first pick slots, :func:`compress_document`)."""
+    stored = prefix.groups[0].group.layout
+    slots = torch.arange(stored.budget, device=prefix.groups[0].positions.device)  # (S,)
+    return (slots < superset.ring_start) | (slots >= stored.ring_start)
+
+
+def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int, dtype: torch.dtype,
+                      view: torch.Tensor | None = None) -> tuple[_SuffixAttention, torch.Tensor]:
+    """The attention of up to ``num_tokens`` tokens run on ``prefix`` (only its slots in
+    ``view`` (S,) when given), and the positions (L, Hkv, M + T) of the prompt's keys: the
+    stored document's present slots, then the ``T`` suffix tokens' (the first tokens run;
+    lookahead tokens are not the prompt's)."""
     (stored,) = prefix.groups
     present = stored.positions != EMPTY  # (L, Hkv, S): the same count in every row
+    if view is not None:
+        present &= view
     num_layers, num_kv_heads, _ = present.shape
     stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
-    num_prefix = stored_pos.shape[2]
-    keys, values = (_with_room(kv_float(rows[present]).view(num_layers, num_kv_heads,
-                                                             num_prefix, -1).to(dtype),
-                               num_tokens) for rows in (stored.k, stored.v))
-    return _SuffixAttention(keys, values, num_prefix, window), stored_pos
+    keys, values = (_decoded_with_room(rows, present, num_tokens, dtype)
+                    for rows in (stored.k, stored.v))
+    return _SuffixAttention(keys, values, stored_pos.shape[2], window), stored_pos
 
 
-def _with_room(rows: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """rows (L, Hkv, M, D) -> (L, Hkv, M + num_tokens, D), the new rows zero."""
-    return torch.cat((rows, rows.new_zeros(*rows.shape[:2], num_tokens, rows.shape[3])), dim=2)
+def _decoded_with_room(rows: torch.Tensor, present: torch.Tensor, num_tokens: int,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """rows (L, Hkv, S, W) in the KV dtype, present (L, Hkv, S) -> (L, Hkv, M + num_tokens, D)
+    in ``dtype``: the M present rows decoded, then zero rows. Decoded a layer at a time into
+    one buffer (a whole document's K is ~100 MB at 8k: no float32 copy of all of it)."""
+    num_layers, num_kv_heads, num_slots = present.shape
+    num_prefix = int(present[0, 0].sum())
+    head_dim = kv_float(rows[0, 0, :1]).shape[-1]
+    out = rows.new_zeros(num_layers, num_kv_heads, num_prefix + num_tokens, head_dim,
+                         dtype=dtype)
+    for layer in range(num_layers):
+        kept = rows[layer] if num_prefix == num_slots else rows[layer][present[layer]].view(
+            num_kv_heads, num_prefix, -1)  # (Hkv, M, W)
+        out[layer, :, :num_prefix] = kv_float(kept)
+    return out
 
 
 def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: int,
@@ -208,15 +255,19 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
-    if stored != store_layout(layout, config):
+    if stored != store_layout(layout, config, prefix.prompt_len):
         raise ValueError(f"the stored document's layout {stored} is not the one of "
                          f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
     window = policy.window if selects else 0
     num_lookahead = window if len(suffix_ids) < window else 0  # see _look_ahead
+    superset = superset_layout(layout, config)
+    view = (_superset_view(prefix, superset)
+            if num_lookahead and stored != superset and superset.compresses(prefix.prompt_len)
+            else None)  # a question inside a document stored whole: the superset only
     attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + num_lookahead, window,
-                                              dtype)
+                                              dtype, view)
     hidden = attention.run(model, suffix_ids, prefix.prompt_len, dtype)[-1]  # (hidden,)
     _look_ahead(model, attention, hidden, num_lookahead, prefix.prompt_len, dtype)
     cache = _select(attention, stored_pos, len(suffix_ids), prompt_len, policy, layout,

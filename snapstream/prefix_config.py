@@ -5,16 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCORES = ("sentence", "surprisal", "repeat")  # snapstream.prefix_scores.SCORERS, the default first
+STORES = ("whole", "superset")  # what a stored document holds, the default first
 
 
 @dataclass(frozen=True)
 class DocumentCacheConfig:
-    """How a prefill worker compresses a reusable document (``--prefix-score``,
-    ``--prefix-superset``): its scorer, and how many picks it stores per pick of a request's
-    layout (the question's SnapKV window chooses among them)."""
+    """How a prefill worker stores a reusable document (``--prefix-store``, ``--prefix-score``,
+    ``--prefix-superset``). Its *superset*: the sinks, ``superset`` picks per pick of a
+    request's layout by the question-agnostic scorer ``score``, and the document's end.
+    ``store``: ``whole`` (the default) stores every token, the superset's picks first; a
+    question after the document is prefilled over all of them (as a full prefill would be: a
+    stored subset changed the question's own keys and values, and its answers:
+    docs/accuracy.md), a question inside the document over the superset only. ``superset``
+    stores the superset alone (a smaller blob; every question over it)."""
 
     score: str = "sentence"
     superset: int = 3
+    store: str = "whole"
 
     def __post_init__(self) -> None:
         if self.score not in SCORES:
@@ -22,6 +29,9 @@ class DocumentCacheConfig:
                              f"got {self.score!r}")
         if self.superset < 1:
             raise ValueError(f"--prefix-superset must be >= 1, got {self.superset}")
+        if self.store not in STORES:
+            raise ValueError(f"--prefix-store must be one of {list(STORES)}, "
+                             f"got {self.store!r}")
 
 
 DEFAULT_DOCUMENT_CACHE = DocumentCacheConfig()

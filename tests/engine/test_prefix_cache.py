@@ -27,8 +27,9 @@ from tests.engine.reference import masked_logits, record_prefill, snapkv_referen
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
-REPEAT = DocumentCacheConfig(score="repeat")
-SURPRISAL = DocumentCacheConfig(score="surprisal")
+SENTENCE = DocumentCacheConfig(store="superset")
+REPEAT = DocumentCacheConfig(score="repeat", store="superset")
+SURPRISAL = DocumentCacheConfig(score="surprisal", store="superset")
 
 
 def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
@@ -43,12 +44,13 @@ def engine():
 
 def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     doc, question = prompt(30, seed=1), prompt(9, seed=2)  # 30 <= 2 + 36 + 8 stored slots
-    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
-    stored = store_layout(POLICY.layout(30, 4), DocumentCacheConfig())
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE)
+    stored = store_layout(POLICY.layout(30, 4), SENTENCE, 30)
     assert prefix.groups[0].group.layout == stored
     assert prefix.num_tokens_held == 30
     full = engine.prefill(doc + question, POLICY, max_new_tokens=4)
-    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
+    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4,
+                                      doc_config=SENTENCE)
     # SnapKV picks among the whole prompt in both
     assert full.cache.groups[0].group.layout.compresses(39)
     assert torch.equal(reused.cache.groups[0].positions, full.cache.groups[0].positions)
@@ -57,7 +59,60 @@ def test_a_document_stored_whole_gives_the_full_prefill_cache(engine):
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("doc_config", [DocumentCacheConfig(), SURPRISAL, REPEAT],
+def test_the_default_stores_the_whole_document_and_gives_the_full_prefill_cache(engine):
+    """A document far longer than the request's layout is stored whole by default (a layout
+    of exactly its tokens), so the question's keys and values are those of a full prefill and
+    SnapKV picks among the whole prompt: the cache of a full prefill of document + question.
+    (With a stored subset the question's own keys and values changed, and with them the
+    answers: docs/accuracy.md.)"""
+    doc, question = prompt(120, seed=5), prompt(10, seed=6)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    layout = prefix.groups[0].group.layout
+    assert (layout.n_sink, layout.n_topk, layout.n_recent) == (2, 110, 8)
+    assert (prefix.groups[0].positions.long().sort(dim=-1).values == torch.arange(120)).all()
+    full = engine.prefill(doc + question, POLICY, max_new_tokens=4)
+    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
+    assert full.cache.groups[0].group.layout.compresses(130)
+    assert torch.equal(reused.cache.groups[0].positions, full.cache.groups[0].positions)
+    torch.testing.assert_close(reused.cache.groups[0].k, full.cache.groups[0].k, atol=1e-5,
+                               rtol=0)
+    torch.testing.assert_close(reused.cache.groups[0].v, full.cache.groups[0].v, atol=1e-5,
+                               rtol=0)
+    torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
+
+
+def test_a_whole_document_holds_its_superset_in_its_first_pick_slots(engine):
+    """Stored whole, the picks' slots are in the score's order: the first superset x n_topk
+    of them hold what the superset store keeps (the same keys, the same bytes)."""
+    doc = prompt(120, seed=4)
+    whole = engine.compress_prefix(doc, POLICY, max_new_tokens=4).groups[0]
+    alone = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE).groups[0]
+    head = slice(0, 2 + 36)  # sinks + 3 x 12 picks
+    assert torch.equal(whole.positions[..., head].sort(dim=-1).values,
+                       alone.positions[..., head])
+    order = whole.positions[..., head].long().argsort(dim=-1)  # (L, Hkv, 38)
+    rows = order[..., None].expand(-1, -1, -1, whole.k.shape[3])
+    torch.testing.assert_close(whole.k[..., head, :].gather(2, rows), alone.k[..., head, :],
+                               atol=1e-6, rtol=0)
+    assert torch.equal(whole.positions[..., -8:].sort(dim=-1).values,
+                       alone.positions[..., -8:].sort(dim=-1).values)  # the document's end
+
+
+def test_a_question_inside_a_whole_document_sees_its_superset_only(engine):
+    """A suffix shorter than the window (the lookahead) over a document stored whole gives the
+    cache and logits it gets over the superset stored alone."""
+    doc, suffix = prompt(120, seed=4), prompt(2, seed=11)
+    whole = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    alone = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE)
+    on_whole = engine.prefill_on_prefix(whole, doc + suffix, POLICY, max_new_tokens=4)
+    on_alone = engine.prefill_on_prefix(alone, doc + suffix, POLICY, max_new_tokens=4,
+                                        doc_config=SENTENCE)
+    assert torch.equal(on_whole.cache.groups[0].positions.sort(dim=-1).values,
+                       on_alone.cache.groups[0].positions.sort(dim=-1).values)
+    torch.testing.assert_close(on_whole.logits, on_alone.logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("doc_config", [SENTENCE, SURPRISAL, REPEAT],
                          ids=lambda c: c.score)
 def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc_config):
     doc = prompt(120, seed=4)
@@ -75,11 +130,12 @@ def test_a_long_document_keeps_a_superset_of_sinks_picks_and_its_end(engine, doc
 
 
 def test_the_superset_factor_sizes_the_stored_picks(engine):
-    doc_config = DocumentCacheConfig(superset=2)
+    doc_config = replace(SENTENCE, superset=2)
     prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
                                     doc_config=doc_config)
     assert prefix.groups[0].group.layout.n_topk == 24
-    assert prefix.groups[0].group.layout == store_layout(POLICY.layout(120, 4), doc_config)
+    assert prefix.groups[0].group.layout == store_layout(POLICY.layout(120, 4), doc_config,
+                                                         120)
 
 
 def test_the_repeat_pass_scores_each_layer_apart(engine):
@@ -120,8 +176,8 @@ def sentence_surprisal(logits: torch.Tensor, ids: list[int], pieces: list[str]) 
 
 
 @pytest.mark.parametrize(("doc_config", "reference"),
-                         [(DocumentCacheConfig(score="surprisal"), opened_surprisal),
-                          (DocumentCacheConfig(), sentence_surprisal)],
+                         [(SURPRISAL, opened_surprisal),
+                          (SENTENCE, sentence_surprisal)],
                          ids=["surprisal", "sentence"])
 def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine, doc_config, reference):
     """Every layer and head stores the same picks: the candidates of the highest score
@@ -164,9 +220,9 @@ def test_the_suffix_attends_to_exactly_the_stored_keys(engine):
     """The question's logits equal a full forward in which the question may see only the
     document's stored positions (per layer and KV head) and itself, causally."""
     doc, question = prompt(120, seed=5), prompt(10, seed=6)
-    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE)
     ids = doc + question
-    reused = engine.prefill_on_prefix(prefix, ids, POLICY, max_new_tokens=4)
+    reused = engine.prefill_on_prefix(prefix, ids, POLICY, max_new_tokens=4, doc_config=SENTENCE)
     config = engine.config
     total = len(ids)
     allowed = torch.ones(total, total, dtype=torch.bool).tril().repeat(
@@ -183,8 +239,9 @@ def test_the_suffix_attends_to_exactly_the_stored_keys(engine):
 
 def test_the_final_cache_picks_among_stored_and_question_tokens(engine):
     doc, question = prompt(120, seed=7), prompt(10, seed=8)
-    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
-    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE)
+    reused = engine.prefill_on_prefix(prefix, doc + question, POLICY, max_new_tokens=4,
+                                      doc_config=SENTENCE)
     cache = reused.cache
     assert cache.layout == engine.model_layout(POLICY.layout(130, 4))
     positions = cache.groups[0].positions.long()
@@ -223,19 +280,28 @@ def test_a_suffix_shorter_than_the_window_is_scored_by_the_greedy_answer(engine)
 def test_refuses_what_it_cannot_serve(engine):
     with pytest.raises(ValueError, match="cache_prefix needs a policy"):
         engine.compress_prefix(prompt(40, 1), CachePolicy(kind="full"), max_new_tokens=4)
-    prefix = engine.compress_prefix(prompt(40, 1), POLICY, max_new_tokens=4)
+    prefix = engine.compress_prefix(prompt(40, 1), POLICY, max_new_tokens=4,
+                                    doc_config=SENTENCE)
     with pytest.raises(ValueError, match="no tokens after the cached prefix"):
-        engine.prefill_on_prefix(prefix, prompt(40, 1), POLICY, max_new_tokens=4)
+        engine.prefill_on_prefix(prefix, prompt(40, 1), POLICY, max_new_tokens=4,
+                                 doc_config=SENTENCE)
     with pytest.raises(ValueError, match="compressed for another policy"):
         engine.prefill_on_prefix(prefix, prompt(50, 1), replace(POLICY, n_topk=20),
-                                 max_new_tokens=4)
+                                 max_new_tokens=4, doc_config=SENTENCE)
+    for other in (replace(SENTENCE, superset=2), DocumentCacheConfig()):
+        with pytest.raises(ValueError, match="compressed for another policy"):
+            engine.prefill_on_prefix(prefix, prompt(50, 1), POLICY, max_new_tokens=4,
+                                     doc_config=other)
+    whole = engine.compress_prefix(prompt(40, 1), POLICY, max_new_tokens=4)
     with pytest.raises(ValueError, match="compressed for another policy"):
-        engine.prefill_on_prefix(prefix, prompt(50, 1), POLICY, max_new_tokens=4,
-                                 doc_config=DocumentCacheConfig(superset=2))
+        engine.prefill_on_prefix(whole, prompt(50, 1), replace(POLICY, n_recent=6),
+                                 max_new_tokens=4)
     with pytest.raises(ValueError, match="--prefix-score must be one of"):
         DocumentCacheConfig(score="h2o")
     with pytest.raises(ValueError, match="--prefix-superset must be >= 1"):
         DocumentCacheConfig(superset=0)
+    with pytest.raises(ValueError, match="--prefix-store must be one of"):
+        DocumentCacheConfig(store="half")
 
 
 def test_every_configurable_score_has_a_scorer():

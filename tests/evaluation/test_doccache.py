@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from evaluation.doccache import held_share, kept_whole
+from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
 from snapstream.prefix_config import DocumentCacheConfig
 from tests.engine.helpers import engine_for
@@ -21,7 +22,8 @@ def prompt(length: int, seed: int) -> list[int]:
 
 def test_held_share_counts_the_needle_tokens_of_every_layer_and_head():
     engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
-    prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4)
+    prefix = engine.compress_prefix(prompt(120, seed=4), POLICY, max_new_tokens=4,
+                                    doc_config=DocumentCacheConfig(store="superset"))
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
     held = sorted(set(positions[0, 0].tolist()))
     missing = sorted(set(range(120)) - set(positions.flatten().tolist()))
@@ -33,10 +35,10 @@ def test_held_share_counts_the_needle_tokens_of_every_layer_and_head():
 
 def test_kept_whole_reads_the_stored_cache_and_keeps_its_picks():
     engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
-    doc_config = DocumentCacheConfig(superset=2)
+    doc_config = DocumentCacheConfig(superset=2, store="superset")
     doc, question = prompt(120, seed=4), prompt(4, seed=5)
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=doc_config)
-    policy, config = kept_whole(POLICY, doc_config)
+    policy, config = kept_whole(POLICY, doc_config, len(doc))
     assert (policy.n_topk, config.superset) == (24, 1)
     result = engine.prefill_on_prefix(prefix, doc + question, policy, 4, doc_config=config)
     stored = prefix.groups[0].positions.long()[..., 2:26]  # (L, Hkv, 24): the stored picks
@@ -45,3 +47,17 @@ def test_kept_whole_reads_the_stored_cache_and_keeps_its_picks():
     # all but those the document's last stored tokens (out of the ring now) outrank
     assert (kept >= 24 - (POLICY.n_recent - len(question))).all()
     assert (kept > POLICY.n_topk).all()  # more than the request's own selection can hold
+
+
+def test_kept_whole_of_a_whole_document_keeps_every_document_token():
+    engine = engine_for(random_model(tiny_config(num_heads=4, num_kv_heads=2), seed=3))
+    doc, question = prompt(120, seed=4), prompt(4, seed=5)
+    prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)  # stored whole
+    policy, config = kept_whole(POLICY, DocumentCacheConfig(), len(doc))
+    assert policy.n_topk == 120 - 2 - 8
+    result = engine.prefill_on_prefix(prefix, doc + question, policy, 4, doc_config=config)
+    final = result.cache.groups[0].positions.long()  # (L, Hkv, S)
+    assert (final != EMPTY).all()
+    # every slot is taken: all but as many document tokens as the question pushed out
+    held = (final[..., None] == torch.arange(120)).any(dim=2).sum(dim=-1)  # (L, Hkv)
+    assert (held == 120 - len(question)).all()
