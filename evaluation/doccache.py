@@ -4,13 +4,15 @@ document, against the full cache and per-question SnapKV at the same budget.
     python -m evaluation.doccache --tasks niah,realtext --context-len 2048 --docs 2 \\
         --needles 4 --budget 1/4
 
-Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth);
-each needle is asked in turn. ``after``: the document is the system message (cached once, its
-compression timed), the question the user's; ``before``: one user message with the question
-before the document, compressed question-agnostically (the whole message stored, the
-template's opening of the answer as the suffix). The answer cue is decoded after compression,
-as the evaluation does. Prints a table; ``--ttft-doc-len`` adds the time to first token of a
-question on the cached document against a full re-prefill of document + question.
+Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth;
+``passkey``: one pass key); each needle is asked in turn. ``after``: the document is the
+system message (cached once, its compression timed), the question the user's; ``before``: one
+user message with the question before the document, stored (each question its own document),
+the template's opening of the answer as the suffix (shorter than SnapKV's window: the
+message's opening paragraph, the question, is read again as the probe). The answer cue is
+decoded after compression, as the evaluation does. Prints a table; ``--ttft-doc-len`` adds
+the time to first token of a question on the cached document against a full re-prefill of
+document + question.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
 NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
     "niah": values.label, "realtext": values.function_name}
 NAME_FIELD = {"niah": "key", "realtext": "name"}
+TASKS = ("passkey", *NEEDLE_KEYS)
+CORPUS = {"passkey": "classic"}  # the classic test's grass-and-sky noise; the rest prose
+PASSKEY_NAME = "pass key"  # the words of the passkey's sentence that name it
 
 
 @dataclass(frozen=True)
@@ -55,16 +60,22 @@ class Ask:
 def build_document(task: str, rng: random.Random, engine: Engine, context_len: int,
                    num_needles: int) -> tuple[str, list[Ask]]:
     """A document of ~``context_len`` tokens with ``num_needles`` needles of ``task`` at
-    spread depths -> its text and each needle's :class:`Ask`."""
-    phrases, field = PHRASES[task], NAME_FIELD[task]
-    keys = values.distinct(rng, NEEDLE_KEYS[task], num_needles)
+    spread depths (``passkey``: one, in the middle; its needle has no name) -> its text and
+    each needle's :class:`Ask`."""
+    phrases = PHRASES[task]
+    if task in NAME_FIELD:
+        field = NAME_FIELD[task]
+        keys = values.distinct(rng, NEEDLE_KEYS[task], num_needles)
+    else:  # one pass key: a second would contradict it
+        field, keys = "key", [PASSKEY_NAME]  # the fact has no {key}: format ignores it
+    num_needles = len(keys)
     numbers = values.distinct(rng, values.number, num_needles)
     inserts = tuple(Insert(phrases.fact.format(**{field: key}, value=number),
                            (i + 1) / (num_needles + 1), True)
                     for i, (key, number) in enumerate(zip(keys, numbers, strict=True)))
     question = phrases.question.format(**{field: keys[0]})
     draft = Draft(intro=phrases.intro, inserts=inserts, question=question, cue="",
-                  answers=(numbers[0],))
+                  answers=(numbers[0],), corpus=CORPUS.get(task, "prose"))
     sample = build_sample(task, draft, rng, TaskConfig(context_len=context_len),
                           PromptSpec(engine.tokenizer, "raw"))
     start = sample.prompt.index(phrases.intro)
@@ -220,7 +231,8 @@ def measure_ttft(engine: Engine, doc_len: int, repeats: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="niah,realtext")
+    parser.add_argument("--tasks", default="niah,realtext",
+                        help=f"comma-separated, of {','.join(TASKS)}")
     parser.add_argument("--context-len", type=int, default=2048)
     parser.add_argument("--docs", type=int, default=2)
     parser.add_argument("--needles", type=int, default=4)
@@ -239,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the full cache and per-question SnapKV")
     args = parser.parse_args(argv)
+    if unknown := set(args.tasks.split(",")) - set(TASKS):
+        parser.error(f"--tasks: unknown {sorted(unknown)}; choose from {','.join(TASKS)}")
     doc_config = DocumentCacheConfig(args.prefix_score, args.prefix_superset,
                                      args.prefix_store)
     if args.torch_threads:

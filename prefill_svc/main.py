@@ -28,14 +28,17 @@ def register(parser: argparse.ArgumentParser) -> None:
                      "deleted first; a larger document is served without caching)")
     add_setting(parser, "--prefix-score", default=DocumentCacheConfig.score,
                 choices=SCORES,
-                help="how a reusable document's stored tokens are chosen without the question "
-                     "(its superset; docs/accuracy.md, 'Compress once, ask many')")
+                help="under --prefix-store superset: how a reusable document's stored tokens "
+                     "are chosen without the question (docs/accuracy.md, 'Compress once, ask "
+                     "many')")
     add_setting(parser, "--prefix-superset", type=int, default=DocumentCacheConfig.superset,
-                help="a stored document keeps this many picks per pick of a request's policy "
-                     "(the question's SnapKV window chooses among them)")
+                help="under --prefix-store superset: a stored document keeps this many picks "
+                     "per pick of a request's policy (the question's SnapKV window chooses "
+                     "among them)")
     add_setting(parser, "--prefix-store", default=DocumentCacheConfig.store, choices=STORES,
-                help="'whole': a reusable document is stored whole, its superset first (a "
-                     "question after it sees all of it); 'superset': the superset alone")
+                help="'whole': a reusable document is stored whole (each question selects "
+                     "among all of it); 'superset': a question-agnostic subset (a smaller "
+                     "blob, fewer answers)")
     add_setting(parser, "--draft-model", default=None,
                 help="a draft model for speculative prefill (a model name or path, any family "
                      "the engine loads); unset: requests asking for it are refused")

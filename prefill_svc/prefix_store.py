@@ -37,8 +37,8 @@ from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 
 log = logging.getLogger(__name__)
 
-PREFIX_FORMAT = 3  # the stored cache's meaning: a change makes new keys (2: DocumentCacheConfig;
-# 3: whole documents, the superset's picks first)
+PREFIX_FORMAT = 4  # the stored cache's meaning: a change makes new keys (2: DocumentCacheConfig;
+# 3: whole documents, the superset's picks first; 4: whole documents in position order)
 STORED, HIT, BYPASS = "stored", "hit", "bypass"
 
 

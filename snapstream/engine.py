@@ -25,7 +25,12 @@ from snapstream.loader import load_model
 from snapstream.memory import keep_freed_memory
 from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
-from snapstream.prefix_cache import check_policy, compress_document, prefill_on_prefix
+from snapstream.prefix_cache import (
+    OPENING_TOKENS,
+    check_policy,
+    compress_document,
+    prefill_on_prefix,
+)
 from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 from snapstream.prefix_scores import REPEAT_INSTRUCTION
 from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
@@ -215,8 +220,10 @@ class Engine:
         check_policy(policy)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         start = time.perf_counter()
-        cache, hidden = prefill_on_prefix(self.model, prefix, ids[prefix.prompt_len:], policy,
-                                          layout, doc_config, self.kv_dtype, self.prefill_dtype)
+        opening = self.tokenizer.turn_opening(ids[: prefix.prompt_len], OPENING_TOKENS)
+        cache, hidden = prefill_on_prefix(self.model, prefix, ids[prefix.prompt_len:], opening,
+                                          policy, layout, doc_config, self.kv_dtype,
+                                          self.prefill_dtype)
         logits = self.model.logits(hidden.to(self.dtype))  # (V,)
         return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
                              select_s=0.0)

@@ -1,23 +1,22 @@
-"""Compress once, ask many: a document's question-agnostic cache, and prompts prefilled on it.
+"""Compress once, ask many: a document's cache stored once, and prompts prefilled on it.
 
-Store time (:func:`compress_document`): the document is prefilled and scored without any
-question by a scorer of :mod:`snapstream.prefix_scores` (the worker's ``--prefix-score``). Its
-*superset* (:func:`superset_layout`) is what a request's layout holds and more: the sinks,
-``superset`` x ``n_topk`` picks by that score, and the document's last ``n_recent`` tokens. By
-default (``store="whole"``) every token is stored (:func:`store_layout`: a layout of exactly
-the document), the superset's picks in the first pick slots (:func:`_superset_view`);
-``store="superset"`` stores the superset alone.
+Store time (:func:`compress_document`): the document is prefilled once. By default
+(``store="whole"``) every token is stored (:func:`store_layout`: a layout of exactly the
+document, slot = position). ``store="superset"`` stores a question-agnostic subset instead,
+scored without any question by a scorer of :mod:`snapstream.prefix_scores` (the worker's
+``--prefix-score``): its *superset* (:func:`superset_layout`), the sinks, ``superset`` x
+``n_topk`` picks by that score and the document's last ``n_recent`` tokens (a smaller blob,
+fewer answers: docs/accuracy.md).
 
 Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suffix) runs; its
 queries attend to the stored keys (at their original positions, already rotated) and causally
 to each other. Each layer then compresses into the request's layout exactly as a whole prompt
 would be (``compress_kv``), with the stored keys and the suffix's as the only candidates and
 SnapKV's window (the suffix's last queries, so the question's) picking the final ``n_topk``
-among them. A suffix shorter than the window (the question was inside the document) has no
-question in it: the window is then the queries of as many tokens decoded greedily after it
-(:func:`_look_ahead`), scored as if they ended the prompt, and the suffix and those tokens see
-the superset only (the store-time score's prior on what answers need; docs/accuracy.md). A
-question after a document stored whole gets the same cache as a full prefill.
+among them. A question after a document stored whole gets the same cache as a full prefill.
+A suffix shorter than the window (the question was inside the document's message, before
+it) has no question in it: the window is then the queries of a probe run after it, the
+opening paragraph of the document's last turn and the suffix again (:func:`_probe`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from snapstream.compress import compress_kv, kept_positions
+from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer, causal_attention
@@ -35,6 +34,8 @@ from snapstream.policy import CacheLayout, CachePolicy
 from snapstream.prefix_config import DocumentCacheConfig
 from snapstream.prefix_scores import SCORERS, DocumentPass
 from snapstream.snapkv import snapkv_scores
+
+OPENING_TOKENS = 64  # of the opening paragraph a probe reads again (:func:`_probe`)
 
 
 def superset_layout(layout: CacheLayout, config: DocumentCacheConfig) -> CacheLayout:
@@ -86,8 +87,8 @@ def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
                       instruction_ids: list[int], layout: CacheLayout,
                       config: DocumentCacheConfig, kv_dtype: torch.dtype,
                       dtype: torch.dtype | None = None) -> SequenceCache:
-    """The document's stored cache in :func:`store_layout` of ``layout``; scored by
-    ``config.score`` when its superset does not hold it all. Slots past a short document's
+    """The document's stored cache in :func:`store_layout` of ``layout``; a superset store that
+    does not hold it all is scored by ``config.score``. Slots past a short document's
     tokens stay EMPTY. ``pieces``: each document token's text; ``dtype``: the activations of
     the document's forward (the engine's prefill dtype)."""
     check_model(model)
@@ -97,25 +98,12 @@ def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
     hidden = model(torch.tensor([doc_ids], device=device),
                    torch.arange(len(doc_ids), device=device)[None], recorder, dtype)
     k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
-    superset = superset_layout(layout, config)
-    if not superset.compresses(len(doc_ids)) or superset.n_topk == 0:
+    if config.store == "whole" or not stored.compresses(len(doc_ids)) or stored.n_topk == 0:
         return _one_group(stored, *compress_kv(stored, k, v, None, kv_dtype), len(doc_ids))
     doc = DocumentPass(model, doc_ids, recorder.keys, recorder.values, hidden[0],
                        instruction_ids, pieces)
     scores = SCORERS[config.score](doc)  # (L, Hkv, P)
-    out_k, out_v, out_pos = compress_kv(stored, k, v, scores, kv_dtype)
-    if stored != superset:  # whole, slot = position: the superset's picks put first
-        middle = slice(stored.n_sink, stored.ring_start)
-        picked = kept_positions(superset, len(doc_ids), scores)[..., middle.start :
-                                                                superset.ring_start]
-        is_pick = torch.zeros_like(out_pos[..., middle], dtype=torch.bool).scatter_(
-            2, picked.to(device) - stored.n_sink, True)  # (L, Hkv, N)
-        order = (~is_pick).byte().argsort(dim=-1, stable=True)  # (L, Hkv, N): picks, the rest
-        out_pos[..., middle] = out_pos[..., middle].gather(2, order)
-        rows = order[..., None].expand(-1, -1, -1, out_k.shape[3])  # (L, Hkv, N, W)
-        out_k[..., middle, :] = out_k[..., middle, :].gather(2, rows)
-        out_v[..., middle, :] = out_v[..., middle, :].gather(2, rows)
-    return _one_group(stored, out_k, out_v, out_pos, len(doc_ids))
+    return _one_group(stored, *compress_kv(stored, k, v, scores, kv_dtype), len(doc_ids))
 
 
 def _one_group(layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
@@ -129,7 +117,7 @@ def _one_group(layout: CacheLayout, k: torch.Tensor, v: torch.Tensor, positions:
 @dataclass
 class _SuffixAttention:
     """The attention of the tokens run after a stored document, forward after forward (the
-    suffix, then any lookahead tokens): over every stored key and causally over each other.
+    suffix, then any probe tokens): over every stored key and causally over each other.
     Keeps what the selection after the forward needs (their K/V, the last queries)."""
 
     keys: torch.Tensor  # (L, Hkv, M + T + A, D): the stored keys, then room for the run tokens
@@ -172,24 +160,13 @@ class _SuffixAttention:
                             for parts in self.q_windows])
 
 
-def _superset_view(prefix: SequenceCache, superset: CacheLayout) -> torch.Tensor:
-    """(S,) bool: the slots of ``prefix`` that hold its ``superset`` (a document stored whole
-    keeps the superset's picks in its first pick slots, :func:`compress_document`)."""
-    stored = prefix.groups[0].group.layout
-    slots = torch.arange(stored.budget, device=prefix.groups[0].positions.device)  # (S,)
-    return (slots < superset.ring_start) | (slots >= stored.ring_start)
-
-
-def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int, dtype: torch.dtype,
-                      view: torch.Tensor | None = None) -> tuple[_SuffixAttention, torch.Tensor]:
-    """The attention of up to ``num_tokens`` tokens run on ``prefix`` (only its slots in
-    ``view`` (S,) when given), and the positions (L, Hkv, M + T) of the prompt's keys: the
-    stored document's present slots, then the ``T`` suffix tokens' (the first tokens run;
-    lookahead tokens are not the prompt's)."""
+def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int, dtype: torch.dtype
+                      ) -> tuple[_SuffixAttention, torch.Tensor]:
+    """The attention of up to ``num_tokens`` tokens run on ``prefix``, and the positions
+    (L, Hkv, M) of the stored document's present slots (the prompt's keys before the
+    suffix's)."""
     (stored,) = prefix.groups
     present = stored.positions != EMPTY  # (L, Hkv, S): the same count in every row
-    if view is not None:
-        present &= view
     num_layers, num_kv_heads, _ = present.shape
     stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
     keys, values = (_decoded_with_room(rows, present, num_tokens, dtype)
@@ -225,10 +202,10 @@ def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: i
     run_pos = torch.arange(prompt_len - num_suffix, prompt_len - num_suffix + num_run
                            - stored_pos.shape[2], device=stored_pos.device)  # (T + A,)
     positions = torch.cat((stored_pos, run_pos.expand(num_layers, num_kv_heads, -1)),
-                          dim=2)  # (L, Hkv, M + T + A): the lookahead's A after the prompt
+                          dim=2)  # (L, Hkv, M + T + A): the probe's A after the prompt
     num_prompt = stored_pos.shape[2] + num_suffix  # M + T
     scores = None
-    if attention.window:  # as if the lookahead tokens ended the prompt, then cut to it
+    if attention.window:  # as if the probe ended the prompt, then cut to it
         scores = snapkv_scores(attention.window_queries().flatten(0, 1),  # (L*Hq, W, D)
                                attention.keys.flatten(0, 1), policy.kernel, policy.pooling,
                                positions.flatten(0, 1))
@@ -246,12 +223,14 @@ def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: i
 
 @torch.no_grad()
 def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: list[int],
-                      policy: CachePolicy, layout: CacheLayout, config: DocumentCacheConfig,
-                      kv_dtype: torch.dtype, dtype: torch.dtype
+                      opening_ids: list[int], policy: CachePolicy, layout: CacheLayout,
+                      config: DocumentCacheConfig, kv_dtype: torch.dtype, dtype: torch.dtype
                       ) -> tuple[SequenceCache, torch.Tensor]:
     """The prompt ``prefix`` (a stored document, compressed under ``config``) + ``suffix_ids``
     in ``layout`` -> its cache and the final hidden state (hidden,) of the last token; only the
-    suffix runs through the model, its activations in ``dtype``."""
+    suffix runs through the model, its activations in ``dtype``. ``opening_ids``: the opening
+    paragraph of the document's last turn (``Tokenizer.turn_opening``), the probe of a suffix
+    shorter than SnapKV's window (:func:`_probe`)."""
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
@@ -261,28 +240,23 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     prompt_len = prefix.prompt_len + len(suffix_ids)
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
     window = policy.window if selects else 0
-    num_lookahead = window if len(suffix_ids) < window else 0  # see _look_ahead
-    superset = superset_layout(layout, config)
-    view = (_superset_view(prefix, superset)
-            if num_lookahead and stored != superset and superset.compresses(prefix.prompt_len)
-            else None)  # a question inside a document stored whole: the superset only
-    attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + num_lookahead, window,
-                                              dtype, view)
+    probe = [*opening_ids, *suffix_ids] if len(suffix_ids) < window else []
+    attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + len(probe), window,
+                                              dtype)
     hidden = attention.run(model, suffix_ids, prefix.prompt_len, dtype)[-1]  # (hidden,)
-    _look_ahead(model, attention, hidden, num_lookahead, prefix.prompt_len, dtype)
+    _probe(model, attention, probe, prefix.prompt_len, dtype)
     cache = _select(attention, stored_pos, len(suffix_ids), prompt_len, policy, layout,
                     kv_dtype)
     return cache, hidden
 
 
-def _look_ahead(model: Transformer, attention: _SuffixAttention, hidden: torch.Tensor,
-                num_tokens: int, first_position: int, dtype: torch.dtype) -> None:
-    """Decode ``num_tokens`` greedily after the suffix (its last state ``hidden``) through
-    ``attention``, for their queries only: they are SnapKV's window when the suffix is shorter
-    than the window. Such a suffix is the template's opening of the answer after a question
-    asked inside the stored document (its queries know nothing of the question: 0-1 of 9
-    answers, docs/accuracy.md); the start of the model's own answer does. Every token is
-    decoded through, an end of turn too; none is kept in the cache."""
-    for _ in range(num_tokens):
-        logits = model.logits(hidden.to(model.model.norm.weight.dtype))  # (V,)
-        hidden = attention.run(model, [int(logits.argmax())], first_position, dtype)[-1]
+def _probe(model: Transformer, attention: _SuffixAttention, probe_ids: list[int],
+           first_position: int, dtype: torch.dtype) -> None:
+    """Run ``probe_ids`` after the suffix through ``attention``, for their queries only: they
+    are SnapKV's window when the suffix is shorter than the window. Such a suffix is the
+    template's opening of the answer after a document whose own message began with the
+    question (its queries know nothing of it: 0-1 of 9 answers, docs/accuracy.md); the probe
+    reads that opening paragraph again, then the suffix, so the window's queries are the
+    question's as if it had come after the document. None of it is kept."""
+    if probe_ids:
+        attention.run(model, probe_ids, first_position, dtype)

@@ -11,13 +11,12 @@ STORES = ("whole", "superset")  # what a stored document holds, the default firs
 @dataclass(frozen=True)
 class DocumentCacheConfig:
     """How a prefill worker stores a reusable document (``--prefix-store``, ``--prefix-score``,
-    ``--prefix-superset``). Its *superset*: the sinks, ``superset`` picks per pick of a
-    request's layout by the question-agnostic scorer ``score``, and the document's end.
-    ``store``: ``whole`` (the default) stores every token, the superset's picks first; a
-    question after the document is prefilled over all of them (as a full prefill would be: a
-    stored subset changed the question's own keys and values, and its answers:
-    docs/accuracy.md), a question inside the document over the superset only. ``superset``
-    stores the superset alone (a smaller blob; every question over it)."""
+    ``--prefix-superset``). ``store``: ``whole`` (the default) stores every token, and each
+    question is prefilled over all of them (as a full prefill would be: a stored subset changed
+    the question's own keys and values, and its answers: docs/accuracy.md); ``superset``
+    stores the document's *superset* alone (a smaller blob; every question over it): the
+    sinks, ``superset`` picks per pick of a request's layout by the question-agnostic scorer
+    ``score``, and the document's end."""
 
     score: str = "sentence"
     superset: int = 3

@@ -17,6 +17,9 @@ END_OF_TURN_TEXTS = frozenset({
     "<|end_of_text|>", "</s>", "<EOT>", "<｜end▁of▁sentence｜>",
 })
 
+TURN_ROLES = frozenset({"system", "developer", "user", "assistant", "model", "tool"})
+ROLE_LINE_TOKENS = 8  # a role name and its newline take at most this many tokens
+
 
 @dataclass(frozen=True)
 class Tokenizer:
@@ -50,6 +53,27 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=True)
+
+    def turn_opening(self, ids: Sequence[int], limit: int) -> list[int]:
+        """The opening paragraph (at most ``limit`` tokens, up to its first blank line) of the
+        last turn's content in ``ids``: after the last special token followed by a role line
+        (``<|im_start|>user\n``, ``<start_of_turn>user\n``); from the start, BOS skipped,
+        when ``ids`` open no turn (a raw prompt). Where a question or an instruction precedes
+        a document in one message, this is it."""
+        special = {i for i, t in self.inner.get_added_tokens_decoder().items() if t.special}
+        start = next((at for at, token in enumerate(ids) if token not in special), len(ids))
+        for at in range(len(ids) - 1, -1, -1):
+            line = self.decode(ids[at + 1 : at + 1 + ROLE_LINE_TOKENS])
+            if ids[at] in special and "\n" in line and line.split("\n")[0] in TURN_ROLES:
+                start = at + 1
+                while "\n" not in self.decode(ids[at + 1 : start]):  # past the role line
+                    start += 1
+                break
+        end = start
+        while (end < min(start + limit, len(ids)) and ids[end] not in special
+               and "\n\n" not in self.decode(ids[start : end + 1])):
+            end += 1
+        return list(ids[start:end])
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt for ``messages`` with the assistant's turn opened."""

@@ -11,7 +11,7 @@ import torch
 from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
-from snapstream.prefix_cache import store_layout
+from snapstream.prefix_cache import OPENING_TOKENS, store_layout
 from snapstream.prefix_config import SCORES, DocumentCacheConfig
 from snapstream.prefix_scores import (
     EDGE_KERNEL,
@@ -22,7 +22,7 @@ from snapstream.prefix_scores import (
     sentence_ids,
     spread_in_sentence,
 )
-from tests.engine.helpers import engine_for, greedy_with_logits
+from tests.engine.helpers import engine_for
 from tests.engine.reference import masked_logits, record_prefill, snapkv_reference_scores
 from tests.tiny_models import random_model, tiny_config
 
@@ -79,37 +79,6 @@ def test_the_default_stores_the_whole_document_and_gives_the_full_prefill_cache(
     torch.testing.assert_close(reused.cache.groups[0].v, full.cache.groups[0].v, atol=1e-5,
                                rtol=0)
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
-
-
-def test_a_whole_document_holds_its_superset_in_its_first_pick_slots(engine):
-    """Stored whole, the picks' slots are in the score's order: the first superset x n_topk
-    of them hold what the superset store keeps (the same keys, the same bytes)."""
-    doc = prompt(120, seed=4)
-    whole = engine.compress_prefix(doc, POLICY, max_new_tokens=4).groups[0]
-    alone = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE).groups[0]
-    head = slice(0, 2 + 36)  # sinks + 3 x 12 picks
-    assert torch.equal(whole.positions[..., head].sort(dim=-1).values,
-                       alone.positions[..., head])
-    order = whole.positions[..., head].long().argsort(dim=-1)  # (L, Hkv, 38)
-    rows = order[..., None].expand(-1, -1, -1, whole.k.shape[3])
-    torch.testing.assert_close(whole.k[..., head, :].gather(2, rows), alone.k[..., head, :],
-                               atol=1e-6, rtol=0)
-    assert torch.equal(whole.positions[..., -8:].sort(dim=-1).values,
-                       alone.positions[..., -8:].sort(dim=-1).values)  # the document's end
-
-
-def test_a_question_inside_a_whole_document_sees_its_superset_only(engine):
-    """A suffix shorter than the window (the lookahead) over a document stored whole gives the
-    cache and logits it gets over the superset stored alone."""
-    doc, suffix = prompt(120, seed=4), prompt(2, seed=11)
-    whole = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
-    alone = engine.compress_prefix(doc, POLICY, max_new_tokens=4, doc_config=SENTENCE)
-    on_whole = engine.prefill_on_prefix(whole, doc + suffix, POLICY, max_new_tokens=4)
-    on_alone = engine.prefill_on_prefix(alone, doc + suffix, POLICY, max_new_tokens=4,
-                                        doc_config=SENTENCE)
-    assert torch.equal(on_whole.cache.groups[0].positions.sort(dim=-1).values,
-                       on_alone.cache.groups[0].positions.sort(dim=-1).values)
-    torch.testing.assert_close(on_whole.logits, on_alone.logits, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("doc_config", [SENTENCE, SURPRISAL, REPEAT],
@@ -254,16 +223,22 @@ def test_the_final_cache_picks_among_stored_and_question_tokens(engine):
             assert set(picks[layer, head].tolist()) <= stored | set(range(120, 122))
 
 
-def test_a_suffix_shorter_than_the_window_is_scored_by_the_greedy_answer(engine):
-    """A 2-token suffix cannot fill the 4-query window: the model's next 4 greedy tokens are
-    decoded and their queries score the prompt, as SnapKV scores a prompt that they end."""
-    doc, suffix = prompt(30, seed=1), prompt(2, seed=11)  # the document stored whole
+def test_a_suffix_shorter_than_the_window_is_scored_by_the_turns_opening_read_again(engine):
+    """A 2-token suffix cannot fill the 4-query window (the question was asked before the
+    document, in its message): the opening paragraph of that message (the question) and the
+    suffix are run again after the prompt, and their last queries score it, as SnapKV scores
+    a prompt that they end. None of them is kept."""
+    tokenizer = engine.tokenizer
+    head = tokenizer.encode("<|im_start|>user\nwhich key?\n\n")
+    generator = torch.Generator().manual_seed(1)
+    doc = head + torch.randint(3, 200, (30,), generator=generator).tolist()  # stored whole
+    suffix = prompt(2, seed=11)
     ids = doc + suffix
+    opening = tokenizer.turn_opening(doc, OPENING_TOKENS)
+    assert tokenizer.decode(opening) == "which key?\n"
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
     reused = engine.prefill_on_prefix(prefix, ids, POLICY, max_new_tokens=4)
-    lookahead, _, _ = greedy_with_logits(engine, ids, CachePolicy(kind="full"),
-                                         steps=POLICY.window)
-    queries, keys = record_prefill(engine.model, ids + lookahead)
+    queries, keys = record_prefill(engine.model, ids + opening + suffix)
     window, num_prompt = POLICY.window, len(ids)
     scores = torch.stack([snapkv_reference_scores(q[:, -window:], k, POLICY.kernel,
                                                   POLICY.pooling)[:, :num_prompt]
@@ -275,6 +250,8 @@ def test_a_suffix_shorter_than_the_window_is_scored_by_the_greedy_answer(engine)
     # not the selection of the suffix's own queries (the full prefill's, window 2)
     own = engine.prefill(ids, replace(POLICY, window=2), max_new_tokens=4)
     assert not torch.equal(own.cache.groups[0].positions, expected)
+    full = engine.prefill(ids, CachePolicy(kind="full"), max_new_tokens=4)
+    torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)
 
 
 def test_refuses_what_it_cannot_serve(engine):

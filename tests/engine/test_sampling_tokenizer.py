@@ -114,3 +114,26 @@ def test_cli_bad_arguments_give_one_line_and_exit_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "\n" not in err
+
+
+@pytest.mark.parametrize(("text", "opening"), [
+    # a question before the document in the last turn: past its role line, to the blank line
+    ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is it?\n\nThe text."
+     "<|im_end|>\n", "What is it?\n"),
+    # the last turn is the document: its own opening
+    ("<|im_start|>system\nThe text.\n\nMore.<|im_end|>\n", "The text.\n"),
+    ("What is it?\n\nThe text.", "What is it?\n"),  # a raw prompt: from its start
+    ("<|im_start|>user\n<|im_end|>\n", ""),  # an empty turn
+])
+def test_turn_opening_is_the_last_turns_first_paragraph(text, opening):
+    tokenizer = tiny_snapstream_tokenizer()
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(tokenizer.turn_opening(ids, limit=64)) == opening
+
+
+def test_turn_opening_stops_at_its_limit():
+    tokenizer = tiny_snapstream_tokenizer()
+    ids = tokenizer.encode("<|im_start|>user\n" + "the " * 40)
+    opening = tokenizer.turn_opening(ids, limit=8)
+    assert len(opening) == 8
+    assert ("the " * 40).startswith(tokenizer.decode(opening))  # the role line skipped
