@@ -3,9 +3,12 @@ the policy that keeps (nearly) the whole stored superset at question time."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
 import torch
 
-from evaluation.doccache import held_share, kept_whole
+from evaluation.doccache import build_document, held_share, kept_whole
 from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
 from snapstream.prefix_config import DocumentCacheConfig
@@ -61,3 +64,17 @@ def test_kept_whole_of_a_whole_document_keeps_every_document_token():
     # every slot is taken: all but as many document tokens as the question pushed out
     held = (final[..., None] == torch.arange(120)).any(dim=2).sum(dim=-1)  # (L, Hkv)
     assert (held == 120 - len(question)).all()
+
+
+@pytest.mark.parametrize(("task", "needles", "asked"), [("niah", 3, 3), ("passkey", 3, 1)])
+def test_a_document_holds_each_needle_it_asks_about(task, needles, asked):
+    """Keyed tasks plant one needle per key; a passkey document holds one pass key, however
+    many needles are asked for (a second would contradict it)."""
+    engine = engine_for(random_model(tiny_config(), seed=3))
+    doc, asks = build_document(task, random.Random(0), engine, 400, needles)
+    assert len(asks) == asked
+    assert len({ask.key for ask in asks}) == asked
+    for ask in asks:
+        assert doc.count(ask.fact) == 1
+        assert ask.key in ask.fact and ask.answer in ask.fact
+        assert ask.answer not in doc.replace(ask.fact, "")
