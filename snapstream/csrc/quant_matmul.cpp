@@ -22,9 +22,11 @@
 //   sum x w ~ dx * scale * (sum u a - 128 sum a) + offset * sum x,
 // the integer part exact whatever the order; a row's result never depends on its batch-mates
 // (a stream resumed on another decode worker stays token-identical).
-// CPUs without these instructions (or SNAPSTREAM_GENERIC_KERNELS=1) take plain C++ loops: the
-// int8 one computes the very same integers and float operations, the int4 one the float32
-// weights (the two differ only by float32 rounding).
+// CPUs with AVX-512 but without these instructions (Skylake-SP) take plain AVX-512 kernels: the
+// int8 one the same integers by vpmaddwd, the int4 one the codes as float32 (see
+// int4_float_rows_block). Without AVX-512 (or with SNAPSTREAM_GENERIC_KERNELS=1) plain C++
+// loops: the int8 one computes the very same integers and float operations, the int4 one the
+// float32 weights (the int4 paths differ only by float32 rounding).
 //
 // Packed layout, block b holding outputs 16b + j, j in [0, 16):
 //   int4: weight (N/16, K/2, 16) uint8, byte j of pair p = q(2p) | q(2p + 1) << 4;
@@ -97,14 +99,17 @@ struct Block {
 // The rows of x as the kernels take them (pointers at row 0 of a tile).
 struct Rows {
   const uint16_t* x;          // (M, K) bfloat16
+  const float* floats;        // int4 only: (M, K) x as float32
   const float* sums;          // (M, K/G) each group's sum of x (int4, or weights with offsets)
   const int8_t* codes;        // int8 only: (M, K) x's codes a
+  const int16_t* wide_codes;  // int8 only: (M, K) the codes a as int16
   const float* code_scales;   // int8 only: (M, K/A) each sub-group's dx
   const int32_t* code_bias;   // int8 only: (M, K/A) 128 * each sub-group's sum of a
   int64_t k, groups, subs;    // K, K/G, K/A
 
   Rows from(int64_t m) const {
-    return {x + m * k, sums ? sums + m * groups : nullptr, codes ? codes + m * k : nullptr,
+    return {x + m * k, floats ? floats + m * k : nullptr, sums ? sums + m * groups : nullptr,
+            codes ? codes + m * k : nullptr, wide_codes ? wide_codes + m * k : nullptr,
             code_scales ? code_scales + m * subs : nullptr,
             code_bias ? code_bias + m * subs : nullptr, k, groups, subs};
   }
@@ -112,16 +117,20 @@ struct Rows {
 
 // What Rows points at, computed once per call.
 struct RowData {
-  std::vector<float> sums, code_scales;
+  std::vector<float> floats, sums, code_scales;
   std::vector<int8_t> codes;
+  std::vector<int16_t> wide_codes;
   std::vector<int32_t> code_bias;
 };
 
 // x's group sums (when a kernel reads them) and, for int8, its 8-bit codes per sub-group of
-// ``sub`` inputs.
+// ``sub`` inputs (as int8 and int16), else x as float32.
 Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, int64_t sub,
                   bool need_sums, RowData& data) {
   const int64_t groups = k / group, subs = sub ? k / sub : 0;
+  data.floats.resize(sub ? 0 : rows * k);
+  for (int64_t i = 0; i < static_cast<int64_t>(data.floats.size()); ++i)
+    data.floats[i] = bf16_to_float(x[i]);
   data.sums.resize(need_sums ? rows * groups : 0);
   for (int64_t i = 0; i < static_cast<int64_t>(data.sums.size()); ++i) {
     float sum = 0.f;
@@ -130,6 +139,7 @@ Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, int
   }
   if (sub) {
     data.codes.resize(rows * k);
+    data.wide_codes.resize(rows * k);
     data.code_scales.resize(rows * subs);
     data.code_bias.resize(rows * subs);
     for (int64_t i = 0; i < rows * subs; ++i) {
@@ -142,13 +152,15 @@ Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, int
         const int a = std::clamp(static_cast<int>(std::nearbyint(bf16_to_float(values[d]) * inv)),
                                  -127, 127);
         data.codes[i * sub + d] = static_cast<int8_t>(a);
+        data.wide_codes[i * sub + d] = static_cast<int16_t>(a);
         total += a;
       }
       data.code_scales[i] = amax / 127.f;
       data.code_bias[i] = 128 * total;
     }
   }
-  return {x, need_sums ? data.sums.data() : nullptr, sub ? data.codes.data() : nullptr,
+  return {x, sub ? nullptr : data.floats.data(), need_sums ? data.sums.data() : nullptr,
+          sub ? data.codes.data() : nullptr, sub ? data.wide_codes.data() : nullptr,
           sub ? data.code_scales.data() : nullptr, sub ? data.code_bias.data() : nullptr, k,
           groups, subs};
 }
@@ -429,6 +441,104 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
   for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
 }
 
+// CPUs with AVX-512 but neither BF16 nor VNNI (Skylake-SP): the same results by other
+// instructions.
+//
+// int4: each pair's 16 bytes widened to 32-bit lanes, both nibbles converted to float32 and
+// multiplied with x in float32 (the generic kernel's float32 weights, in registers):
+//   sum x w = scale * sum x q + offset * sum x.
+// Four chains per row (two pairs at a time, low and high nibbles apart) hide the FMA latency
+// for one row; up to kFloatRowTile rows share each unpacked pair. A row's sums are added in one
+// order whatever the tile, so its result does not depend on its batch.
+constexpr int kFloatRowTile = 4;
+
+template <int ROWS>
+SNAPSTREAM_AVX512 void int4_float_rows_block(const Block& block, const Rows& x,
+                                             const BlockOut& out) {
+  const int64_t per_group = block.group / 2;
+  const __m512i low_nibble = _mm512_set1_epi32(15);
+  __m512 acc[ROWS];
+  for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < x.groups; ++g) {
+    __m512 partial[4][ROWS];  // [pair parity * 2 + nibble][row]
+    for (auto& chain : partial)
+      for (int m = 0; m < ROWS; ++m) chain[m] = _mm512_setzero_ps();
+    for (int64_t p = g * per_group; p < (g + 1) * per_group; ++p) {
+      const __m512i bytes = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.weight + p * kBlock)));
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, low_nibble));  // q(2p)
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));          // q(2p + 1)
+      const int chain = static_cast<int>(p % 2) * 2;
+      for (int m = 0; m < ROWS; ++m) {
+        const float* xm = x.floats + m * block.k + 2 * p;
+        partial[chain][m] = _mm512_fmadd_ps(lo, _mm512_set1_ps(xm[0]), partial[chain][m]);
+        partial[chain + 1][m] = _mm512_fmadd_ps(hi, _mm512_set1_ps(xm[1]), partial[chain + 1][m]);
+      }
+    }
+    const __m512 scale = load_scales(block, g * block.stride);
+    const __m512 offset = block.has_offset ? load_scales(block, g * block.stride + kBlock)
+                                           : _mm512_setzero_ps();
+    for (int m = 0; m < ROWS; ++m) {
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(partial[0][m], partial[1][m]),
+                                       _mm512_add_ps(partial[2][m], partial[3][m]));
+      acc[m] = _mm512_fmadd_ps(sum, scale, acc[m]);
+      acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
+    }
+  }
+  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
+  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+}
+
+// int8: the VNNI kernel's integers by vpmaddwd. A run of 4 inputs of the block's 16 outputs
+// (64 bytes) widens to 16-bit lanes in two halves (outputs 0-7 and 8-15, 4 inputs each); each
+// half times x's 4 codes gives 2 exact int32 sums per output, added over the sub-group; the
+// pairs are then added per output. The same integers as vpdpbusd, the same float operations
+// after: bit for bit the VNNI kernel's results.
+template <int ROWS>
+SNAPSTREAM_AVX512 void int8_wide_rows_block(const Block& block, const Rows& x,
+                                            const BlockOut& out) {
+  const auto* x_quads = reinterpret_cast<const int64_t*>(x.wide_codes);  // (ROWS, K/4)
+  const int64_t quads = block.k / 4, sub_quads = block.k / x.subs / 4;
+  const int64_t per_group = x.subs / x.groups;
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                          28, 30);
+  const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+  __m512 acc[ROWS];
+  for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < x.groups; ++g) {
+    const __m512 scale = load_scales(block, g * block.stride);
+    for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
+      __m512i lo[ROWS], hi[ROWS];  // (8 outputs, 2 sums) each
+      for (int m = 0; m < ROWS; ++m) lo[m] = hi[m] = _mm512_setzero_si512();
+      for (int64_t r = s * sub_quads; r < (s + 1) * sub_quads; ++r) {
+        const __m512i w = _mm512_loadu_si512(block.weight + r * 4 * kBlock);  // (16, 4) bytes
+        const __m512i w_lo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(w));
+        const __m512i w_hi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(w, 1));
+        for (int m = 0; m < ROWS; ++m) {
+          const __m512i a = _mm512_set1_epi64(x_quads[m * quads + r]);
+          lo[m] = _mm512_add_epi32(lo[m], _mm512_madd_epi16(w_lo, a));
+          hi[m] = _mm512_add_epi32(hi[m], _mm512_madd_epi16(w_hi, a));
+        }
+      }
+      for (int m = 0; m < ROWS; ++m) {
+        const __m512i dots = _mm512_add_epi32(_mm512_permutex2var_epi32(lo[m], evens, hi[m]),
+                                              _mm512_permutex2var_epi32(lo[m], odds, hi[m]));
+        const __m512 dot = _mm512_cvtepi32_ps(
+            _mm512_sub_epi32(dots, _mm512_set1_epi32(x.code_bias[m * x.subs + s])));
+        const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
+        acc[m] = _mm512_fmadd_ps(dot, step, acc[m]);
+      }
+    }
+    if (block.has_offset) {
+      const __m512 offset = load_scales(block, g * block.stride + kBlock);
+      for (int m = 0; m < ROWS; ++m)
+        acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
+    }
+  }
+  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
+  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+}
+
 using TileKernel = void (*)(const Block&, const Rows&, const BlockOut&);
 
 template <int... R>
@@ -437,7 +547,22 @@ constexpr std::array<std::array<TileKernel, sizeof...(R) + 1>, 2> tile_kernels(
   return {{{nullptr, &int4_rows_block<R + 1>...}, {nullptr, &int8_rows_block<R + 1>...}}};
 }
 constexpr auto kTileKernels = tile_kernels(std::make_integer_sequence<int, kRowTile>{});
+constexpr std::array<TileKernel, kFloatRowTile + 1> kFloatTileKernels = {
+    nullptr, &int4_float_rows_block<1>, &int4_float_rows_block<2>, &int4_float_rows_block<3>,
+    &int4_float_rows_block<4>};
+template <int... R>
+constexpr std::array<TileKernel, sizeof...(R) + 1> wide_tile_kernels(
+    std::integer_sequence<int, R...>) {
+  return {nullptr, &int8_wide_rows_block<R + 1>...};
+}
+constexpr auto kWideTileKernels = wide_tile_kernels(std::make_integer_sequence<int, kRowTile>{});
 
+// Up to TILE rows at a time through one of ``kernels`` (indexed by the rows it takes).
+template <const auto& kernels, int TILE>
+void block_tiles(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
+  for (int64_t m = 0; m < rows; m += TILE)
+    kernels[std::min<int64_t>(TILE, rows - m)](block, x.from(m), out.from(m));
+}
 template <Format F>
 void block_avx512(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
   const auto& kernels = kTileKernels[F == Format::kInt4 ? 0 : 1];
@@ -453,15 +578,22 @@ void int4_amx(const Block& block, const Rows& x, int64_t rows, const BlockOut& o
 #endif
 
 // The block kernel for a format on this CPU: AVX512-BF16 (int4) / AVX512-VNNI (int8) where
-// the CPU has them, unless SNAPSTREAM_GENERIC_KERNELS=1.
+// the CPU has them, else plain AVX-512 (F and BW) (SNAPSTREAM_GENERIC_KERNELS=avx512: that even
+// where the others run), unless SNAPSTREAM_GENERIC_KERNELS=1.
 BlockKernel block_kernel(Format format) {
   const bool generic = snapstream::generic_kernels_requested();
 #if SNAPSTREAM_AVX512_KERNELS
+  const bool plain = snapstream::plain_avx512_requested();
   static const bool bf16 = __builtin_cpu_supports("avx512bf16");
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  if (format == Format::kInt4 && !generic && amx_usable()) return &int4_amx;
-  if (format == Format::kInt4 && bf16 && !generic) return &block_avx512<Format::kInt4>;
-  if (format == Format::kInt8 && vnni && !generic) return &block_avx512<Format::kInt8>;
+  if (format == Format::kInt4 && !generic && !plain && amx_usable()) return &int4_amx;
+  if (format == Format::kInt4 && bf16 && !generic && !plain) return &block_avx512<Format::kInt4>;
+  if (format == Format::kInt8 && vnni && !generic && !plain) return &block_avx512<Format::kInt8>;
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  if (format == Format::kInt4 && avx512 && !generic)
+    return &block_tiles<kFloatTileKernels, kFloatRowTile>;
+  if (format == Format::kInt8 && avx512 && !generic)
+    return &block_tiles<kWideTileKernels, kRowTile>;
 #endif
   return format == Format::kInt4 ? &int4_generic : &int8_generic;
 }

@@ -287,7 +287,8 @@ def activation_codes(x: torch.Tensor, group: int) -> torch.Tensor:
     return (codes * (amax / 127)).view_as(x.float())
 
 
-@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 kernels where the CPU has them
+# the CPU's best kernels, plain C++, plain AVX-512 (where the CPU has it)
+@pytest.mark.parametrize("generic", ["0", "1", "avx512"])
 @pytest.mark.parametrize("grouping", GROUPINGS)
 @pytest.mark.parametrize("n", [24, 50, 64])  # outputs filling part of the last block of 16
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17, 33])  # tiles of 8 (16 on AMX), passes of 32
@@ -317,16 +318,18 @@ def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, g
     assert rel_error(got, want) < 1e-4
 
 
-def test_int8_kernel_paths_agree_bit_for_bit(monkeypatch):
-    """The generic int8 loop does the VNNI kernel's integer sums and float operations in the
-    same order: the same floats, so a stream moved between CPUs keeps its tokens."""
+@pytest.mark.parametrize("fast", ["0", "avx512"])
+def test_int8_kernel_paths_agree_bit_for_bit(monkeypatch, fast):
+    """The generic int8 loop and the plain AVX-512 kernel do the VNNI kernel's integer sums and
+    float operations in the same order: the same floats, so a stream moved between CPUs keeps
+    its tokens."""
     codes = grouped_codes(50, 192, 8, 64, offsets=True, half=False, seed=3)
     layer = Int8Linear(codes)
     x = torch.randn(9, 192, dtype=torch.bfloat16)
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "0")
-    fast = layer.kernel(x)
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", fast)
+    got = layer.kernel(x)
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
-    assert torch.equal(layer.kernel(x), fast)
+    assert torch.equal(layer.kernel(x), got)
 
 
 def test_int8_kernel_takes_a_zero_row():
@@ -371,7 +374,7 @@ def test_quantized_kernels_have_shapes_for_torch_compile(layer_type):
     assert out.shape == (3, 40) and out.dtype == torch.float32
 
 
-@pytest.mark.parametrize("generic", ["0", "1"])
+@pytest.mark.parametrize("generic", ["0", "1", "avx512"])
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
 def test_a_rows_result_does_not_depend_on_its_batch(monkeypatch, generic, layer_type):
     """Bit for bit: a decode row gets the same logits alone or among 16 others (register tiles
