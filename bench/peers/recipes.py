@@ -6,6 +6,7 @@ Top-level packages are pinned exactly; what pip resolves under them is recorded 
 
 from __future__ import annotations
 
+from bench.peers.cpu import cpu_flags
 from bench.peers.venvs import Step, VenvSpec
 
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -13,20 +14,33 @@ _LLAMA_SDIST = f"{{venv}}/src/llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
 _LLAMA_SOURCE = f"{{venv}}/src/llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp"
 LLAMA_BUILD_DIR = "llama.cpp"  # under the venv; its bin/ holds libllama.so and llama-server
 
-# CPU build with OpenMP for this machine's vector extensions (AVX2, FMA, F16C, AVX-512 with VBMI,
-# VNNI and BF16), AMX left out: the CPU reports amx_tile, but in this VM its first tile load
-# (ggml's AMX matmul, used for Q4_K/Q5_0/Q8_0 weights) dies of SIGILL, so -march=native
-# (GGML_NATIVE) built a llama.cpp that crashed on its first token (2026-11-26, llama.cpp as
-# vendored in llama-cpp-python 0.3.36). The web UI is left out: it would be fetched at build time.
-LLAMA_CMAKE_ARGS = (
-    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=OFF",
-    "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-    "-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON", "-DGGML_AVX512_VNNI=ON",
-    "-DGGML_AVX512_BF16=ON", "-DGGML_OPENMP=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
+# CPU build with OpenMP for this machine's vector extensions (AVX2, FMA, F16C; AVX-512 and its
+# VBMI, VNNI and BF16 where /proc/cpuinfo lists them: a build with extensions the CPU lacks dies
+# of SIGILL on its first token, and the flags are part of the venv's key, so a cache built on
+# another CPU is not reused), AMX left out: a CPU may report amx_tile, but in these VMs its first
+# tile load (ggml's AMX matmul, used for Q4_K/Q5_0/Q8_0 weights) dies of SIGILL, so
+# -march=native (GGML_NATIVE) built a llama.cpp that crashed on its first token (2026-11-26,
+# llama.cpp as vendored in llama-cpp-python 0.3.36). The web UI is left out: it would be
+# fetched at build time.
+AVX512_OPTIONS = (("GGML_AVX512", "avx512f"), ("GGML_AVX512_VBMI", "avx512_vbmi"),
+                  ("GGML_AVX512_VNNI", "avx512_vnni"), ("GGML_AVX512_BF16", "avx512_bf16"))
+
+
+def llama_cmake_args(flags: frozenset[str]) -> tuple[str, ...]:
+    """llama.cpp's CMake options for a CPU with ``flags`` (/proc/cpuinfo's)."""
+    avx512 = tuple(f"-D{option}={'ON' if flag in flags else 'OFF'}"
+                   for option, flag in AVX512_OPTIONS)
+    return ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=OFF",
+            "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON", "-DGGML_FMA=ON",
+            "-DGGML_F16C=ON", *avx512, *_LLAMA_COMMON_ARGS)
+
+
+_LLAMA_COMMON_ARGS = (
+    "-DGGML_OPENMP=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
+LLAMA_CMAKE_ARGS = llama_cmake_args(cpu_flags())
 
 # llama-cpp-python's own server (``python -m llama_cpp.server``) runs one request at a time
 # behind a lock and has no parallel slots, so continuous batching needs llama.cpp's C++

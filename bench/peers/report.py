@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 
 from bench.peers.bench import PeersBenchConfig
+from bench.peers.cpu import cpu_flags
 from bench.peers.peer_model import peer_model
 from bench.peers.runners.peer_protocol import median
 from bench.report import command_line, markdown_table
@@ -97,13 +97,9 @@ def _versions(summary: dict) -> str:
 
 def cpu_features(cpuinfo: str | None = None) -> str:
     """The vector extensions that decide these kernels' speed, from /proc/cpuinfo."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return "unknown"
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
-                  if line.startswith("flags")), [])
+    flags = cpu_flags(cpuinfo)
+    if not flags:
+        return "unknown"
     wanted = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
     return " ".join(flag for flag in wanted if flag in flags) or "none of AVX/AVX-512/AMX"
 

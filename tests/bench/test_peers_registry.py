@@ -11,6 +11,7 @@ import pytest
 from bench.peers import recipes
 from bench.peers.batch import PeersBatchConfig
 from bench.peers.bench import PeersBenchConfig
+from bench.peers.cpu import cpu_flags
 from bench.peers.passkey import PeersPasskeyConfig
 from bench.peers.peer_model import peer_model
 from bench.peers.runners import RUNNERS
@@ -80,6 +81,20 @@ def test_only_a_complete_venv_is_found_and_reused(tmp_path):
     assert venv.path == path and venv.python == path / "bin" / "python"
     assert venv.info["versions"] == ["a==1"]
     assert find_venv(_spec(requirements=("numpy==2.4.5",)), tmp_path) is None
+
+
+def test_llama_cpp_builds_only_the_avx512_extensions_the_cpu_has():
+    """A build with an extension the CPU lacks dies of SIGILL on its first token; the options
+    are in the recipe, so a venv built on another CPU has another key."""
+    skylake = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw"})
+    sapphire = skylake | {"avx512_vbmi", "avx512_vnni", "avx512_bf16", "amx_tile"}
+    old = recipes.llama_cmake_args(skylake)
+    new = recipes.llama_cmake_args(sapphire)
+    assert {"-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF"} <= set(old)
+    assert {"-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON", "-DGGML_AVX512_VBMI=ON"} <= set(new)
+    assert "-DGGML_AVX512=OFF" in recipes.llama_cmake_args(frozenset({"avx2"}))
+    assert not any("AMX" in arg for arg in new)
+    assert recipes.llama_cmake_args(cpu_flags()) == recipes.LLAMA_CMAKE_ARGS
 
 
 def test_recipes_pin_their_top_level_packages():
