@@ -12,7 +12,8 @@ setup(
     ext_modules=[CppExtension(
         "snapstream._kernels",
         ["snapstream/csrc/module.cpp", "snapstream/csrc/slot_attention.cpp",
-         "snapstream/csrc/rms_norm.cpp", "snapstream/csrc/quant_matmul.cpp"],
+         "snapstream/csrc/rms_norm.cpp", "snapstream/csrc/quant_matmul.cpp",
+         "snapstream/csrc/decode_layer.cpp"],
         extra_compile_args=["-O3", "-fopenmp"], extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": BuildExtension},
 )

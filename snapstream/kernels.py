@@ -10,6 +10,9 @@ built by setup.py) and, registered here, what runs them on other devices and und
   x to 8-bit codes) in the blocked
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
+- ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor)``: a whole
+  Llama-family decoder layer of quantized linears for one decode step
+  (:mod:`snapstream.fused_decode`; CPU only).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ slot_attention = torch.ops.snapstream.slot_attention
 rms_norm = torch.ops.snapstream.rms_norm
 int4_matmul = torch.ops.snapstream.int4_matmul
 int8_matmul = torch.ops.snapstream.int8_matmul
+decode_layer = torch.ops.snapstream.decode_layer
 
 
 def grouped_slot_attention(
@@ -76,3 +80,8 @@ def _int4_matmul_shape(x, weight, scales, n):
 @torch.library.register_fake("snapstream::int8_matmul")
 def _int8_matmul_shape(x, weight, scales, n):
     return x.new_empty((x.shape[0], n), dtype=torch.float32)
+
+
+@torch.library.register_fake("snapstream::decode_layer")
+def _decode_layer_shape(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor):
+    return torch.empty_like(x)

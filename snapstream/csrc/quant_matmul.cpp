@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "generic_kernels.h"
+#include "ops.h"
 
 namespace {
 
@@ -660,6 +661,10 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
   return out;
 }
 
+}  // namespace
+
+namespace snapstream {
+
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
                        int64_t n) {
   return quant_matmul(x, weight, scales, n, Format::kInt4);
@@ -670,7 +675,7 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& weight, const at::
   return quant_matmul(x, weight, scales, n, Format::kInt8);
 }
 
-}  // namespace
+}  // namespace snapstream
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
   m.def("int4_matmul(Tensor x, Tensor weight, Tensor scales, int n) -> Tensor");
@@ -678,6 +683,6 @@ TORCH_LIBRARY_FRAGMENT(snapstream, m) {
 }
 
 TORCH_LIBRARY_IMPL(snapstream, CPU, m) {
-  m.impl("int4_matmul", &int4_matmul);
-  m.impl("int8_matmul", &int8_matmul);
+  m.impl("int4_matmul", &snapstream::int4_matmul);
+  m.impl("int8_matmul", &snapstream::int8_matmul);
 }

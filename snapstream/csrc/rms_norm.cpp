@@ -8,6 +8,8 @@
 
 #include <cmath>
 
+#include "ops.h"
+
 namespace {
 
 template <typename T>
@@ -32,6 +34,10 @@ void rms_norm_rows(const T* x, const T* weight, T* out, int64_t rows, int64_t wi
   });
 }
 
+}  // namespace
+
+namespace snapstream {
+
 // x (..., H), weight (H,) of x's dtype -> x / rms(x) * weight, (..., H)
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(), "rms_norm: CPU tensors only");
@@ -48,10 +54,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return out;
 }
 
-}  // namespace
+}  // namespace snapstream
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("rms_norm", &rms_norm); }
+TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("rms_norm", &snapstream::rms_norm); }

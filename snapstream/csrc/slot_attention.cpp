@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "generic_kernels.h"
+#include "ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SNAPSTREAM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -552,6 +553,10 @@ void write_both(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_ne
   });
 }
 
+}  // namespace
+
+namespace snapstream {
+
 // Writes each row's new key and value into its slot of the cache, then attends.
 // q (B, Hq, D) float32; k, v (B, Hkv, S, D) float32 or bfloat16, or (B, Hkv, S, D + 4) int8
 // rows (codes + scale), contiguous, updated in place;
@@ -600,11 +605,11 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   return out;
 }
 
-}  // namespace
+}  // namespace snapstream
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
   m.def("slot_attention(Tensor q, Tensor(a!) k, Tensor(b!) v, Tensor k_new, Tensor v_new, "
         "Tensor slots, Tensor empty) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("slot_attention", &slot_attention); }
+TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("slot_attention", &snapstream::slot_attention); }

@@ -1,0 +1,150 @@
+// One Llama-family decoder layer of a decode step in a single op: RMSNorm, the fused QKV
+// projection, RoPE, slot attention over the row's cache, the output projection and residual,
+// RMSNorm, the gate/up projection, SiLU(gate) * up, the down projection and residual.
+//
+// It calls the same kernels as the module path (snapstream/model.py with snapstream/quant.py's
+// quantized linears and snapstream/attention.py) in the same order with the same roundings
+// (activations float32, each projection's input rounded to bfloat16 to nearest even, RoPE as
+// x * cos + rotate_half(x) * sin with each product rounded, ATen's SiLU), so its output equals
+// that path's bit for bit; what it saves is the ~20 small torch ops per layer and the Python
+// between them (at batch 1 on two cores, more than half of a step).
+//
+// This file is built for the baseline x86-64 (no FMA), so the compiler cannot contract the
+// RoPE's products and sums into fused multiply-adds the module path does not make.
+
+#include <torch/extension.h>
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+#include "ops.h"
+
+namespace {
+
+// float32 (..., K) -> bfloat16, rounded to nearest even as Tensor.to(torch.bfloat16) does.
+at::Tensor to_bf16(const at::Tensor& x) {
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+  const float* src = x.data_ptr<float>();
+  auto* dst = out.data_ptr<at::BFloat16>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) dst[i] = at::BFloat16(src[i]);
+  return out;
+}
+
+// Packed int4 codes are (N/16, K/2, 16) bytes, int8 ones (N/16, K/4, 16, 4).
+bool is_int4(const at::Tensor& weight) { return weight.dim() == 3; }
+
+int64_t inputs_of(const at::Tensor& weight) {
+  return weight.size(1) * (is_int4(weight) ? 2 : 4);
+}
+
+// rows (M, K) bfloat16 -> (M, n) float32 through a quantized linear's packed weight.
+at::Tensor project(const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& scales,
+                   int64_t n) {
+  return is_int4(weight) ? snapstream::int4_matmul(rows, weight, scales, n)
+                         : snapstream::int8_matmul(rows, weight, scales, n);
+}
+
+// Heads of D values in place: x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1) for
+// the halves x1, x2 (rope.py's apply_rotary), then times `factor` when it is not 1.
+void rotate(float* x, int64_t heads, int64_t dim, const float* cos, const float* sin,
+            float factor) {
+  const int64_t half = dim / 2;
+  float rotated[512];
+  for (int64_t h = 0; h < heads; ++h) {
+    float* head = x + h * dim;
+    for (int64_t d = 0; d < half; ++d) {
+      rotated[d] = -head[d + half];
+      rotated[d + half] = head[d];
+    }
+    for (int64_t d = 0; d < dim; ++d) {
+      const float straight = head[d] * cos[d], turned = rotated[d] * sin[d];
+      head[d] = straight + turned;
+    }
+    if (factor != 1.f)
+      for (int64_t d = 0; d < dim; ++d) head[d] *= factor;
+  }
+}
+
+void check_linear(const at::Tensor& weight, const at::Tensor& scales, int64_t inputs,
+                  const char* name) {
+  TORCH_CHECK((weight.dim() == 3 || weight.dim() == 4) && weight.scalar_type() == at::kByte &&
+                  scales.dim() == 4,
+              "decode_layer: ", name, " must be a packed int4 or int8 weight and its scales");
+  TORCH_CHECK(inputs_of(weight) == inputs, "decode_layer: ", name, " takes ",
+              inputs_of(weight), " inputs, the layer gives it ", inputs);
+}
+
+}  // namespace
+
+namespace snapstream {
+
+// x (B, H) float32 -> (B, H) float32 after the layer. params: input norm (H,), QKV weight and
+// scales, output weight and scales, post-attention norm (H,), gate/up weight and scales (gate
+// rows first), down weight and scales (the packed buffers of snapstream/quant.py); cos, sin
+// (B, D) float32 (any shape of B x D values); k, v, slots, empty as slot_attention takes them
+// (k and v updated in place); queries times q_factor after RoPE.
+at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Tensor& cos,
+                        const at::Tensor& sin, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& slots, const at::Tensor& empty, int64_t num_heads,
+                        double eps, double q_factor) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.scalar_type() == at::kFloat &&
+                  x.is_contiguous(),
+              "decode_layer: want x (B, H) float32, contiguous, on the CPU");
+  TORCH_CHECK(params.size() == 10, "decode_layer: want 10 params (2 norms, 4 linears' weight "
+              "and scales), got ", params.size());
+  const at::Tensor &input_norm = params[0], &qkv_w = params[1], &qkv_s = params[2];
+  const at::Tensor &o_w = params[3], &o_s = params[4], &post_norm = params[5];
+  const at::Tensor &gate_up_w = params[6], &gate_up_s = params[7];
+  const at::Tensor &down_w = params[8], &down_s = params[9];
+  const int64_t batch = x.size(0), hidden = x.size(1), kv_heads = k.size(1);
+  const int64_t dim = cos.size(-1), heads = num_heads + 2 * kv_heads;
+  TORCH_CHECK(dim % 2 == 0 && dim <= 512 && cos.scalar_type() == at::kFloat &&
+                  sin.scalar_type() == at::kFloat && cos.numel() == batch * dim &&
+                  sin.numel() == batch * dim && cos.is_contiguous() && sin.is_contiguous(),
+              "decode_layer: want cos and sin of B x D float32 values, D even");
+  const int64_t inner = inputs_of(down_w);
+  check_linear(qkv_w, qkv_s, hidden, "the QKV projection");
+  check_linear(o_w, o_s, num_heads * dim, "the output projection");
+  check_linear(gate_up_w, gate_up_s, hidden, "the gate/up projection");
+  check_linear(down_w, down_s, inner, "the down projection");
+
+  // attention: qkv (B, (Hq + 2 Hkv) D), q and k rotated in place
+  at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_w, qkv_s, heads * dim);
+  float* rows = qkv.data_ptr<float>();
+  const float *cos_ptr = cos.data_ptr<float>(), *sin_ptr = sin.data_ptr<float>();
+  for (int64_t b = 0; b < batch; ++b) {
+    float* row = rows + b * heads * dim;
+    rotate(row, num_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim,
+           static_cast<float>(q_factor));
+    rotate(row + num_heads * dim, kv_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim, 1.f);
+  }
+  const at::Tensor split = qkv.view({batch, heads, dim});
+  const at::Tensor attn = slot_attention(
+      split.narrow(1, 0, num_heads).contiguous(), k, v, split.narrow(1, num_heads, kv_heads),
+      split.narrow(1, num_heads + kv_heads, kv_heads), slots, empty);  // (B, Hq, D)
+  const at::Tensor h =
+      x + project(to_bf16(attn.view({batch, num_heads * dim})), o_w, o_s, hidden);  // (B, H)
+
+  // MLP: gate/up (B, 2I), SiLU(gate) * up rounded to bfloat16 for the down projection
+  const at::Tensor gate_up =
+      project(to_bf16(rms_norm(h, post_norm, eps)), gate_up_w, gate_up_s, 2 * inner);
+  const at::Tensor gate = at::silu(gate_up.narrow(1, 0, inner)).contiguous();  // (B, I)
+  at::Tensor act = at::empty({batch, inner}, x.options().dtype(at::kBFloat16));
+  const float *gate_ptr = gate.data_ptr<float>(), *up_ptr = gate_up.data_ptr<float>() + inner;
+  auto* act_ptr = act.data_ptr<at::BFloat16>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < inner; ++i)
+      act_ptr[b * inner + i] = at::BFloat16(gate_ptr[b * inner + i] * up_ptr[b * 2 * inner + i]);
+  return h + project(act, down_w, down_s, hidden);
+}
+
+}  // namespace snapstream
+
+TORCH_LIBRARY_FRAGMENT(snapstream, m) {
+  m.def("decode_layer(Tensor x, Tensor[] params, Tensor cos, Tensor sin, Tensor(a!) k, "
+        "Tensor(b!) v, Tensor slots, Tensor empty, int num_heads, float eps, float q_factor) "
+        "-> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("decode_layer", &snapstream::decode_layer); }

@@ -1,0 +1,24 @@
+// The CPU kernels' entry points (each file registers its own torch op), callable from C++ so
+// that decode_layer.cpp runs a whole decoder layer without going through the dispatcher.
+#pragma once
+
+#include <torch/extension.h>
+
+namespace snapstream {
+
+// x (..., H), weight (H,) of x's dtype -> x / rms(x) * weight (rms_norm.cpp).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// x (M, K) bfloat16 -> (M, n) float32 through packed int4 / int8 codes (quant_matmul.cpp).
+at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
+                       int64_t n);
+at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
+                       int64_t n);
+
+// q (B, Hq, D) float32 over a slot cache updated in place -> (B, Hq, D) float32
+// (slot_attention.cpp).
+at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& k_new, const at::Tensor& v_new,
+                          const at::Tensor& slots, const at::Tensor& empty);
+
+}  // namespace snapstream

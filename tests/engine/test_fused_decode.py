@@ -1,0 +1,96 @@
+"""The fused decode layer (snapstream::decode_layer) computes what the module path computes,
+bit for bit: the same logits and the same cache writes, step after step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from snapstream.config import FULL, SLIDING
+from snapstream.decode import Decoder
+from snapstream.fused_decode import fused_layers, runs_fused
+from snapstream.kvcache import BatchCache
+from snapstream.policy import CachePolicy
+from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
+from tests.engine.helpers import engine_for
+from tests.tiny_models import random_model, tiny_config
+
+POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, window=8)
+HYBRID = dict(num_layers=3, layer_types=(SLIDING, FULL, SLIDING), sliding_window=20)
+
+
+def quantized_engine(scheme: str, kv_dtype: torch.dtype, **overrides):
+    model = quantize_model(random_model(tiny_config(**overrides)), QUANT_SCHEMES[scheme])
+    return engine_for(model, kv_dtype=kv_dtype)
+
+
+def twin_decoders(engine, prompts: list[list[int]]) -> tuple[Decoder, Decoder, list[int]]:
+    """A fused and a module-path decoder over the same rows (one prompt each) -> both and the
+    rows' next positions."""
+    results = [engine.prefill(ids, POLICY, max_new_tokens=16) for ids in prompts]
+    layout = results[0].cache.layout
+    pools = []
+    for fuse in (True, False):
+        cache = BatchCache(engine.config, layout, len(prompts), engine.kv_dtype)
+        for row, result in enumerate(results):
+            cache.insert(row, result.cache)
+        pools.append(Decoder(engine.model, cache, fuse=fuse))
+    return *pools, [result.cache.next_position for result in results]
+
+
+@pytest.mark.parametrize("scheme", ["int4", "int8"])
+@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_fused_step_equals_module_step(scheme, kv_dtype, hybrid):
+    engine = quantized_engine(scheme, kv_dtype, **(HYBRID if hybrid else {}))
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 200, (length,), generator=gen).tolist()
+               for length in (90, 23, 57)]
+    fused, modules, next_positions = twin_decoders(engine, prompts)
+    assert fused._fused is not None and modules._fused is None
+    tokens, positions = torch.tensor([5, 6, 7]), torch.tensor(next_positions)
+    for _ in range(6):
+        got, expected = fused.step(tokens, positions), modules.step(tokens, positions)
+        assert torch.equal(got, expected)
+        tokens, positions = expected.argmax(-1), positions + 1
+    for got, expected in zip(fused.cache.groups, modules.cache.groups, strict=True):
+        assert torch.equal(got.k, expected.k) and torch.equal(got.v, expected.v)
+        assert torch.equal(got.filled, expected.filled)
+
+
+def test_only_quantized_llama_layers_fuse():
+    assert fused_layers(random_model(tiny_config())) is None  # float weights: modules
+    model = quantize_model(random_model(tiny_config()), QUANT_SCHEMES["int4"])
+    layers = fused_layers(model)
+    assert layers is not None and len(layers) == model.config.num_layers
+    assert runs_fused(layers, GEMM_MIN_ROWS - 1) and not runs_fused(layers, GEMM_MIN_ROWS)
+
+
+def test_decode_layer_rejects_a_mismatched_weight():
+    engine = quantized_engine("int4", torch.int8)
+    layer = fused_layers(engine.model)[0]
+    params = list(layer.params)
+    params[1], params[2] = params[8], params[9]  # the down projection (128 inputs) as QKV
+    fused, _, positions = twin_decoders(engine, [[1, 2, 3]])
+    group = fused.cache.groups[0]
+    cos = sin = torch.ones(1, 1, 1, engine.config.head_dim)
+    with pytest.raises(RuntimeError, match="QKV projection takes 128 inputs, the layer gives"):
+        torch.ops.snapstream.decode_layer(
+            torch.zeros(1, engine.config.hidden_size), params, cos, sin, group.k[0],
+            group.v[0], torch.tensor(positions), ~group.filled, layer.num_heads, layer.eps,
+            layer.q_factor)
+
+
+def test_compiled_fused_step_equals_module_step():
+    engine = quantized_engine("int4", torch.int8)
+    _, modules, positions = twin_decoders(engine, [[1, 2, 3, 4, 5] * 10, [7] * 30])
+    compiled = Decoder(engine.model, BatchCache(engine.config, modules.cache.layout, 2,
+                                                engine.kv_dtype), compile=True)
+    for got, source in zip(compiled.cache.groups, modules.cache.groups, strict=True):
+        got.k.copy_(source.k), got.v.copy_(source.v), got.filled.copy_(source.filled)
+    assert compiled._fused is not None
+    tokens, positions = torch.tensor([3, 4]), torch.tensor(positions)
+    for _ in range(3):
+        expected = modules.step(tokens, positions)
+        assert torch.equal(compiled.step(tokens, positions), expected)
+        tokens, positions = expected.argmax(-1), positions + 1
