@@ -17,12 +17,13 @@ rows, docs/benchmarks.md "Quantized matmul kernels"). int4 layers take the input
 bfloat16 and sum products in float32; int8 layers also round the input to 8 bits (codes per
 sub-group of up to 32 inputs with one scale each, as llama.cpp's Q8_0 activations) and sum
 code products exactly in int32 (AVX512-VNNI): widening int8 weights to bfloat16 cost more than
-reading them. Layers return their input's dtype: float32 in decode, bfloat16 in a quantized
-model's prompt forward.
+reading them. Layers return their input's dtype: float32 in decode, the CPU's GEMM dtype in a
+quantized model's prompt forward.
 
-From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's bfloat16 GEMM is as fast or faster: a layer
-then multiplies by its weight dequantized to bfloat16, made on the first such call and kept
-outside the state dict: a decode worker never makes it, and it does not change the
+From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's GEMM is as fast or faster: a layer then
+multiplies by its weight dequantized to the CPU's GEMM dtype (``snapstream.cpu.matmul_dtype_name``:
+bfloat16 where the CPU multiplies it in hardware, else float32), made on the first such call and
+kept outside the state dict: a decode worker never makes it, and it does not change the
 model's fingerprint.
 """
 
@@ -38,13 +39,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from snapstream.cpu import matmul_dtype_name
 from snapstream.kernels import int4_matmul, int8_matmul
 from snapstream.model import Transformer
 
-MATMUL_DTYPE = torch.bfloat16  # what the kernels take as activations
+KERNEL_DTYPE = torch.bfloat16  # what the kernels take as activations
 INT4_GROUP = 32  # inputs per requantized int4 scale/offset; divides every Llama hidden size
 BLOCK = 16  # outputs per block of the kernels' packed layout
-GEMM_MIN_ROWS = 128  # from this many input rows on, the dequantized bfloat16 GEMM is faster
+GEMM_MIN_ROWS = 128  # from this many input rows on, the dequantized weight's GEMM is faster
 
 
 @dataclass(frozen=True)
@@ -150,14 +152,9 @@ def pack_scales(rows: torch.Tensor) -> torch.Tensor:
     return packed.to(exact_dtype(packed))
 
 
-def _flat_bf16(x: torch.Tensor) -> torch.Tensor:
-    """x (..., K) -> (M, K) contiguous bfloat16, M = the product of the leading dims."""
-    return x.reshape(-1, x.shape[-1]).to(MATMUL_DTYPE).contiguous()
-
-
 class QuantizedLinear(nn.Module):
-    """A linear layer over ``GroupedCodes``: bfloat16 rows in, the kernel for few rows, the
-    dequantized GEMM for many, x's dtype out. Subclasses fix the code width."""
+    """A linear layer over ``GroupedCodes``: the kernel (bfloat16 rows in) for few rows, the
+    dequantized weight's GEMM for many, x's dtype out. Subclasses fix the code width."""
 
     bits: int
 
@@ -242,15 +239,19 @@ class QuantizedLinear(nn.Module):
 
     @cached_property
     def gemm_weight(self) -> torch.Tensor:
-        """(N, K) bfloat16: the dequantized weight, made in chunks of rows (an LM head's float32
-        copy would be 4x the layer)."""
+        """(N, K) in the CPU's GEMM dtype: the dequantized weight, made in chunks of rows (an LM
+        head's float32 copy would be 4x the layer in bfloat16)."""
+        dtype = getattr(torch, matmul_dtype_name())
         ids = torch.arange(self.out_features)
-        return torch.cat([self.rows(chunk).to(MATMUL_DTYPE) for chunk in ids.split(4096)])
+        return torch.cat([self.rows(chunk).to(dtype) for chunk in ids.split(4096)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., K) -> (..., N) in x's dtype."""
-        flat = _flat_bf16(x)  # (M, K)
-        out = F.linear(flat, self.gemm_weight) if len(flat) >= GEMM_MIN_ROWS else self.kernel(flat)
+        flat = x.reshape(-1, x.shape[-1])  # (M, K)
+        if len(flat) >= GEMM_MIN_ROWS:
+            out = F.linear(flat.to(self.gemm_weight.dtype), self.gemm_weight)
+        else:
+            out = self.kernel(flat.to(KERNEL_DTYPE).contiguous())
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias.to(out.dtype)
 

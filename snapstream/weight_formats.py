@@ -1,7 +1,8 @@
 """The Engine's ``dtype`` choices, torch-free so that the CLIs offer them at parse time.
 
 Each name says what the activations and norms are computed in (in decode, and in the prompt
-forward: bfloat16 for the quantized formats), whether the linear layers' weights
+forward: for the quantized formats the CPU's GEMM dtype, ``snapstream.cpu.matmul_dtype_name``:
+bfloat16 where the CPU multiplies it in hardware, else float32), whether the linear layers' weights
 are quantized after loading (:mod:`snapstream.quant`), and what the KV cache holds: the quantized
 formats keep it in int8 (codes with a float32 scale per slot and head: ~a quarter of float32's
 bytes, blobs and decode pools alike), which answers as the bfloat16 cache does within one answer
@@ -23,6 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snapstream.cpu import matmul_dtype_name
+
+MATMUL = "matmul"  # a prompt dtype: the CPU's GEMM dtype (snapstream.cpu.matmul_dtype_name)
+
 
 @dataclass(frozen=True)
 class WeightFormat:
@@ -30,8 +35,8 @@ class WeightFormat:
     quant: str | None = None  # weight-only scheme of snapstream.quant.QUANT_SCHEMES; None: none
     kv: str | None = None  # torch dtype name of the KV cache; None: ``compute``
     keep_blocks: bool = False  # linear weights from the GGUF's own blocks (snapstream.loader)
-    prefill: str | None = None  # torch dtype name of the prompt forward's activations; None:
-    # ``compute`` (bfloat16 for the quantized formats: their GEMMs take bfloat16 anyway)
+    prefill: str | None = None  # torch dtype name of the prompt forward's activations, or
+    # MATMUL (the quantized formats: their prompt GEMMs run in that dtype anyway); None: compute
 
     @property
     def kv_dtype(self) -> str:
@@ -39,15 +44,15 @@ class WeightFormat:
 
     @property
     def prefill_dtype(self) -> str:
-        return self.prefill or self.compute
+        return matmul_dtype_name() if self.prefill == MATMUL else self.prefill or self.compute
 
 
 WEIGHT_FORMATS = {
     "float32": WeightFormat("float32"),
     "bfloat16": WeightFormat("bfloat16"),
-    "int8": WeightFormat("float32", quant="int8", kv="int8", prefill="bfloat16"),
-    "int4": WeightFormat("float32", quant="int4", kv="int8", prefill="bfloat16"),
-    "gguf": WeightFormat("float32", kv="int8", keep_blocks=True, prefill="bfloat16"),
+    "int8": WeightFormat("float32", quant="int8", kv="int8", prefill=MATMUL),
+    "int4": WeightFormat("float32", quant="int4", kv="int8", prefill=MATMUL),
+    "gguf": WeightFormat("float32", kv="int8", keep_blocks=True, prefill=MATMUL),
 }
 AUTO = "auto"
 DTYPE_CHOICES = (AUTO, *WEIGHT_FORMATS)
@@ -77,5 +82,6 @@ KV_DTYPE_HELP = ("what the KV cache holds (sequence caches, blobs, decode pools)
 DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: gguf for a GGUF of "
               "quantized blocks, else float32), float32, bfloat16, gguf (the GGUF's blocks as "
               "exact int4/int8 codes), or int8/int4 requantized weights (CPU); the quantized "
-              "formats keep float32 activations in decode, bfloat16 in the prompt, and an "
+              "formats keep float32 activations in decode, bfloat16 in the prompt (float32 on "
+              "CPUs without bfloat16 instructions), and an "
               "int8 KV cache")

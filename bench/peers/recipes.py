@@ -6,8 +6,8 @@ Top-level packages are pinned exactly; what pip resolves under them is recorded 
 
 from __future__ import annotations
 
-from bench.peers.cpu import cpu_flags
 from bench.peers.venvs import Step, VenvSpec
+from snapstream.cpu import cpu_flags
 
 LLAMA_CPP_PYTHON = "0.3.36"
 _LLAMA_SDIST = f"{{venv}}/src/llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"

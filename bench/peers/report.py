@@ -6,10 +6,10 @@ import os
 import platform
 
 from bench.peers.bench import PeersBenchConfig
-from bench.peers.cpu import cpu_flags
 from bench.peers.peer_model import peer_model
 from bench.peers.runners.peer_protocol import median
 from bench.report import command_line, markdown_table
+from snapstream.cpu import cpu_flags
 
 REFERENCE = "transformers"  # the full-cache fp32 outputs other systems' tokens are compared with
 KEY_PACKAGES = ("llama_cpp_python", "openvino", "openvino-genai", "openvino-tokenizers",

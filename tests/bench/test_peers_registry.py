@@ -11,7 +11,6 @@ import pytest
 from bench.peers import recipes
 from bench.peers.batch import PeersBatchConfig
 from bench.peers.bench import PeersBenchConfig
-from bench.peers.cpu import cpu_flags
 from bench.peers.passkey import PeersPasskeyConfig
 from bench.peers.peer_model import peer_model
 from bench.peers.runners import RUNNERS
@@ -33,6 +32,7 @@ from bench.peers.venvs import (
     peers_root,
 )
 from snapstream.checkpoints import open_checkpoint
+from snapstream.cpu import cpu_flags
 from snapstream.policy import load_default_policy
 
 

@@ -12,6 +12,7 @@ import torch
 
 from snapstream import CachePolicy, Engine, SamplingParams
 from snapstream.config import FULL, SLIDING, ModelConfig
+from snapstream.cpu import matmul_dtype_name
 from snapstream.model import causal_attention
 from tests.engine.helpers import greedy_with_logits
 from tests.engine.reference import cache_kept_mask, masked_logits
@@ -134,13 +135,14 @@ def test_windowed_attention_equals_a_masked_reference(length):
 
 
 def test_a_quantized_gemma_prompt_runs_in_bfloat16_close_to_float32(gemma):
-    """int8 weights run the prompt in bfloat16 (sliding and global layers, scaled embeddings,
-    norms in the activations' dtype); the same weights with a float32 prompt give nearly the
-    same logits and the same cache layout."""
-    served = Engine.from_pretrained(str(gemma[0]), dtype="int8")
-    assert served.prefill_dtype == torch.bfloat16
-    fp32 = Engine(served.model, served.tokenizer, kv_dtype=served.kv_dtype,
-                  prefill_dtype=torch.float32)
+    """int8 weights run the prompt in bfloat16 where the CPU multiplies it (sliding and global
+    layers, scaled embeddings, norms in the activations' dtype); the same weights with a float32
+    prompt give nearly the same logits and the same cache layout."""
+    quantized = Engine.from_pretrained(str(gemma[0]), dtype="int8")
+    assert quantized.prefill_dtype == getattr(torch, matmul_dtype_name())
+    served, fp32 = (Engine(quantized.model, quantized.tokenizer, kv_dtype=quantized.kv_dtype,
+                           prefill_dtype=prompt_dtype)
+                    for prompt_dtype in (torch.bfloat16, torch.float32))
     ids = _ids(11, 150)[0].tolist()  # many windows, past the bfloat16 GEMM's row threshold
     policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=16, n_recent=16, window=4, kernel=3)
     got, want = served.prefill(ids, policy, 4), fp32.prefill(ids, policy, 4)

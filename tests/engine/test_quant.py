@@ -16,6 +16,7 @@ from torch import nn
 from kvstore.codec import decode_blob, encode_blob
 from serving.settings import add_dtype_setting
 from serving.worker import blob_spec
+from snapstream.cpu import MATMUL_DTYPE_ENV, matmul_dtype_name
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvquant import kv_slot_bytes
@@ -32,7 +33,7 @@ from snapstream.quant import (
     quantize_int8_rows,
 )
 from snapstream.sampling_params import SamplingParams
-from snapstream.weight_formats import DTYPE_CHOICES
+from snapstream.weight_formats import DTYPE_CHOICES, WEIGHT_FORMATS
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout, first on the child's path
 
@@ -92,15 +93,19 @@ def test_int4_linear_tracks_float_linear():
     assert rel_error(got, want) < 0.15  # 4 bits: step/range 1/15 per group of 32
 
 
+@pytest.mark.parametrize("gemm_dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
-def test_many_rows_take_the_dequantized_gemm_with_the_kernels_weight(layer_type):
+def test_many_rows_take_the_dequantized_gemm_with_the_kernels_weight(monkeypatch, layer_type,
+                                                                     gemm_dtype):
+    monkeypatch.setenv(MATMUL_DTYPE_ENV, gemm_dtype)
     layer = layer_type.from_linear(spread_linear(48, 96, bias=True))
     x = torch.randn(GEMM_MIN_ROWS + 3, 96)
     assert "gemm_weight" not in layer.__dict__
     rows = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])  # one row: the kernel
     assert "gemm_weight" not in layer.__dict__
-    many = layer(x)  # GEMM_MIN_ROWS or more: bfloat16 GEMM on the dequantized weight
-    assert layer.gemm_weight.shape == (48, 96) and layer.gemm_weight.dtype == torch.bfloat16
+    many = layer(x)  # GEMM_MIN_ROWS or more: the GEMM on the dequantized weight
+    assert layer.gemm_weight.shape == (48, 96)
+    assert layer.gemm_weight.dtype == getattr(torch, gemm_dtype)
     # the same weight up to its bfloat16 rounding; a transposed or mis-scaled one is off by ~1
     assert rel_error(many, rows) < 0.01
     assert "gemm_weight" not in layer.state_dict()
@@ -153,15 +158,30 @@ def test_quantized_engine_logits_track_float32(engines, dtype):
     assert engines[dtype].dtype == torch.float32  # activations
 
 
+def test_the_gemm_dtype_follows_the_cpus_bfloat16_instructions(monkeypatch):
+    assert matmul_dtype_name(frozenset({"avx512f", "avx512bw", "avx512_vnni"})) == "float32"
+    assert matmul_dtype_name(frozenset({"avx512f", "avx512_bf16"})) == "bfloat16"
+    assert matmul_dtype_name(frozenset({"amx_tile", "amx_bf16"})) == "bfloat16"
+    monkeypatch.setenv(MATMUL_DTYPE_ENV, "float32")
+    assert matmul_dtype_name(frozenset({"amx_bf16"})) == "float32"
+    assert WEIGHT_FORMATS["gguf"].prefill_dtype == "float32"
+    assert WEIGHT_FORMATS["bfloat16"].prefill_dtype == "bfloat16"  # not a quantized format
+    monkeypatch.setenv(MATMUL_DTYPE_ENV, "float16")
+    with pytest.raises(ValueError, match="SNAPSTREAM_MATMUL_DTYPE must be one of"):
+        matmul_dtype_name()
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
-def test_a_quantized_prompt_runs_in_bfloat16_and_tracks_a_float32_prompt(engines, dtype):
-    """The quantized formats run the prompt forward in bfloat16 (decode stays float32); the same
-    weights with float32 prompt activations give nearly the same logits and kept positions."""
-    served = engines[dtype]
-    assert (served.prefill_dtype, served.dtype) == (torch.bfloat16, torch.float32)
+def test_a_quantized_prompt_runs_in_the_gemm_dtype_and_tracks_a_float32_prompt(engines, dtype):
+    """The quantized formats run the prompt forward in the CPU's GEMM dtype (decode stays
+    float32); in bfloat16 the same weights give nearly the logits and kept positions of float32
+    prompt activations."""
+    assert (engines[dtype].prefill_dtype, engines[dtype].dtype) == (
+        getattr(torch, matmul_dtype_name()), torch.float32)
     assert engines["float32"].prefill_dtype == torch.float32
-    fp32 = Engine(served.model, served.tokenizer, kv_dtype=served.kv_dtype,
-                  prefill_dtype=torch.float32)
+    served, fp32 = (Engine(engines[dtype].model, engines[dtype].tokenizer,
+                           kv_dtype=engines[dtype].kv_dtype, prefill_dtype=prompt_dtype)
+                    for prompt_dtype in (torch.bfloat16, torch.float32))
     seen = []
     hook = served.model.model.layers[0].self_attn.register_forward_pre_hook(
         lambda _module, args: seen.append(args[0].dtype))
