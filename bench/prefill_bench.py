@@ -1,8 +1,10 @@
 """Prefill (time to first token in process) with float32 vs bfloat16 prompt activations: the
 time split (linear layers / attention / SnapKV selection / rest), the achieved FLOP/s against
-the machine's bfloat16 GEMM peak, and the bfloat16 prompt's agreement with the float32 one.
+the machine's GEMM peak in its GEMM dtype (``snapstream.cpu.matmul_dtype_name``: bfloat16 where
+the CPU multiplies it in hardware, else float32), and the bfloat16 prompt's agreement with the
+float32 one.
 
-Both variants share one model (one set of weights, one cached bfloat16 GEMM copy) and take
+Both variants share one model (one set of weights, one cached GEMM copy in that dtype) and take
 turns at each length, so load from other processes falls on both alike.
 Run: ``python -m bench.prefill_bench`` (or ``snapstream bench prefill``).
 """
@@ -25,6 +27,7 @@ from torch import nn
 from bench.limits import GEMM_SHAPES, gemm_peak, share_of_limit
 from bench.peers.prompts import EngineTokenizer, filler_text, passkey_prompt
 from bench.report import command_line, machine_line, markdown_table, parse_ints, publish
+from snapstream.cpu import matmul_dtype_name
 from snapstream.engine import Engine, PrefillResult
 from snapstream.model import Attention
 from snapstream.quant import QuantizedLinear
@@ -145,7 +148,7 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
     timer = SplitTimer(served.model)
     tokenizer = EngineTokenizer(served.tokenizer)
     filler = tokenizer.encode(filler_text())
-    for engine in engines.values():  # the cached bfloat16 GEMM weights, the kernels' warm-up
+    for engine in engines.values():  # the cached GEMM weights, the kernels' warm-up
         engine.prefill(filler[:256], served.default_policy, 1)
     rows = []
     for prompt_len in cfg.lengths:
@@ -157,6 +160,7 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
                      if isinstance(m, QuantizedLinear) and "gemm_weight" in m.__dict__)
     return {"model": served.name, "policy": repr(served.default_policy),
             "threads": torch.get_num_threads(), "gemm": gemm, "gemm_cache_bytes": gemm_cache,
+            "gemm_dtype": matmul_dtype_name(),
             "loadavg": [load_before, os.getloadavg()], "rows": rows}
 
 
@@ -187,9 +191,8 @@ def _median_split(splits: list[dict[str, float]]) -> dict[str, float]:
 
 
 def render(results: dict, command: str) -> str:
-    gemm = results["gemm"]
-    peak = max(by_dtype["bfloat16"] for by_dtype in gemm.values())
-    peak_f32 = max(by_dtype["float32"] for by_dtype in gemm.values())
+    gemm, gemm_dtype = results["gemm"], results["gemm_dtype"]
+    peak = max(by_dtype[gemm_dtype] for by_dtype in gemm.values())
     load = " at the start, ".join(" ".join(f"{x:.1f}" for x in avg)
                                   for avg in results["loadavg"]) + " at the end"
     gemm_line = "; ".join(f"{shape}: {d['bfloat16']:.0f} bf16 / {d['float32']:.0f} fp32"
@@ -214,19 +217,20 @@ def render(results: dict, command: str) -> str:
                          f"{100 * row['kept_overlap_min']:.1f}%",
                          f"{row['greedy_same_prefix']}/{row['greedy_tokens']}"])
     return "\n\n".join([
-        "## Prefill: float32 vs bfloat16 prompt activations (AMX)",
+        "## Prefill: float32 vs bfloat16 prompt activations",
         f"Command: `{command}`  \nMachine: {machine_line()}  \nModel: {results['model']}, "
         f"default policy {results['policy']}; passkey prompts (licence texts). One process; "
         "the two variants share the model and take turns at each length; the machine was shared "
         f"with other jobs (load average over 1, 5, 15 min: {load}), so compare ratios within "
         "this run only.",
-        f"Plain `torch.mm` GFLOP/s (M x K x N, best of 5): {gemm_line}. Peak taken as the best "
-        f"bfloat16 figure: **{peak:.0f} GFLOP/s** ({peak_f32:.0f} in float32).",
+        f"Plain `torch.mm` GFLOP/s (M x K x N, best of 5): {gemm_line}. This CPU's GEMM dtype "
+        f"(the quantized layers' cached GEMM weights): {gemm_dtype}; peak taken as its best "
+        f"figure: **{peak:.0f} GFLOP/s**.",
         markdown_table(["prompt tokens", "prompt activations", "TTFT s", "/ float32",
                         "linear s", "attention s", "SnapKV s", "rest s",
-                        "TFLOP (linear + attention)", "GFLOP/s", "% of bf16 peak"], timing),
+                        "TFLOP (linear + attention)", "GFLOP/s", "% of GEMM peak"], timing),
         "TTFT: `Engine.prefill` wall time (forward, SnapKV selection and compression, "
-        "next-token logits). Linear: the layers' projections (the cached bfloat16 copy of "
+        f"next-token logits). Linear: the layers' projections (the cached {gemm_dtype} copy of "
         "the int4/int8 weights through oneDNN's GEMM in both variants, "
         f"{results['gemm_cache_bytes'] / 2**20:.0f} MiB held by a prefill worker); attention: "
         "RoPE and SDPA; SnapKV: scores and compression; rest: norms, activations, residuals, "

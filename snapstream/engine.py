@@ -88,7 +88,8 @@ class Engine:
         """``path``: a .gguf file or a Hugging Face checkpoint directory; None: the default
         model (SmolLM2-135M-Instruct). ``dtype``: a name of ``weight_formats.DTYPE_CHOICES``
         ("gguf": a GGUF's quantized blocks as they are, "int8", "int4": requantized weights;
-        all three with float32 activations in decode, bfloat16 in the prompt forward, and an
+        all three with float32 activations in decode, the CPU's GEMM dtype in the prompt
+        forward (bfloat16 where it has bfloat16 instructions, else float32), and an
         int8 KV cache; "auto": the checkpoint's own format on the CPU, float32 elsewhere)
         or a torch float dtype. ``kv_dtype``: a name of ``weight_formats.KV_DTYPES`` ("int8":
         int8 codes with a float32 scale per slot and head), None: the format's own."""
@@ -144,8 +145,9 @@ class Engine:
 
     def warm_up_prefill(self) -> float:
         """Pays at start-up what the first prompt of a prefill worker would pay otherwise: the
-        cached bfloat16 GEMM weights of the quantized layers (made on a layer's first input of
-        ``GEMM_MIN_ROWS`` rows or more; 202 MiB for SmolLM2) and the kernels' first use. A
+        cached GEMM weights of the quantized layers (made on a layer's first input of
+        ``GEMM_MIN_ROWS`` rows or more; 202 MiB for SmolLM2 in bfloat16, 405 MiB in float32 on
+        CPUs without bfloat16 instructions) and the kernels' first use. A
         prompt of ``WARM_UP_TOKENS`` tokens (the context's, if shorter), after setting the
         process's malloc to keep freed memory (:func:`snapstream.memory.keep_freed_memory`);
         returns its seconds."""

@@ -202,7 +202,7 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions (B, T) -> final normed hidden states (B, T, hidden), with the
         activations in ``dtype`` (None: the embedding's). A prompt of a quantized model runs in
-        bfloat16 (its layers take any activations; its GEMMs and the attention run on AMX)."""
+        the CPU's GEMM dtype (its layers take any activations; on a CPU with AMX, bfloat16)."""
         x = self.model.embed_tokens(input_ids)  # (B, T, hidden)
         if dtype is not None:
             x = x.to(dtype)

@@ -182,7 +182,8 @@ register(PeerSystem(
     label="snapstream in process as served (Engine: prefill + SnapKV, then the static "
           "ring-buffer decode step), the GGUF's blocks in snapstream's default format for it "
           "(4-bit groups as int4 codes, 5- to 8-bit ones as int8; snapstream's kernels, the "
-          "dequantized bfloat16 GEMM from 128 rows of a prompt on), bfloat16 prompt activations, "
+          "dequantized weight's GEMM from 128 rows of a prompt on), prompt activations in the "
+          "CPU's GEMM dtype (bfloat16 with AVX512-BF16 or AMX, else float32), "
           "float32 decode activations, int8 KV (codes + a float32 scale per slot and KV head) "
           "of the budget's size whatever the length (sliding-window layers: a ring of the "
           "window)",

@@ -44,22 +44,25 @@ def test_the_split_adds_up_and_the_flops_count_every_layer(results, tiny_model_d
         parts = split["linear"] + split["attention"] + split["select"] + split["rest"]
         assert parts == pytest.approx(split["total"])
     assert set(row["split"]) == {"float32", "bfloat16"}
-    assert results["gemm_cache_bytes"] == 2 * config.num_layers * weights  # bfloat16 copies
+    width = {"bfloat16": 2, "float32": 4}[results["gemm_dtype"]]  # the CPU's GEMM dtype
+    assert results["gemm_cache_bytes"] == width * config.num_layers * weights
     assert 0 < row["kept_overlap_min"] <= row["kept_overlap_mean"] <= 1
     assert 0 <= row["greedy_same_prefix"] <= 3
 
 
-def test_the_report_gives_ratios_and_the_share_of_the_peak(results):
+@pytest.mark.parametrize(("gemm_dtype", "peak"), [("bfloat16", 400), ("float32", 100)])
+def test_the_report_gives_ratios_and_the_share_of_the_peak(results, gemm_dtype, peak):
     row = json.loads(json.dumps(results["rows"][0]))
     results = {**results, "gemm": {"64x32x48": {"float32": 100.0, "bfloat16": 400.0}},
-               "rows": [row]}
+               "rows": [row], "gemm_dtype": gemm_dtype}
     row["split"]["float32"]["total"], row["split"]["bfloat16"]["total"] = 4.0, 1.0
     text = render(results, "python -m bench.prefill_bench")
     flops = row["linear_flops"] + row["attention_flops"]
     assert "Command: `python -m bench.prefill_bench`" in text
     load = " ".join(f"{x:.1f}" for x in results["loadavg"][0])
     assert f"(load average over 1, 5, 15 min: {load} at the start, " in text
-    assert "**400 GFLOP/s** (100 in float32)" in text
+    assert f"GEMM dtype (the quantized layers' cached GEMM weights): {gemm_dtype}" in text
+    assert f"**{peak} GFLOP/s**" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| 200 | bfloat16 | 1.00 |"))
     assert line.split(" | ")[3] == "0.25×"
-    assert line.split(" | ")[9:] == [f"{flops / 1e9:.0f}", f"{100 * flops / 1e9 / 400:.0f}% |"]
+    assert line.split(" | ")[9:] == [f"{flops / 1e9:.0f}", f"{100 * flops / 1e9 / peak:.0f}% |"]
