@@ -16,6 +16,7 @@
 
 #include <c10/util/BFloat16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ops.h"
@@ -66,6 +67,13 @@ void rotate(float* x, int64_t heads, int64_t dim, const float* cos, const float*
   }
 }
 
+// out += residual, both (B, H) float32 (the module path's residual + out: the same sums).
+void add_into(at::Tensor& out, const at::Tensor& residual) {
+  float* dst = out.data_ptr<float>();
+  const float* src = residual.data_ptr<float>();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) dst[i] += src[i];
+}
+
 void check_linear(const at::Tensor& weight, const at::Tensor& scales, int64_t inputs,
                   const char* name) {
   TORCH_CHECK((weight.dim() == 3 || weight.dim() == 4) && weight.scalar_type() == at::kByte &&
@@ -109,22 +117,27 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
   check_linear(gate_up_w, gate_up_s, hidden, "the gate/up projection");
   check_linear(down_w, down_s, inner, "the down projection");
 
-  // attention: qkv (B, (Hq + 2 Hkv) D), q and k rotated in place
-  at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_w, qkv_s, heads * dim);
-  float* rows = qkv.data_ptr<float>();
+  // attention: qkv (B, (Hq + 2 Hkv) D) -> q (B, Hq, D), k_new and v_new (B, Hkv, D)
+  const at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_w, qkv_s, heads * dim);
+  at::Tensor q = at::empty({batch, num_heads, dim}, x.options());
+  at::Tensor k_new = at::empty({batch, kv_heads, dim}, x.options());
+  at::Tensor v_new = at::empty({batch, kv_heads, dim}, x.options());
   const float *cos_ptr = cos.data_ptr<float>(), *sin_ptr = sin.data_ptr<float>();
+  const int64_t q_width = num_heads * dim, kv_width = kv_heads * dim;
   for (int64_t b = 0; b < batch; ++b) {
-    float* row = rows + b * heads * dim;
-    rotate(row, num_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim,
+    const float* row = qkv.data_ptr<float>() + b * heads * dim;
+    float* q_row = q.data_ptr<float>() + b * q_width;
+    float* k_row = k_new.data_ptr<float>() + b * kv_width;
+    std::copy(row, row + q_width, q_row);
+    std::copy(row + q_width, row + q_width + kv_width, k_row);
+    std::copy(row + q_width + kv_width, row + heads * dim, v_new.data_ptr<float>() + b * kv_width);
+    rotate(q_row, num_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim,
            static_cast<float>(q_factor));
-    rotate(row + num_heads * dim, kv_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim, 1.f);
+    rotate(k_row, kv_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim, 1.f);
   }
-  const at::Tensor split = qkv.view({batch, heads, dim});
-  const at::Tensor attn = slot_attention(
-      split.narrow(1, 0, num_heads).contiguous(), k, v, split.narrow(1, num_heads, kv_heads),
-      split.narrow(1, num_heads + kv_heads, kv_heads), slots, empty);  // (B, Hq, D)
-  const at::Tensor h =
-      x + project(to_bf16(attn.view({batch, num_heads * dim})), o_w, o_s, hidden);  // (B, H)
+  const at::Tensor attn = slot_attention(q, k, v, k_new, v_new, slots, empty);  // (B, Hq, D)
+  at::Tensor h = project(to_bf16(attn.view({batch, q_width})), o_w, o_s, hidden);  // (B, H)
+  add_into(h, x);
 
   // MLP: gate/up (B, 2I), SiLU(gate) * up rounded to bfloat16 for the down projection
   const at::Tensor gate_up =
@@ -136,7 +149,9 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t i = 0; i < inner; ++i)
       act_ptr[b * inner + i] = at::BFloat16(gate_ptr[b * inner + i] * up_ptr[b * 2 * inner + i]);
-  return h + project(act, down_w, down_s, hidden);
+  at::Tensor out = project(act, down_w, down_s, hidden);
+  add_into(out, h);
+  return out;
 }
 
 }  // namespace snapstream
