@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from snapstream.config import FULL, SLIDING
+from snapstream.cpu import matmul_dtype_name
 from snapstream.engine import Engine
 from snapstream.model import causal_attention
 from snapstream.policy import CachePolicy
@@ -97,17 +98,18 @@ def test_a_templates_tokens_around_the_text_are_chunks_of_their_own():
 
 
 def test_a_bfloat16_prompt_forward_keeps_the_chunks_float32_keeps(tiny_model_dir):
-    """A quantized draft scores its prompt in its engine's prefill dtype (bfloat16), the
-    look-ahead decode in float32 over the prompt's bfloat16 K/V: the chunks kept at 25% are
-    those of a float32 prompt forward over the same weights."""
+    """A quantized draft scores its prompt in its engine's prefill dtype (bfloat16 on a CPU
+    with bfloat16 instructions), the look-ahead decode in float32 over the prompt's bfloat16
+    K/V: the chunks kept at 25% are those of a float32 prompt forward over the same weights."""
     draft = Engine.from_pretrained(tiny_model_dir, dtype="int8")
-    assert (draft.prefill_dtype, draft.dtype) == (torch.bfloat16, torch.float32)
+    assert (draft.prefill_dtype, draft.dtype) == (getattr(torch, matmul_dtype_name()),
+                                                  torch.float32)
     ids = torch.randint(5, 250, (640,), generator=torch.Generator().manual_seed(1)).tolist()
     seen = []
     hook = draft.model.model.layers[0].self_attn.register_forward_pre_hook(
         lambda _module, args: seen.append(args[0].dtype))
     try:
-        half = score_prompt(draft.model, ids, 8, 13, set(), draft.prefill_dtype)
+        half = score_prompt(draft.model, ids, 8, 13, set(), torch.bfloat16)
     finally:
         hook.remove()
     assert seen == [torch.bfloat16] + [torch.float32] * 8  # the prompt, then 8 look-ahead steps
