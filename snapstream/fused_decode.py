@@ -1,12 +1,12 @@
 """The decode step's decoder layers as one compiled op each (``snapstream::decode_layer``,
 snapstream/csrc/decode_layer.cpp).
 
-A Llama-family layer of quantized linears runs its norms, QKV projection, RoPE, slot
-attention, output projection, MLP and both residuals in C++, with the very kernels and
+A layer of quantized linears (Llama family or Gemma 3) runs its norms, QKV projection, RoPE,
+slot attention, output projection, MLP and both residuals in C++, with the very kernels and
 roundings of the module path (its result is that path's bit for bit), but without the ~20 small
 torch ops per layer and the Python between them: at batch 1 on two cores those took more than
-half of a step. Other layers (Gemma 3's, float weights, biases) and batches of
-``GEMM_MIN_ROWS`` rows or more (whose linears run oneDNN's GEMM) take the module path.
+half of a step. Other layers (float weights, biases) and batches of ``GEMM_MIN_ROWS`` rows or
+more (whose linears run oneDNN's GEMM) take the module path.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from snapstream import kernels
-from snapstream.model import DecoderLayer, Transformer
+from snapstream.model import ACTIVATIONS, DecoderLayer, Gemma3DecoderLayer, Transformer
 from snapstream.quant import GEMM_MIN_ROWS, QuantizedLinear
 
 CacheOf = Callable[[int], tuple[torch.Tensor, ...]]  # layer -> k, v, slots, empty
@@ -28,41 +27,45 @@ CacheOf = Callable[[int], tuple[torch.Tensor, ...]]  # layer -> k, v, slots, emp
 class FusedLayer:
     """``decode_layer``'s arguments that do not change from step to step."""
 
-    params: tuple[torch.Tensor, ...]  # input norm, QKV, output, post norm, gate/up, down
+    params: tuple[torch.Tensor, ...]  # see the op (snapstream/csrc/decode_layer.cpp)
     num_heads: int
     eps: float
     q_factor: float
+    activation: str  # a name of snapstream.model.ACTIVATIONS
 
 
-def _fusable(layer: torch.nn.Module) -> bool:
-    if type(layer) is not DecoderLayer or layer.mlp.act is not F.silu:
-        return False
-    linears = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
-               layer.mlp.down_proj)
-    norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
-    return (all(isinstance(linear, QuantizedLinear) and linear.bias is None
-                for linear in linears)
-            and all(norm.dtype == torch.float32 and norm.device.type == "cpu"
-                    for norm in norms))
+# per layer class: the names of its norms after the op's first ten params (Gemma 3's extra four)
+EXTRA_NORMS = {DecoderLayer: (),
+               Gemma3DecoderLayer: ("self_attn.q_norm", "self_attn.k_norm",
+                                    "pre_feedforward_layernorm", "post_feedforward_layernorm")}
+LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+
+
+def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
+    if type(layer) not in EXTRA_NORMS:
+        return None
+    linears = [layer.get_submodule(name) for name in LINEARS]
+    norms = [layer.get_submodule(name).weight.detach()
+             for name in ("input_layernorm", "post_attention_layernorm",
+                          *EXTRA_NORMS[type(layer)])]
+    activation = next((name for name, fn in ACTIVATIONS.items() if fn is layer.mlp.act), None)
+    if (activation is None
+            or not all(isinstance(linear, QuantizedLinear) and linear.bias is None
+                       for linear in linears)
+            or not all(norm.dtype == torch.float32 and norm.device.type == "cpu"
+                       for norm in norms)):
+        return None
+    qkv, out, gate_up, down = ((linear.weight, linear.scales) for linear in linears)
+    return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:]),
+                      num_heads=layer.self_attn.num_heads, eps=layer.input_layernorm.eps,
+                      q_factor=layer.self_attn.q_factor, activation=activation)
 
 
 def fused_layers(model: Transformer) -> tuple[FusedLayer, ...] | None:
     """``decode_layer``'s arguments for each of ``model``'s layers, or None unless every layer
-    is a Llama-family one (SiLU MLP) of quantized linears without biases, float32 norms."""
-    layers = model.model.layers
-    if not all(_fusable(layer) for layer in layers):
-        return None
-    return tuple(
-        FusedLayer(
-            params=(layer.input_layernorm.weight.detach(),
-                    *(tensor for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj)
-                      for tensor in (linear.weight, linear.scales)),
-                    layer.post_attention_layernorm.weight.detach(),
-                    *(tensor for linear in (layer.mlp.gate_up_proj, layer.mlp.down_proj)
-                      for tensor in (linear.weight, linear.scales))),
-            num_heads=layer.self_attn.num_heads, eps=layer.input_layernorm.eps,
-            q_factor=layer.self_attn.q_factor)
-        for layer in layers)
+    is a Llama-family or Gemma 3 one of quantized linears without biases, float32 norms."""
+    layers = tuple(_fused_layer(layer) for layer in model.model.layers)
+    return None if None in layers else layers
 
 
 def runs_fused(layers: tuple[FusedLayer, ...] | None, batch: int) -> bool:
@@ -85,5 +88,5 @@ def fused_forward(model: Transformer, layers: tuple[FusedLayer, ...],
     for index, layer in enumerate(layers):
         cos, sin = local if index in sliding else rotation
         x = kernels.decode_layer(x, layer.params, cos, sin, *cache_of(index), layer.num_heads,
-                                 layer.eps, layer.q_factor)
+                                 layer.eps, layer.q_factor, layer.activation)
     return model.model.norm(x)

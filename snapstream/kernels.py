@@ -10,9 +10,9 @@ built by setup.py) and, registered here, what runs them on other devices and und
   x to 8-bit codes) in the blocked
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
-- ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor)``: a whole
-  Llama-family decoder layer of quantized linears for one decode step
-  (:mod:`snapstream.fused_decode`; CPU only).
+- ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
+  activation)``: a whole decoder layer (Llama family or Gemma 3) of quantized linears for one
+  decode step (:mod:`snapstream.fused_decode`; CPU only).
 """
 
 from __future__ import annotations
@@ -83,5 +83,6 @@ def _int8_matmul_shape(x, weight, scales, n):
 
 
 @torch.library.register_fake("snapstream::decode_layer")
-def _decode_layer_shape(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor):
+def _decode_layer_shape(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
+                        activation):
     return torch.empty_like(x)

@@ -1,13 +1,14 @@
-// One Llama-family decoder layer of a decode step in a single op: RMSNorm, the fused QKV
-// projection, RoPE, slot attention over the row's cache, the output projection and residual,
-// RMSNorm, the gate/up projection, SiLU(gate) * up, the down projection and residual.
+// One decoder layer of a decode step in a single op, Llama family or Gemma 3: RMSNorm, the
+// fused QKV projection (Gemma: RMSNorm of each query and key head), RoPE, slot attention over
+// the row's cache, the output projection (Gemma: normed) and residual, RMSNorm, the gate/up
+// projection, activation(gate) * up, the down projection (Gemma: normed) and residual.
 //
 // It calls the same kernels as the module path (snapstream/model.py with snapstream/quant.py's
 // quantized linears and snapstream/attention.py) in the same order with the same roundings
 // (activations float32, each projection's input rounded to bfloat16 to nearest even, RoPE as
-// x * cos + rotate_half(x) * sin with each product rounded, ATen's SiLU), so its output equals
-// that path's bit for bit; what it saves is the ~20 small torch ops per layer and the Python
-// between them (at batch 1 on two cores, more than half of a step).
+// x * cos + rotate_half(x) * sin with each product rounded, ATen's activation), so its output
+// equals that path's bit for bit; what it saves is the ~20 small torch ops per layer and the
+// Python between them (at batch 1 on two cores, more than half of a step).
 //
 // This file is built for the baseline x86-64 (no FMA), so the compiler cannot contract the
 // RoPE's products and sums into fused multiply-adds the module path does not make.
@@ -87,20 +88,27 @@ void check_linear(const at::Tensor& weight, const at::Tensor& scales, int64_t in
 
 namespace snapstream {
 
-// x (B, H) float32 -> (B, H) float32 after the layer. params: input norm (H,), QKV weight and
-// scales, output weight and scales, post-attention norm (H,), gate/up weight and scales (gate
-// rows first), down weight and scales (the packed buffers of snapstream/quant.py); cos, sin
-// (B, D) float32 (any shape of B x D values); k, v, slots, empty as slot_attention takes them
-// (k and v updated in place); queries times q_factor after RoPE.
+// x (B, H) float32 -> (B, H) float32 after the layer. params, Llama family (10): input norm
+// (H,), QKV weight and scales, output weight and scales, post-attention norm (H,: before the
+// MLP), gate/up weight and scales (gate rows first), down weight and scales (the packed buffers
+// of snapstream/quant.py); Gemma 3 (14): the same, the post-attention norm on the attention's
+// output, then the query and key norms (D,) and the pre- and post-feedforward norms (H,).
+// cos, sin (B, D) float32 (any shape of B x D values); k, v, slots, empty as slot_attention
+// takes them (k and v updated in place); queries times q_factor after RoPE; activation "silu"
+// or "gelu_tanh" (ATen's, as the modules).
 at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Tensor& cos,
                         const at::Tensor& sin, const at::Tensor& k, const at::Tensor& v,
                         const at::Tensor& slots, const at::Tensor& empty, int64_t num_heads,
-                        double eps, double q_factor) {
+                        double eps, double q_factor, c10::string_view activation) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.scalar_type() == at::kFloat &&
                   x.is_contiguous(),
               "decode_layer: want x (B, H) float32, contiguous, on the CPU");
-  TORCH_CHECK(params.size() == 10, "decode_layer: want 10 params (2 norms, 4 linears' weight "
-              "and scales), got ", params.size());
+  TORCH_CHECK(params.size() == 10 || params.size() == 14,
+              "decode_layer: want 10 params (Llama: 2 norms, 4 linears' weight and scales) or "
+              "14 (Gemma 3: and 4 more norms), got ", params.size());
+  TORCH_CHECK(activation == "silu" || activation == "gelu_tanh",
+              "decode_layer: activation must be silu or gelu_tanh");
+  const bool gemma = params.size() == 14;
   const at::Tensor &input_norm = params[0], &qkv_w = params[1], &qkv_s = params[2];
   const at::Tensor &o_w = params[3], &o_s = params[4], &post_norm = params[5];
   const at::Tensor &gate_up_w = params[6], &gate_up_s = params[7];
@@ -122,27 +130,35 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
   at::Tensor q = at::empty({batch, num_heads, dim}, x.options());
   at::Tensor k_new = at::empty({batch, kv_heads, dim}, x.options());
   at::Tensor v_new = at::empty({batch, kv_heads, dim}, x.options());
-  const float *cos_ptr = cos.data_ptr<float>(), *sin_ptr = sin.data_ptr<float>();
   const int64_t q_width = num_heads * dim, kv_width = kv_heads * dim;
   for (int64_t b = 0; b < batch; ++b) {
     const float* row = qkv.data_ptr<float>() + b * heads * dim;
-    float* q_row = q.data_ptr<float>() + b * q_width;
-    float* k_row = k_new.data_ptr<float>() + b * kv_width;
-    std::copy(row, row + q_width, q_row);
-    std::copy(row + q_width, row + q_width + kv_width, k_row);
+    std::copy(row, row + q_width, q.data_ptr<float>() + b * q_width);
+    std::copy(row + q_width, row + q_width + kv_width, k_new.data_ptr<float>() + b * kv_width);
     std::copy(row + q_width + kv_width, row + heads * dim, v_new.data_ptr<float>() + b * kv_width);
-    rotate(q_row, num_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim,
-           static_cast<float>(q_factor));
-    rotate(k_row, kv_heads, dim, cos_ptr + b * dim, sin_ptr + b * dim, 1.f);
+  }
+  if (gemma) {  // RMSNorm over each head's query and key, before RoPE
+    q = rms_norm(q, params[10], eps);
+    k_new = rms_norm(k_new, params[11], eps);
+  }
+  const float *cos_ptr = cos.data_ptr<float>(), *sin_ptr = sin.data_ptr<float>();
+  for (int64_t b = 0; b < batch; ++b) {
+    rotate(q.data_ptr<float>() + b * q_width, num_heads, dim, cos_ptr + b * dim,
+           sin_ptr + b * dim, static_cast<float>(q_factor));
+    rotate(k_new.data_ptr<float>() + b * kv_width, kv_heads, dim, cos_ptr + b * dim,
+           sin_ptr + b * dim, 1.f);
   }
   const at::Tensor attn = slot_attention(q, k, v, k_new, v_new, slots, empty);  // (B, Hq, D)
   at::Tensor h = project(to_bf16(attn.view({batch, q_width})), o_w, o_s, hidden);  // (B, H)
+  if (gemma) h = rms_norm(h, post_norm, eps);
   add_into(h, x);
 
-  // MLP: gate/up (B, 2I), SiLU(gate) * up rounded to bfloat16 for the down projection
-  const at::Tensor gate_up =
-      project(to_bf16(rms_norm(h, post_norm, eps)), gate_up_w, gate_up_s, 2 * inner);
-  const at::Tensor gate = at::silu(gate_up.narrow(1, 0, inner)).contiguous();  // (B, I)
+  // MLP: gate/up (B, 2I), activation(gate) * up rounded to bfloat16 for the down projection
+  const at::Tensor gate_up = project(to_bf16(rms_norm(h, gemma ? params[12] : post_norm, eps)),
+                                     gate_up_w, gate_up_s, 2 * inner);
+  const at::Tensor gate_in = gate_up.narrow(1, 0, inner);
+  const at::Tensor gate =
+      (activation == "silu" ? at::silu(gate_in) : at::gelu(gate_in, "tanh")).contiguous();
   at::Tensor act = at::empty({batch, inner}, x.options().dtype(at::kBFloat16));
   const float *gate_ptr = gate.data_ptr<float>(), *up_ptr = gate_up.data_ptr<float>() + inner;
   auto* act_ptr = act.data_ptr<at::BFloat16>();
@@ -150,6 +166,7 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
     for (int64_t i = 0; i < inner; ++i)
       act_ptr[b * inner + i] = at::BFloat16(gate_ptr[b * inner + i] * up_ptr[b * 2 * inner + i]);
   at::Tensor out = project(act, down_w, down_s, hidden);
+  if (gemma) out = rms_norm(out, params[13], eps);
   add_into(out, h);
   return out;
 }
@@ -158,8 +175,8 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
   m.def("decode_layer(Tensor x, Tensor[] params, Tensor cos, Tensor sin, Tensor(a!) k, "
-        "Tensor(b!) v, Tensor slots, Tensor empty, int num_heads, float eps, float q_factor) "
-        "-> Tensor");
+        "Tensor(b!) v, Tensor slots, Tensor empty, int num_heads, float eps, float q_factor, "
+        "str activation) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("decode_layer", &snapstream::decode_layer); }

@@ -13,14 +13,19 @@ from snapstream.kvcache import BatchCache
 from snapstream.policy import CachePolicy
 from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
 from tests.engine.helpers import engine_for
-from tests.tiny_models import random_model, tiny_config
+from tests.tiny_models import random_model, tiny_config, tiny_gemma3_config
 
 POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, window=8)
-HYBRID = dict(num_layers=3, layer_types=(SLIDING, FULL, SLIDING), sliding_window=20)
+CONFIGS = {  # Llama; Llama with two sliding-window layers around a global one; Gemma 3
+    "llama": tiny_config,
+    "hybrid": lambda: tiny_config(num_layers=3, layer_types=(SLIDING, FULL, SLIDING),
+                                  sliding_window=20),
+    "gemma3": tiny_gemma3_config,  # q/k and post norms, GELU, scaled embeddings and queries
+}
 
 
-def quantized_engine(scheme: str, kv_dtype: torch.dtype, **overrides):
-    model = quantize_model(random_model(tiny_config(**overrides)), QUANT_SCHEMES[scheme])
+def quantized_engine(scheme: str, kv_dtype: torch.dtype, family: str = "llama"):
+    model = quantize_model(random_model(CONFIGS[family]()), QUANT_SCHEMES[scheme])
     return engine_for(model, kv_dtype=kv_dtype)
 
 
@@ -40,9 +45,9 @@ def twin_decoders(engine, prompts: list[list[int]]) -> tuple[Decoder, Decoder, l
 
 @pytest.mark.parametrize("scheme", ["int4", "int8"])
 @pytest.mark.parametrize("kv_dtype", [torch.int8, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("hybrid", [False, True])
-def test_fused_step_equals_module_step(scheme, kv_dtype, hybrid):
-    engine = quantized_engine(scheme, kv_dtype, **(HYBRID if hybrid else {}))
+@pytest.mark.parametrize("family", list(CONFIGS))
+def test_fused_step_equals_module_step(scheme, kv_dtype, family):
+    engine = quantized_engine(scheme, kv_dtype, family)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 200, (length,), generator=gen).tolist()
                for length in (90, 23, 57)]
@@ -58,11 +63,14 @@ def test_fused_step_equals_module_step(scheme, kv_dtype, hybrid):
         assert torch.equal(got.filled, expected.filled)
 
 
-def test_only_quantized_llama_layers_fuse():
+def test_only_quantized_layers_fuse():
     assert fused_layers(random_model(tiny_config())) is None  # float weights: modules
     model = quantize_model(random_model(tiny_config()), QUANT_SCHEMES["int4"])
     layers = fused_layers(model)
     assert layers is not None and len(layers) == model.config.num_layers
+    assert {len(layer.params) for layer in layers} == {10} and layers[0].activation == "silu"
+    gemma = fused_layers(quantize_model(random_model(tiny_gemma3_config()), QUANT_SCHEMES["int8"]))
+    assert {len(layer.params) for layer in gemma} == {14} and gemma[0].activation == "gelu_tanh"
     assert runs_fused(layers, GEMM_MIN_ROWS - 1) and not runs_fused(layers, GEMM_MIN_ROWS)
 
 
@@ -78,7 +86,7 @@ def test_decode_layer_rejects_a_mismatched_weight():
         torch.ops.snapstream.decode_layer(
             torch.zeros(1, engine.config.hidden_size), params, cos, sin, group.k[0],
             group.v[0], torch.tensor(positions), ~group.filled, layer.num_heads, layer.eps,
-            layer.q_factor)
+            layer.q_factor, layer.activation)
 
 
 def test_compiled_fused_step_equals_module_step():
