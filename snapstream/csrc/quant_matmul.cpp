@@ -232,6 +232,13 @@ SNAPSTREAM_AVX512 inline __m512 load_scales(const Block& block, int64_t index) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(half)));
 }
 
+// The block's first out.cols columns of ROWS rows.
+template <int ROWS>
+SNAPSTREAM_AVX512 inline void store_rows(const __m512 (&acc)[ROWS], const BlockOut& out) {
+  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
+  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+}
+
 // Pair p of an int4 block as bfloat16 pairs: lane j = (128 + q_j(2p), 128 + q_j(2p + 1)).
 SNAPSTREAM_BF16 inline __m512bh int4_pairs(const uint8_t* weight, int64_t p) {
   const __m512i bytes =
@@ -282,8 +289,7 @@ SNAPSTREAM_BF16 void int4_rows_block(const Block& block, const Rows& x, const Bl
       acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
     }
   }
-  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
-  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+  store_rows<ROWS>(acc, out);
 }
 
 // int4 on AMX (where the CPU and the kernel allow it): per 32 inputs the block's 16 pairs are
@@ -406,6 +412,28 @@ SNAPSTREAM_AMX void int4_amx_pass(const Block& block, const Rows& x, int64_t row
     _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, _mm512_load_ps(acc[m]));
 }
 
+// The int8 kernels' float steps, shared by the VNNI and the plain AVX-512 kernel (the same
+// operations after the same integers: bit for bit the same results).
+// Row m's exact int32 sums of sub-group s into its accumulator: acc + (dots - 128 sum a) * dx *
+// the group's scale.
+SNAPSTREAM_AVX512 inline __m512 int8_sub_group(__m512 acc, __m512i dots, __m512 scale,
+                                               const Rows& x, int m, int64_t s) {
+  const __m512 dot = _mm512_cvtepi32_ps(
+      _mm512_sub_epi32(dots, _mm512_set1_epi32(x.code_bias[m * x.subs + s])));
+  const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
+  return _mm512_fmadd_ps(dot, step, acc);
+}
+
+// Group g's offsets times each row's sum of x, where the weights have offsets.
+template <int ROWS>
+SNAPSTREAM_AVX512 inline void int8_group_offsets(__m512 (&acc)[ROWS], const Block& block,
+                                                 const Rows& x, int64_t g) {
+  if (!block.has_offset) return;
+  const __m512 offset = load_scales(block, g * block.stride + kBlock);
+  for (int m = 0; m < ROWS; ++m)
+    acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
+}
+
 // ROWS rows of x's 8-bit codes times an int8 block: per sub-group, int32 sums of 4-byte
 // products (exact, so one chain per row is as deterministic as any), then the scales in float.
 template <int ROWS>
@@ -425,21 +453,11 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
         for (int m = 0; m < ROWS; ++m)
           dots[m] = _mm512_dpbusd_epi32(dots[m], w, _mm512_set1_epi32(x_quads[m * quads + r]));
       }
-      for (int m = 0; m < ROWS; ++m) {
-        const __m512 dot = _mm512_cvtepi32_ps(
-            _mm512_sub_epi32(dots[m], _mm512_set1_epi32(x.code_bias[m * x.subs + s])));
-        const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
-        acc[m] = _mm512_fmadd_ps(dot, step, acc[m]);
-      }
+      for (int m = 0; m < ROWS; ++m) acc[m] = int8_sub_group(acc[m], dots[m], scale, x, m, s);
     }
-    if (block.has_offset) {
-      const __m512 offset = load_scales(block, g * block.stride + kBlock);
-      for (int m = 0; m < ROWS; ++m)
-        acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
-    }
+    int8_group_offsets<ROWS>(acc, block, x, g);
   }
-  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
-  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+  store_rows<ROWS>(acc, out);
 }
 
 // CPUs with AVX-512 but neither BF16 nor VNNI (Skylake-SP): the same results by other
@@ -486,8 +504,7 @@ SNAPSTREAM_AVX512 void int4_float_rows_block(const Block& block, const Rows& x,
       acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
     }
   }
-  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
-  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+  store_rows<ROWS>(acc, out);
 }
 
 // int8: the VNNI kernel's integers by vpmaddwd. A run of 4 inputs of the block's 16 outputs
@@ -524,20 +541,12 @@ SNAPSTREAM_AVX512 void int8_wide_rows_block(const Block& block, const Rows& x,
       for (int m = 0; m < ROWS; ++m) {
         const __m512i dots = _mm512_add_epi32(_mm512_permutex2var_epi32(lo[m], evens, hi[m]),
                                               _mm512_permutex2var_epi32(lo[m], odds, hi[m]));
-        const __m512 dot = _mm512_cvtepi32_ps(
-            _mm512_sub_epi32(dots, _mm512_set1_epi32(x.code_bias[m * x.subs + s])));
-        const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
-        acc[m] = _mm512_fmadd_ps(dot, step, acc[m]);
+        acc[m] = int8_sub_group(acc[m], dots, scale, x, m, s);
       }
     }
-    if (block.has_offset) {
-      const __m512 offset = load_scales(block, g * block.stride + kBlock);
-      for (int m = 0; m < ROWS; ++m)
-        acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
-    }
+    int8_group_offsets<ROWS>(acc, block, x, g);
   }
-  const __mmask16 cols = static_cast<__mmask16>((1u << out.cols) - 1);
-  for (int m = 0; m < ROWS; ++m) _mm512_mask_storeu_ps(out.ptr + m * out.stride, cols, acc[m]);
+  store_rows<ROWS>(acc, out);
 }
 
 using TileKernel = void (*)(const Block&, const Rows&, const BlockOut&);
