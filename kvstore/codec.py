@@ -38,7 +38,8 @@ _GROUP = struct.Struct("<5IH")
 _LAYER = struct.Struct("<H")
 _HEADER_CRC = struct.Struct("<I")
 POSITION_BYTES = 4  # each slot's absolute position (int32), per layer and KV head
-DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.int8: 4}
+DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.int8: 4,
+               torch.float8_e4m3fn: 5}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from snapstream.kvcache import EMPTY, GroupKV, ModelLayout, SequenceCache
-from snapstream.kvquant import kv_codec
+from snapstream.kvquant import as_bits, kv_codec
 from snapstream.policy import CacheLayout
 from snapstream.snapkv import select_topk
 
@@ -91,7 +91,7 @@ def compress_kv(
     taken = keep if rows is None else rows.gather(2, keep)  # (L, Hkv, n_kept): rows of k
     gather = taken[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, n_kept, D)
     scatter = slots[..., None].expand(-1, -1, -1, width)  # (L, Hkv, n_kept, W)
-    out_k.scatter_(2, scatter, codec.encode(k.gather(2, gather)))
-    out_v.scatter_(2, scatter, codec.encode(v.gather(2, gather)))
+    as_bits(out_k).scatter_(2, scatter, as_bits(codec.encode(k.gather(2, gather))))
+    as_bits(out_v).scatter_(2, scatter, as_bits(codec.encode(v.gather(2, gather))))
     out_pos.scatter_(2, slots, keep.to(torch.int32))
     return out_k, out_v, out_pos

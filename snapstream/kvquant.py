@@ -9,6 +9,11 @@ the stored tensors (sequence caches, blobs and decode pools alike).
   moves codes and scale together and never re-quantizes a stored slot. The decode kernel
   (snapstream/csrc/slot_attention.cpp) writes a step's new row with the same arithmetic, so a
   row quantized there and one quantized here are the same bytes.
+- float8_e4m3fn: each slot's row holds its D values in fp8 e4m3 (4 exponent bits, 3 mantissa
+  bits), rounded to nearest and saturated at +-448, with no scale: a row of D bytes, so K and V
+  take exactly a quarter of float32's bytes. A value keeps a relative error of at most 1/16
+  (below 2^-6, an absolute one of at most 2^-10). The decode kernel writes a step's row through
+  torch's own conversion, so its bytes equal these.
 """
 
 from __future__ import annotations
@@ -60,15 +65,34 @@ class Int8KV:
         return rows[..., :-SCALE_BYTES].float() * scale
 
 
+@dataclass(frozen=True)
+class Float8KV:
+    """Rows of D fp8 e4m3 values, no scale (saturating at +-448, the largest finite e4m3)."""
+
+    dtype: torch.dtype = torch.float8_e4m3fn
+
+    def row_width(self, head_dim: int) -> int:
+        return head_dim
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., D) float -> (..., D) float8_e4m3fn (torch's conversion saturates)."""
+        return x.to(self.dtype)
+
+    def decode(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (..., D) float8_e4m3fn -> (..., D) float32 (exact)."""
+        return rows.float()
+
+
 KV_CODECS = {
     torch.float32: PlainKV(torch.float32),
     torch.bfloat16: PlainKV(torch.bfloat16),
     torch.float16: PlainKV(torch.float16),
     torch.int8: Int8KV(),
+    torch.float8_e4m3fn: Float8KV(),
 }
 
 
-def kv_codec(dtype: torch.dtype) -> PlainKV | Int8KV:
+def kv_codec(dtype: torch.dtype) -> PlainKV | Int8KV | Float8KV:
     if dtype not in KV_CODECS:
         raise ValueError(f"KV dtype {dtype} is not one of {sorted(map(str, KV_CODECS))}")
     return KV_CODECS[dtype]
@@ -86,6 +110,15 @@ def to_kv(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if rows.dtype == dtype:
         return rows
     return kv_codec(dtype).encode(kv_float(rows))
+
+
+BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32}  # an integer dtype per element width
+
+
+def as_bits(rows: torch.Tensor) -> torch.Tensor:
+    """K or V rows -> a view of the same bytes as integers of the same width, for the
+    byte-moving ops (scatter, equality) that torch lacks for float8 on the CPU."""
+    return rows.view(BITS[rows.dtype.itemsize])
 
 
 def kv_float(rows: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,8 @@ other formats requantize or convert float weights.
 ``gguf`` for a GGUF whose linear layers are all in those block types, else ``float32``.
 
 ``kv_dtype`` (``--kv-dtype``) overrides a format's KV dtype: one of :data:`KV_DTYPES`, the
-names of snapstream.kvquant's registry (``int8``: codes with a float32 scale per slot and head).
+names of snapstream.kvquant's registry (``int8``: codes with a float32 scale per slot and head;
+``float8_e4m3fn``: fp8 e4m3 values, no scale).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def weight_format(name: str, native: str = "float32") -> WeightFormat:
     if name not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_CHOICES)}, got {name!r}")
     return WEIGHT_FORMATS[native if name == AUTO else name]
-KV_DTYPES = ("float32", "bfloat16", "int8")  # the names of snapstream.kvquant.KV_CODECS served
+KV_DTYPES = ("float32", "bfloat16", "int8", "float8_e4m3fn")  # the names of snapstream.kvquant.KV_CODECS served
 
 
 def kv_dtype_name(name: str | None, fmt: WeightFormat) -> str:
@@ -77,7 +78,8 @@ def kv_dtype_name(name: str | None, fmt: WeightFormat) -> str:
 
 
 KV_DTYPE_HELP = ("what the KV cache holds (sequence caches, blobs, decode pools): float32, "
-                 "bfloat16, or int8 (codes with a float32 scale per slot and head); default: the "
+                 "bfloat16, int8 (codes with a float32 scale per slot and head) or float8_e4m3fn "
+                 "(fp8 e4m3 values, no scale); default: the "
                  "--dtype format's (int8 for the quantized formats)")
 DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: gguf for a GGUF of "
               "quantized blocks, else float32), float32, bfloat16, gguf (the GGUF's blocks as "

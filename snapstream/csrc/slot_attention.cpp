@@ -1,11 +1,12 @@
 // Decode attention over a fixed-shape slot cache, on the CPU: one query token per row, GQA,
-// float32, bfloat16 or int8 K/V read as stored, float32 softmax and accumulation, one pass over
+// float32, bfloat16, int8 or fp8 e4m3 K/V read as stored, float32 softmax and accumulation, one pass over
 // each KV head's slots for all of its query heads.
 //
 // An int8 cache (snapstream/kvquant.py) holds per slot and head a row of D int8 codes followed
 // by that row's float32 scale (absmax / 127) in 4 bytes: a row of D + 4. Codes are widened in
 // registers; a key's scale multiplies its score, a value's scale its probability. The step's
-// new key and value are quantized here exactly as kvquant.py does it.
+// new key and value are quantized here exactly as kvquant.py does it. An fp8 e4m3 cache holds
+// D values per row and no scale; the step's rows go through torch's own conversion.
 //
 // The work is split over (row, KV head, chunk of slots) so that a batch of one still spreads
 // over every thread (flash-decoding); each chunk keeps its own max, sum and weighted values,
@@ -18,6 +19,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 
 #include <algorithm>
 #include <array>
@@ -46,6 +48,7 @@ constexpr int64_t kMaxDim = 256;  // head dimension
 
 inline float to_float(float x) { return x; }
 inline float to_float(int8_t x) { return static_cast<float>(x); }
+inline float to_float(c10::Float8_e4m3fn x) { return static_cast<float>(x); }
 inline float to_float(c10::BFloat16 x) {
   uint32_t bits = static_cast<uint32_t>(x.x) << 16;
   float out;
@@ -136,6 +139,16 @@ __attribute__((target("avx512f"))) inline __m512 load16(const c10::BFloat16* src
 __attribute__((target("avx512f"))) inline __m512 load16(const int8_t* src) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
+}
+// An e4m3 byte's sign moved to bit 15 and its exponent and mantissa to bits 7-13 make a float16
+// of 2^-8 times its value (subnormals included: both formats' subnormals scale alike), which the
+// float16 conversion widens exactly.
+__attribute__((target("avx512f"))) inline __m512 load16(const c10::Float8_e4m3fn* src) {
+  const __m256i raw =
+      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(raw, 8), _mm256_set1_epi16(-0x8000));
+  const __m256i rest = _mm256_and_si256(_mm256_slli_epi16(raw, 7), _mm256_set1_epi16(0x3f80));
+  return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, rest)), _mm512_set1_ps(256.f));
 }
 
 // Cache lines from src on to src + bytes into L1, ahead of their use.
@@ -543,6 +556,9 @@ void write_both(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_ne
     if (k.scalar_type() == at::kBFloat16) {
       write_slots<c10::BFloat16, In>(k, k_new, slots);
       write_slots<c10::BFloat16, In>(v, v_new, slots);
+    } else if (k.scalar_type() == at::kFloat8_e4m3fn) {
+      write_slots<c10::Float8_e4m3fn, In>(k, k_new, slots);
+      write_slots<c10::Float8_e4m3fn, In>(v, v_new, slots);
     } else if (k.scalar_type() == at::kChar) {
       write_slots<int8_t, In>(k, k_new, slots);
       write_slots<int8_t, In>(v, v_new, slots);
@@ -558,8 +574,8 @@ void write_both(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_ne
 namespace snapstream {
 
 // Writes each row's new key and value into its slot of the cache, then attends.
-// q (B, Hq, D) float32; k, v (B, Hkv, S, D) float32 or bfloat16, or (B, Hkv, S, D + 4) int8
-// rows (codes + scale), contiguous, updated in place;
+// q (B, Hq, D) float32; k, v (B, Hkv, S, D) float32, bfloat16 or float8_e4m3fn, or
+// (B, Hkv, S, D + 4) int8 rows (codes + scale), contiguous, updated in place;
 // k_new, v_new (B, Hkv, D) of any float dtype; slots (B,) int64; empty (B, S) bool
 // -> (B, Hq, D) float32. A row whose slots are all empty gets zeros.
 at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -572,8 +588,9 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   TORCH_CHECK(q.scalar_type() == at::kFloat, "slot_attention: q must be float32");
   const at::ScalarType kv_type = k.scalar_type();
   TORCH_CHECK(kv_type == v.scalar_type() &&
-                  (kv_type == at::kFloat || kv_type == at::kBFloat16 || kv_type == at::kChar),
-              "slot_attention: k and v must both be float32, bfloat16 or int8");
+                  (kv_type == at::kFloat || kv_type == at::kBFloat16 || kv_type == at::kChar ||
+                   kv_type == at::kFloat8_e4m3fn),
+              "slot_attention: k and v must both be float32, bfloat16, int8 or float8_e4m3fn");
   TORCH_CHECK(k.is_contiguous() && v.is_contiguous(),
               "slot_attention: the cache must be contiguous (it is written in place)");
   TORCH_CHECK(empty.scalar_type() == at::kBool, "slot_attention: empty must be bool");
@@ -599,6 +616,8 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
     slot_attention_impl<c10::BFloat16>(qc, k, v, ec, out);
   } else if (kv_type == at::kChar) {
     slot_attention_impl<int8_t>(qc, k, v, ec, out);
+  } else if (kv_type == at::kFloat8_e4m3fn) {
+    slot_attention_impl<c10::Float8_e4m3fn>(qc, k, v, ec, out);
   } else {
     slot_attention_impl<float>(qc, k, v, ec, out);
   }

@@ -19,7 +19,8 @@ from snapstream.policy import CacheLayout
 # that an int8 code may round the other way where the decode step's key or value differs from
 # the full forward's in its last bit (one code step of one row: ~1e-4 of these tiny models'
 # logits); a slot lost or a scale misapplied moves them by ~0.1
-LOGITS_ATOL = {torch.float32: 1e-4, torch.bfloat16: 1e-4, torch.int8: 1e-3}
+LOGITS_ATOL = {torch.float32: 1e-4, torch.bfloat16: 1e-4, torch.int8: 1e-3,
+               torch.float8_e4m3fn: 1e-3}
 
 
 def snapkv_reference_scores(
@@ -114,7 +115,8 @@ def masked_logits(
 ) -> torch.Tensor:
     """Full-sequence forward where layer l, KV head h may only attend where allowed[l, h];
     queries from ``prompt_len`` on (the decode steps) read K/V rounded to the KV dtype
-    ``kv_dtype`` (int8: quantized per row as snapstream.kvquant does), as the slot cache holds
+    ``kv_dtype`` (int8: quantized per row as snapstream.kvquant does; float8_e4m3fn: rounded to
+    fp8), as the slot cache holds
     them, the prompt's own queries the exact ones. Returns (T, V) float32
     logits."""
     group = model.config.num_groups

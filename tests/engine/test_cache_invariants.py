@@ -93,7 +93,8 @@ def policy_with_budget(kind: str, budget: int, steps: int) -> tuple[CachePolicy,
     return policy, budget + 5
 
 
-@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16, torch.int8,
+                                      torch.float8_e4m3fn])
 @pytest.mark.parametrize("kind", ["full", "streaming", "snapkv", "snapstream"])
 @pytest.mark.parametrize(("head_dim", "group", "budget", "generic"), HEAD_SHAPES)
 def test_decode_matches_reference_for_every_head_shape(monkeypatch, head_dim, group, budget,

@@ -10,6 +10,7 @@ from snapstream.config import FULL, SLIDING
 from snapstream.decode import Decoder
 from snapstream.fused_decode import fused_layers, runs_fused
 from snapstream.kvcache import BatchCache
+from snapstream.kvquant import as_bits
 from snapstream.policy import CachePolicy
 from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
 from tests.engine.helpers import engine_for
@@ -44,7 +45,8 @@ def twin_decoders(engine, prompts: list[list[int]]) -> tuple[Decoder, Decoder, l
 
 
 @pytest.mark.parametrize("scheme", ["int4", "int8"])
-@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn, torch.bfloat16,
+                                      torch.float32])
 @pytest.mark.parametrize("family", list(CONFIGS))
 def test_fused_step_equals_module_step(scheme, kv_dtype, family):
     engine = quantized_engine(scheme, kv_dtype, family)
@@ -59,7 +61,8 @@ def test_fused_step_equals_module_step(scheme, kv_dtype, family):
         assert torch.equal(got, expected)
         tokens, positions = expected.argmax(-1), positions + 1
     for got, expected in zip(fused.cache.groups, modules.cache.groups, strict=True):
-        assert torch.equal(got.k, expected.k) and torch.equal(got.v, expected.v)
+        assert torch.equal(as_bits(got.k), as_bits(expected.k))
+        assert torch.equal(as_bits(got.v), as_bits(expected.v))
         assert torch.equal(got.filled, expected.filled)
 
 

@@ -1,5 +1,5 @@
 """KV byte counts (what benchmarks and the demo report) equal the bytes the caches really hold:
-a decode pool's row and a blob, in bfloat16 and int8 (with its per-row scale)."""
+a decode pool's row and a blob, in bfloat16, int8 (with its per-row scale) and fp8 e4m3 (none)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, window=8)
 def test_a_slot_holds_k_and_v_rows_in_the_kv_dtype():
     assert kv_slot_bytes(torch.bfloat16, 64) == 2 * 64 * 2
     assert kv_slot_bytes(torch.int8, 64) == 2 * (64 + 4)  # codes + a float32 scale per row
+    assert kv_slot_bytes(torch.float8_e4m3fn, 64) == 2 * 64  # one byte a value, no scale
     assert kv_slot_bytes(torch.float32, 64) == 2 * 64 * 4
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8, torch.float8_e4m3fn])
 @pytest.mark.parametrize("layers", [{}, dict(num_layers=3, layer_types=(SLIDING, FULL, SLIDING),
                                              sliding_window=16)])
 def test_pool_row_bytes_is_what_a_pool_row_holds(dtype, layers):
@@ -35,7 +36,7 @@ def test_pool_row_bytes_is_what_a_pool_row_holds(dtype, layers):
     assert pool_row_bytes(config, layout, dtype) * 3 == held
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8, torch.float8_e4m3fn])
 def test_a_blob_is_its_slots_plus_positions_plus_header(dtype):
     engine = engine_for(random_model(tiny_config()))
     spec = BlobSpec.for_model(engine.config, model_fingerprint(engine.model), dtype)

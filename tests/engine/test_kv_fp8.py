@@ -1,0 +1,178 @@
+"""The fp8 e4m3 KV cache (snapstream.kvquant.Float8KV): its rounding and saturation, the decode
+kernel's fp8 path (its write and its exact widening of every byte) against a torch reference, the
+cache moved through pools and blobs as bytes, and an fp8 engine against a float one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvstore.codec import BlobSpec, decode_blob, encode_blob
+from snapstream import kernels
+from snapstream.attention import slot_attention
+from snapstream.engine import Engine
+from snapstream.kvcache import BatchCache
+from snapstream.kvquant import Float8KV, as_bits, kv_float, kv_slot_bytes
+from snapstream.policy import CachePolicy
+from tests.engine.helpers import engine_for, greedy_with_logits
+from tests.engine.test_slot_attention import reference
+from tests.tiny_models import random_model, tiny_config
+
+FP8 = Float8KV()
+FP8_MAX = 448.0
+POLICY = CachePolicy(n_sink=4, n_topk=8, n_recent=8, window=4)
+
+
+def every_finite_value() -> torch.Tensor:
+    """The 254 finite fp8 e4m3 values (every byte but the two NaNs), subnormals included."""
+    codes = torch.arange(256, dtype=torch.int16).to(torch.uint8)
+    return codes[(codes & 0x7F) != 0x7F].view(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("spread", [1e-3, 1.0, 300.0])
+def test_round_trip_keeps_a_sixteenth_of_each_value(spread):
+    """Normal values come back within 1/16 of themselves, subnormal ones within 2^-10, values
+    past 448 as +-448; decoding and encoding again gives the same bytes."""
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(0)) * spread
+    x[0, :4] = torch.tensor([1e4, -1e4, 450.0, -460.0])
+    rows = FP8.encode(x)  # (400, 64)
+    assert rows.dtype == torch.float8_e4m3fn and rows.shape == x.shape
+    back = FP8.decode(rows)
+    assert back.dtype == torch.float32
+    inside = x.abs() <= FP8_MAX
+    error = (back - x).abs()[inside]
+    bound = torch.maximum(x.abs()[inside] / 16, torch.full_like(error, 2.0**-10))
+    assert bool((error <= bound).all())
+    assert back[0, :4].tolist() == [FP8_MAX, -FP8_MAX, FP8_MAX, -FP8_MAX]
+    assert torch.equal(as_bits(FP8.encode(back)), as_bits(rows))
+
+
+def test_a_slot_is_one_byte_a_value():
+    assert FP8.row_width(64) == 64 and kv_slot_bytes(torch.float8_e4m3fn, 64) == 2 * 64
+
+
+def fp8_case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: int, seed: int):
+    """q, new keys and values (B, H*, 1, D) float32, an fp8 cache (B, Hkv, S, D) whose first
+    rows hold every finite byte, each row's slot and the empty slots."""
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, num_heads, 1, dim, generator=generator) / 4
+    k_new = torch.randn(batch, num_kv_heads, 1, dim, generator=generator)
+    v_new = torch.randn(batch, num_kv_heads, 1, dim, generator=generator) * 100
+    k = FP8.encode(torch.randn(batch, num_kv_heads, slots, dim, generator=generator) * 3)
+    v = FP8.encode(torch.randn(batch, num_kv_heads, slots, dim, generator=generator) * 3)
+    values = every_finite_value()
+    count = min(values.numel(), k.numel())
+    k.view(-1)[:count] = values[:count]
+    as_bits(v).view(-1)[:count] = as_bits(values).flip(0)[:count]
+    written = torch.randint(0, slots, (batch,), generator=generator)
+    empty = torch.rand(batch, slots, generator=generator) < 0.3
+    empty[torch.arange(batch), written] = False
+    return q, k_new, v_new, k, v, written, empty
+
+
+def expected_fp8(q, k_new, v_new, k, v, written, empty):
+    """The cache with the new rows rounded by kvquant and the float64 reference over it."""
+    k, v = k.clone(), v.clone()
+    rows = torch.arange(len(written))
+    k[rows, :, written] = FP8.encode(k_new[:, :, 0])
+    v[rows, :, written] = FP8.encode(v_new[:, :, 0])
+    return reference(q, kv_float(k), kv_float(v), empty), k, v
+
+
+@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 loops where the CPU has them
+@pytest.mark.parametrize("slots", [3, 30, 270])  # against tiles of 4, 16 and 256 slots
+@pytest.mark.parametrize("group", [1, 3, 8])  # query heads per KV head
+@pytest.mark.parametrize("dim", [8, 64, 256])
+def test_kernel_fp8_path_matches_reference_for_every_tiling(monkeypatch, dim, group, slots,
+                                                            generic):
+    """The kernel writes the step's rows byte for byte as torch rounds them (values past 448
+    saturate) and widens every byte exactly: a wrongly placed exponent or sign bit, or a
+    subnormal read as a normal, is off by far more than float32 rounding."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    q, k_new, v_new, k, v, written, empty = fp8_case(2, 2 * group, 2, slots, dim,
+                                                     seed=dim + slots + group)
+    want, k_after, v_after = expected_fp8(q, k_new, v_new, k, v, written, empty)
+    got = slot_attention(q, k, v, k_new, v_new, written, empty)
+    assert torch.equal(as_bits(k), as_bits(k_after)) and torch.equal(as_bits(v), as_bits(v_after))
+    # values reach 448 (every finite byte is in the cache): float32 rounding relative to them
+    torch.testing.assert_close(got.double(), want, atol=1e-3, rtol=1e-5)
+
+
+def test_kernel_rounds_a_bfloat16_step_as_kvquant_does():
+    q, k_new, v_new, k, v, written, empty = fp8_case(3, 6, 2, 40, 64, seed=5)
+    k_new, v_new = k_new.bfloat16(), v_new.bfloat16()
+    _, k_after, v_after = expected_fp8(q, k_new, v_new, k, v, written, empty)
+    slot_attention(q, k, v, k_new, v_new, written, empty)
+    assert torch.equal(as_bits(k), as_bits(k_after)) and torch.equal(as_bits(v), as_bits(v_after))
+
+
+def test_grouped_matmuls_read_an_fp8_cache():
+    """The op off the CPU: the same write, float32 arithmetic over the widened cache."""
+    q, k_new, v_new, k, v, written, empty = fp8_case(2, 6, 2, 64, 16, seed=1)
+    want, k_after, v_after = expected_fp8(q, k_new, v_new, k, v, written, empty)
+    got = kernels.grouped_slot_attention(q[:, :, 0], k, v, k_new[:, :, 0], v_new[:, :, 0],
+                                         written, empty)
+    assert torch.equal(as_bits(k), as_bits(k_after)) and torch.equal(as_bits(v), as_bits(v_after))
+    torch.testing.assert_close(got[:, :, None].double(), want, atol=1e-3, rtol=1e-5)
+
+
+def test_nan_bytes_in_empty_slots_never_contribute():
+    q, k_new, v_new, k, v, written, empty = fp8_case(2, 4, 2, 300, 64, seed=2)
+    poisoned_k, poisoned_v = k.clone(), v.clone()
+    as_bits(poisoned_k).transpose(1, 2)[empty] = 0x7F  # NaN
+    as_bits(poisoned_v).transpose(1, 2)[empty] = 0x7F
+    got = slot_attention(q, poisoned_k, poisoned_v, k_new, v_new, written, empty)
+    assert not bool(got.isnan().any())
+    torch.testing.assert_close(got, slot_attention(q, k, v, k_new, v_new, written, empty),
+                               atol=1e-5, rtol=0)
+
+
+def test_an_fp8_cache_travels_as_its_bytes():
+    """Prefill rounds each kept token once; a pool and a blob carry those bytes unchanged, and a
+    float cache is rounded exactly as kvquant rounds it on the way in."""
+    model = random_model(tiny_config())
+    fp8_engine = engine_for(model, kv_dtype=torch.float8_e4m3fn)
+    cache = fp8_engine.prefill(list(range(50)), POLICY, max_new_tokens=4).cache
+    float_cache = engine_for(model).prefill(list(range(50)), POLICY, max_new_tokens=4).cache
+    (part,), (float_part,) = cache.groups, float_cache.groups
+    assert part.k.dtype == torch.float8_e4m3fn
+    assert torch.equal(as_bits(part.k), as_bits(FP8.encode(float_part.k)))
+    pool = BatchCache(fp8_engine.config, cache.layout, batch_size=2, dtype=torch.float8_e4m3fn)
+    pool.insert(0, cache)
+    pool.insert(1, float_cache)
+    (rows,) = pool.groups
+    assert torch.equal(as_bits(rows.k[:, 0]), as_bits(part.k))
+    assert torch.equal(as_bits(rows.v[:, 1]), as_bits(part.v))
+    spec = BlobSpec.for_model(fp8_engine.config, b"\x01" * 32, torch.float8_e4m3fn)
+    (back,) = decode_blob(encode_blob(cache, spec), spec).groups
+    for name in ("k", "v"):
+        assert torch.equal(as_bits(getattr(back, name)), as_bits(getattr(part, name))), name
+    assert torch.equal(back.positions, part.positions)
+    slots = cache.layout.num_slots * fp8_engine.config.num_kv_heads
+    assert spec.payload_size(cache.layout) == slots * (2 * fp8_engine.config.head_dim + 4)
+
+
+PROMPTS = [[3, 17, 99, 4, 5], list(range(40, 75)), [7] * 12 + list(range(200, 230))]
+
+
+@pytest.mark.parametrize("ids", PROMPTS)
+def test_fp8_decode_stays_near_float32_on_a_tiny_model(ids):
+    """Against float32 KV, fp8 moves the logits by a small fraction of their spread (its
+    relative error per value is at most 1/16, int8's 1/254 of a row's largest)."""
+    model = random_model(tiny_config(num_heads=6, num_kv_heads=2, head_dim=32), seed=4)
+    policy = CachePolicy(n_sink=2, n_topk=10, n_recent=8, window=4)
+    tokens, logits, _ = greedy_with_logits(engine_for(model), ids, policy, 12)
+    fp8 = engine_for(model, kv_dtype=torch.float8_e4m3fn)
+    result = fp8.prefill(ids, policy, max_new_tokens=12)
+    decoder = fp8.new_decoder(result.cache.layout, batch_size=1)
+    decoder.cache.insert(0, result.cache)
+    fp8_logits = [result.logits]
+    for step, token in enumerate(tokens[:-1]):  # teacher-forced along float32's tokens
+        position = torch.tensor([result.cache.next_position + step])
+        fp8_logits.append(decoder.step(torch.tensor([token]), position)[0])
+    assert float((torch.stack(fp8_logits) - logits).abs().max()) < 0.1 * float(logits.std())
+
+
+def test_engine_takes_fp8_by_name(tiny_model_dir):
+    engine = Engine.from_pretrained(tiny_model_dir, kv_dtype="float8_e4m3fn")
+    assert engine.kv_dtype == torch.float8_e4m3fn
