@@ -2,9 +2,11 @@
 
 Computed from the model's config and the cache rules, nothing run: snapstream's layout (the
 policy's on global layers, a ring of the window on sliding ones, plus an int32 position per
-slot), the naive full cache (every layer holds the prompt), and llama.cpp's SWA cache for one
-sequence at ``n_ctx`` = the prompt (``llama_kv_cache_iswa``: the non-SWA layers hold
-``n_ctx`` cells, the SWA layers ``GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256)``).
+slot, as sequence caches and blobs hold it), a decode pool's row of the default policy (K/V and
+a slot mask, ``kvcache.pool_row_bytes``), the naive full cache (every layer holds the
+prompt), and llama.cpp's SWA cache for one sequence at ``n_ctx`` = the prompt
+(``llama_kv_cache_iswa``: the non-SWA layers hold ``n_ctx`` cells, the SWA layers
+``GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256)``).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kvstore.codec import POSITION_BYTES
     from snapstream.checkpoints import open_checkpoint
+    from snapstream.kvcache import ModelLayout, pool_row_bytes
     from snapstream.kvquant import kv_codec, kv_slot_bytes
     from snapstream.policy import load_default_policy
 
@@ -87,9 +90,14 @@ def run(args: argparse.Namespace) -> int:
     if not lengths:
         raise SystemExit(f"--lengths: every length exceeds the model's context of "
                          f"{config.max_position_embeddings} tokens")
-    rows = kv_rows(config.attention_windows, load_default_policy(checkpoint.policy_file), slot,
-                   token, lengths)
-    full, llama_cpp = rows[-1][1], rows[2][1]
+    default = load_default_policy(checkpoint.policy_file)
+    rows = kv_rows(config.attention_windows, default, slot, token, lengths)
+    pool = [pool_row_bytes(config, ModelLayout.build(config.attention_windows,
+                                                     default.layout(n, 0)), dtype)
+            for n in lengths]
+    rows.insert(1, ("snapstream decode pool row, default policy (no positions: a slot mask)",
+                    pool))
+    full, llama_cpp = rows[-1][1], rows[3][1]
     table = markdown_table(
         ["KV bytes per sequence", *(f"{n:,} tokens" for n in lengths)],
         [[name, *(f"{b / 2**20:.1f} MiB ({b / f:.1%})" for b, f in zip(values, full,
@@ -101,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
             f"{config.head_dim}; snapstream's K/V in {args.kv_dtype} ({row} bytes per slot, "
             f"head and K or V) + an int32 position per slot; percentages of the full cache "
             f"(f16, no positions). llama.cpp's cache / snapstream's default: "
-            f"{', '.join(f'{c / s:.1f}x' for c, s in zip(llama_cpp, rows[0][1], strict=True))}"
-            f".\n\n{table}\n\n`{command_line()}`")
+            f"{', '.join(f'{c / s:.2f}x' for c, s in zip(llama_cpp, rows[0][1], strict=True))}"
+            f" (blob), {', '.join(f'{c / p:.2f}x' for c, p in zip(llama_cpp, pool, strict=True))}"
+            f" (decode pool).\n\n{table}\n\n`{command_line()}`")
     publish(body, "kv-bytes", None if args.no_doc else args.doc)
     return 0

@@ -65,7 +65,10 @@ def weight_format(name: str, native: str = "float32") -> WeightFormat:
     if name not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_CHOICES)}, got {name!r}")
     return WEIGHT_FORMATS[native if name == AUTO else name]
-KV_DTYPES = ("float32", "bfloat16", "int8", "float8_e4m3fn")  # the names of snapstream.kvquant.KV_CODECS served
+
+
+# the names of snapstream.kvquant.KV_CODECS served
+KV_DTYPES = ("float32", "bfloat16", "int8", "float8_e4m3fn")
 
 
 def kv_dtype_name(name: str | None, fmt: WeightFormat) -> str:

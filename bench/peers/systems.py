@@ -197,6 +197,14 @@ register(PeerSystem(
     venv=None, runner="run_snapstream.py", load_options=lambda budget: {"kv_dtype": "bfloat16"},
     generate_options=_snapstream_policy, runner_env=_this_checkout))
 register(PeerSystem(
+    name="snapstream-fp8",
+    label="snapstream in process as `snapstream`, the KV cache in fp8 e4m3 (`--kv-dtype "
+          "float8_e4m3fn`: 1 byte a K/V element and no scale, a quarter of float32's bytes "
+          "exactly)",
+    venv=None, runner="run_snapstream.py",
+    load_options=lambda budget: {"kv_dtype": "float8_e4m3fn"},
+    generate_options=_snapstream_policy, runner_env=_this_checkout))
+register(PeerSystem(
     name="snapstream-fp32",
     label="snapstream in process, the GGUF dequantized to float32 (weights, activations, KV)",
     venv=None, runner="run_snapstream.py", load_options=lambda budget: {"dtype": "float32"},

@@ -140,15 +140,15 @@ __attribute__((target("avx512f"))) inline __m512 load16(const int8_t* src) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
 }
-// An e4m3 byte's sign moved to bit 15 and its exponent and mantissa to bits 7-13 make a float16
-// of 2^-8 times its value (subnormals included: both formats' subnormals scale alike), which the
-// float16 conversion widens exactly.
+// An e4m3 byte's sign at bit 15 and its exponent and mantissa at bits 7-13 make a float16 of
+// 2^-8 times its value (subnormals included: both formats' subnormals scale alike), which the
+// float16 conversion widens exactly: the byte sign-extended to 16 bits and shifted left by 7
+// puts them there, with a copy of the sign at bit 14 that the mask clears.
 __attribute__((target("avx512f"))) inline __m512 load16(const c10::Float8_e4m3fn* src) {
   const __m256i raw =
-      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(raw, 8), _mm256_set1_epi16(-0x8000));
-  const __m256i rest = _mm256_and_si256(_mm256_slli_epi16(raw, 7), _mm256_set1_epi16(0x3f80));
-  return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, rest)), _mm512_set1_ps(256.f));
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  const __m256i half = _mm256_and_si256(_mm256_slli_epi16(raw, 7), _mm256_set1_epi16(-0x4001));
+  return _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(256.f));
 }
 
 // Cache lines from src on to src + bytes into L1, ahead of their use.

@@ -60,12 +60,13 @@ class SnapstreamRunner:
 
     def _kv(self, layout) -> tuple[int, str]:
         from snapstream.kvcache import pool_row_bytes
+        from snapstream.kvquant import Int8KV
 
         kv_dtype = self.engine.kv_dtype
         return pool_row_bytes(self.engine.config, layout, kv_dtype), (
             f"the decode pool's row: {layout.num_slots} slots over the layers × KV heads × K "
             f"and V in {str(kv_dtype).removeprefix('torch.')}"
-            f"{' (codes + a float32 scale per row)' if kv_dtype.itemsize == 1 else ''}, and "
+            f"{' (codes + a float32 scale per row)' if kv_dtype == Int8KV.dtype else ''}, and "
             "a slot mask")
 
     def generate(self, args: dict) -> dict:
