@@ -8,7 +8,9 @@ the buffer).
 
 Version 2 carried layer groups (a hybrid model's global layers in the policy's layout, its
 sliding-window layers in a ring of their window); version 3 adds the int8 KV dtype, whose K and V
-rows are D int8 codes + a float32 scale each (:mod:`snapstream.kvquant`), copied as they are.
+rows are D int8 codes + a float32 scale each (:mod:`snapstream.kvquant`), copied as they are;
+dtype code 5 (float8_e4m3fn rows of D values, no scale) needs no new version: a reader that
+does not know it refuses the blob's dtype.
 Blobs of another version are refused with :class:`BlobVersionMismatch`.
 """
 

@@ -266,15 +266,18 @@ async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_ur
         await wait_idle(stack)
 
 
-async def test_an_int8_kv_stream_resumes_token_identically(model_dir, redis_url):
-    """Workers with an int8 KV cache: the stream equals the in-process int8 engine's, its blob
-    is int8 (codes + scales), and a decode worker resuming from that blob plus the streamed
-    tokens continues it token for token."""
+@pytest.mark.parametrize("kv_dtype", ["int8", "float8_e4m3fn"])
+async def test_an_8_bit_kv_stream_resumes_token_identically(model_dir, redis_url, kv_dtype):
+    """Workers with an 8-bit KV cache: the stream equals the in-process engine's of that KV
+    dtype, its blob holds that dtype's rows (int8: codes + scales; fp8: values alone), and a
+    decode worker resuming from that blob plus the streamed tokens continues it token for
+    token."""
     from kvstore.codec import decode_blob, encode_blob
+    from snapstream.kvquant import kv_codec
 
-    async with serving_stack(model_dir, redis_url, kv_dtype="int8") as stack:
+    async with serving_stack(model_dir, redis_url, kv_dtype=kv_dtype) as stack:
         engine = stack.engine
-        assert engine.kv_dtype == torch.int8
+        assert engine.kv_dtype == getattr(torch, kv_dtype)
         ids, _, _ = await collect(stack.generation, generation_pb2.GenerateRequest(
             prompt="resume " * 30, max_new_tokens=24, policy=POLICY))
         prompt = engine.encode("resume " * 30)
@@ -283,7 +286,8 @@ async def test_an_int8_kv_stream_resumes_token_identically(model_dir, redis_url)
         spec = blob_spec(engine)
         blob = encode_blob(result.cache, spec)
         (part,) = decode_blob(blob, spec).groups
-        assert part.k.dtype == torch.int8 and part.k.shape[-1] == engine.config.head_dim + 4
+        width = kv_codec(engine.kv_dtype).row_width(engine.config.head_dim)
+        assert part.k.dtype == engine.kv_dtype and part.k.shape[-1] == width
         await stack.store.put("resume-key", blob, ttl_s=60)
         resumed = []
         async for message in stack.decode.Decode(decode_pb2.DecodeRequest(
