@@ -471,27 +471,39 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
 // order whatever the tile, so its result does not depend on its batch.
 constexpr int kFloatRowTile = 4;
 
+// Pair p of an int4 block times ROWS rows of x: its low nibbles (input 2p) into the rows' sums
+// ``low``, its high nibbles (input 2p + 1) into ``high``.
+template <int ROWS>
+SNAPSTREAM_AVX512 inline void int4_float_pair(const Block& block, const Rows& x, int64_t p,
+                                              __m512 (&low)[ROWS], __m512 (&high)[ROWS]) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.weight + p * kBlock)));
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(15)));
+  const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
+  for (int m = 0; m < ROWS; ++m) {
+    const float* xm = x.floats + m * block.k + 2 * p;
+    low[m] = _mm512_fmadd_ps(lo, _mm512_set1_ps(xm[0]), low[m]);
+    high[m] = _mm512_fmadd_ps(hi, _mm512_set1_ps(xm[1]), high[m]);
+  }
+}
+
 template <int ROWS>
 SNAPSTREAM_AVX512 void int4_float_rows_block(const Block& block, const Rows& x,
                                              const BlockOut& out) {
   const int64_t per_group = block.group / 2;
-  const __m512i low_nibble = _mm512_set1_epi32(15);
   __m512 acc[ROWS];
   for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < x.groups; ++g) {
     __m512 partial[4][ROWS];  // [pair parity * 2 + nibble][row]
     for (auto& chain : partial)
       for (int m = 0; m < ROWS; ++m) chain[m] = _mm512_setzero_ps();
+    // each parity's chains named at compile time: a chain picked by a run-time index would
+    // keep every sum on the stack (a load and a store around each FMA)
     for (int64_t p = g * per_group; p < (g + 1) * per_group; ++p) {
-      const __m512i bytes = _mm512_cvtepu8_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.weight + p * kBlock)));
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, low_nibble));  // q(2p)
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));          // q(2p + 1)
-      const int chain = static_cast<int>(p % 2) * 2;
-      for (int m = 0; m < ROWS; ++m) {
-        const float* xm = x.floats + m * block.k + 2 * p;
-        partial[chain][m] = _mm512_fmadd_ps(lo, _mm512_set1_ps(xm[0]), partial[chain][m]);
-        partial[chain + 1][m] = _mm512_fmadd_ps(hi, _mm512_set1_ps(xm[1]), partial[chain + 1][m]);
+      if (p % 2 == 0) {
+        int4_float_pair<ROWS>(block, x, p, partial[0], partial[1]);
+      } else {
+        int4_float_pair<ROWS>(block, x, p, partial[2], partial[3]);
       }
     }
     const __m512 scale = load_scales(block, g * block.stride);
