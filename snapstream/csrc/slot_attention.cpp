@@ -1,6 +1,6 @@
 // Decode attention over a fixed-shape slot cache, on the CPU: one query token per row, GQA,
-// float32, bfloat16, int8 or fp8 e4m3 K/V read as stored, float32 softmax and accumulation, one pass over
-// each KV head's slots for all of its query heads.
+// float32, bfloat16, int8 or fp8 e4m3 K/V read as stored, float32 softmax and accumulation, one
+// pass over each KV head's slots for all of its query heads.
 //
 // An int8 cache (snapstream/kvquant.py) holds per slot and head a row of D int8 codes followed
 // by that row's float32 scale (absmax / 127) in 4 bytes: a row of D + 4. Codes are widened in
