@@ -121,7 +121,7 @@ def test_empty_slots_never_contribute(attend):
 
 def test_kernel_refuses_what_it_cannot_compute():
     q, k_new, v_new, k, v, written, empty = case(2, 4, 2, 8)
-    with pytest.raises(RuntimeError, match="float32, bfloat16 or int8"):
+    with pytest.raises(RuntimeError, match="float32, bfloat16, int8 or float8_e4m3fn"):
         slot_attention(q, k.half(), v.half(), k_new, v_new, written, empty)
     with pytest.raises(RuntimeError, match="empty does not match"):
         slot_attention(q, k, v, k_new, v_new, written, empty[:, :4])
