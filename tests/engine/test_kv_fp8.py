@@ -12,10 +12,10 @@ from snapstream import kernels
 from snapstream.attention import slot_attention
 from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache
-from snapstream.kvquant import Float8KV, as_bits, kv_float, kv_slot_bytes
+from snapstream.kvquant import Float8KV, as_bits, kv_slot_bytes
 from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for, greedy_with_logits
-from tests.engine.test_slot_attention import reference
+from tests.engine.test_slot_attention import expected_after_write
 from tests.tiny_models import random_model, tiny_config
 
 FP8 = Float8KV()
@@ -70,15 +70,6 @@ def fp8_case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: int
     return q, k_new, v_new, k, v, written, empty
 
 
-def expected_fp8(q, k_new, v_new, k, v, written, empty):
-    """The cache with the new rows rounded by kvquant and the float64 reference over it."""
-    k, v = k.clone(), v.clone()
-    rows = torch.arange(len(written))
-    k[rows, :, written] = FP8.encode(k_new[:, :, 0])
-    v[rows, :, written] = FP8.encode(v_new[:, :, 0])
-    return reference(q, kv_float(k), kv_float(v), empty), k, v
-
-
 @pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 loops where the CPU has them
 @pytest.mark.parametrize("slots", [3, 30, 270])  # against tiles of 4, 16 and 256 slots
 @pytest.mark.parametrize("group", [1, 3, 8])  # query heads per KV head
@@ -91,7 +82,7 @@ def test_kernel_fp8_path_matches_reference_for_every_tiling(monkeypatch, dim, gr
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
     q, k_new, v_new, k, v, written, empty = fp8_case(2, 2 * group, 2, slots, dim,
                                                      seed=dim + slots + group)
-    want, k_after, v_after = expected_fp8(q, k_new, v_new, k, v, written, empty)
+    want, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)
     got = slot_attention(q, k, v, k_new, v_new, written, empty)
     assert torch.equal(as_bits(k), as_bits(k_after)) and torch.equal(as_bits(v), as_bits(v_after))
     # values reach 448 (every finite byte is in the cache): float32 rounding relative to them
@@ -101,7 +92,7 @@ def test_kernel_fp8_path_matches_reference_for_every_tiling(monkeypatch, dim, gr
 def test_kernel_rounds_a_bfloat16_step_as_kvquant_does():
     q, k_new, v_new, k, v, written, empty = fp8_case(3, 6, 2, 40, 64, seed=5)
     k_new, v_new = k_new.bfloat16(), v_new.bfloat16()
-    _, k_after, v_after = expected_fp8(q, k_new, v_new, k, v, written, empty)
+    _, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)
     slot_attention(q, k, v, k_new, v_new, written, empty)
     assert torch.equal(as_bits(k), as_bits(k_after)) and torch.equal(as_bits(v), as_bits(v_after))
 
@@ -109,7 +100,7 @@ def test_kernel_rounds_a_bfloat16_step_as_kvquant_does():
 def test_grouped_matmuls_read_an_fp8_cache():
     """The op off the CPU: the same write, float32 arithmetic over the widened cache."""
     q, k_new, v_new, k, v, written, empty = fp8_case(2, 6, 2, 64, 16, seed=1)
-    want, k_after, v_after = expected_fp8(q, k_new, v_new, k, v, written, empty)
+    want, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)
     got = kernels.grouped_slot_attention(q[:, :, 0], k, v, k_new[:, :, 0], v_new[:, :, 0],
                                          written, empty)
     assert torch.equal(as_bits(k), as_bits(k_after)) and torch.equal(as_bits(v), as_bits(v_after))

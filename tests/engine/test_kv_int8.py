@@ -11,11 +11,11 @@ from snapstream import kernels
 from snapstream.attention import slot_attention
 from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache
-from snapstream.kvquant import KV_CODECS, SCALE_BYTES, Int8KV, kv_float
+from snapstream.kvquant import KV_CODECS, SCALE_BYTES, Int8KV
 from snapstream.policy import CachePolicy
 from snapstream.weight_formats import KV_DTYPES
 from tests.engine.helpers import engine_for, greedy_with_logits
-from tests.engine.test_slot_attention import reference
+from tests.engine.test_slot_attention import expected_after_write
 from tests.tiny_models import random_model, tiny_config
 
 INT8 = Int8KV()
@@ -58,16 +58,6 @@ def int8_case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: in
     return q, k_new, v_new, k, v, written, empty
 
 
-def expected_int8(q, k_new, v_new, k, v, written, empty):
-    """The cache with the new rows quantized by kvquant and the float64 reference over its
-    dequantized values."""
-    k, v = k.clone(), v.clone()
-    rows = torch.arange(len(written))
-    k[rows, :, written] = INT8.encode(k_new[:, :, 0])
-    v[rows, :, written] = INT8.encode(v_new[:, :, 0])
-    return reference(q, kv_float(k), kv_float(v), empty), k, v
-
-
 @pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 loops where the CPU has them
 @pytest.mark.parametrize("slots", [3, 30, 64, 270, 512])  # against tiles of 4, 16 and 256 slots
 @pytest.mark.parametrize("group", [1, 2, 4, 8])  # query heads per KV head
@@ -80,7 +70,7 @@ def test_kernel_int8_path_matches_reference_for_every_tiling(monkeypatch, dim, g
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
     q, k_new, v_new, k, v, written, empty = int8_case(2, 2 * group, 2, slots, dim,
                                                       seed=dim + slots + group)
-    want, k_after, v_after = expected_int8(q, k_new, v_new, k, v, written, empty)
+    want, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)
     got = slot_attention(q, k, v, k_new, v_new, written, empty)
     assert torch.equal(k, k_after) and torch.equal(v, v_after)
     # values reach ~4 here (slots of spread up to 3): float32 rounding relative to them
@@ -90,7 +80,7 @@ def test_kernel_int8_path_matches_reference_for_every_tiling(monkeypatch, dim, g
 def test_kernel_quantizes_a_bfloat16_step_as_kvquant_does():
     q, k_new, v_new, k, v, written, empty = int8_case(3, 6, 2, 40, 64, seed=5)
     k_new, v_new = k_new.bfloat16(), v_new.bfloat16()
-    _, k_after, v_after = expected_int8(q, k_new, v_new, k, v, written, empty)
+    _, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)
     slot_attention(q, k, v, k_new, v_new, written, empty)
     assert torch.equal(k, k_after) and torch.equal(v, v_after)
 
@@ -98,7 +88,7 @@ def test_kernel_quantizes_a_bfloat16_step_as_kvquant_does():
 def test_grouped_matmuls_read_an_int8_cache():
     """The op off the CPU: the same write, float32 arithmetic over the dequantized cache."""
     q, k_new, v_new, k, v, written, empty = int8_case(2, 6, 2, 64, 16, seed=1)
-    want, k_after, v_after = expected_int8(q, k_new, v_new, k, v, written, empty)
+    want, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)
     got = kernels.grouped_slot_attention(q[:, :, 0], k, v, k_new[:, :, 0], v_new[:, :, 0],
                                          written, empty)
     assert torch.equal(k, k_after) and torch.equal(v, v_after)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from snapstream import kernels
 from snapstream.attention import slot_attention
+from snapstream.kvquant import kv_codec, kv_float
 
 
 def reference(q, k, v, empty) -> torch.Tensor:
@@ -21,6 +22,18 @@ def reference(q, k, v, empty) -> torch.Tensor:
     scores = (q.double() @ k64.transpose(-1, -2)) / D**0.5  # (B, Hq, 1, S)
     probs = torch.softmax(scores.masked_fill(empty[:, None, None], float("-inf")), dim=-1)
     return probs @ v64
+
+
+def expected_after_write(q, k_new, v_new, k, v, written, empty):
+    """The cache (in any KV dtype) with each row's new key and value encoded by its
+    snapstream.kvquant codec into the row's slot, and the float64 reference over its values
+    -> (reference, k, v)."""
+    codec = kv_codec(k.dtype)
+    k, v = k.clone(), v.clone()
+    rows = torch.arange(len(written))
+    k[rows, :, written] = codec.encode(k_new[:, :, 0])
+    v[rows, :, written] = codec.encode(v_new[:, :, 0])
+    return reference(q, kv_float(k), kv_float(v), empty), k, v
 
 
 def case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: int = 16,
