@@ -1,8 +1,10 @@
-"""Prefill (time to first token in process) with float32 vs bfloat16 prompt activations: the
-time split (linear layers / attention / SnapKV selection / rest), the achieved FLOP/s against
-the machine's GEMM peak in its GEMM dtype (``snapstream.cpu.matmul_dtype_name``: bfloat16 where
-the CPU multiplies it in hardware, else float32), and the bfloat16 prompt's agreement with the
-float32 one.
+"""Prefill (time to first token in process) in two prompt variants (``VARIANTS``: the prompt's
+activation dtype and its attention; by default float32 vs bfloat16 activations, or
+``--variants float32,float32-sdpa`` for snapstream's prompt attention kernel against torch's
+SDPA): the time split (linear layers / attention / SnapKV selection / rest), the achieved FLOP/s
+against the machine's GEMM peak in its GEMM dtype (``snapstream.cpu.matmul_dtype_name``:
+bfloat16 where the CPU multiplies it in hardware, else float32), and the second variant's
+agreement with the first.
 
 Both variants share one model (one set of weights, one cached GEMM copy in that dtype) and take
 turns at each length, so load from other processes falls on both alike.
@@ -12,32 +14,72 @@ Run: ``python -m bench.prefill_bench`` (or ``snapstream bench prefill``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bench.limits import GEMM_SHAPES, gemm_peak, share_of_limit
 from bench.peers.prompts import EngineTokenizer, filler_text, passkey_prompt
-from bench.report import command_line, machine_line, markdown_table, parse_ints, publish
+from bench.report import (
+    command_line,
+    machine_line,
+    markdown_table,
+    parse_ints,
+    parse_names,
+    publish,
+)
+from snapstream import kernels
 from snapstream.cpu import matmul_dtype_name
 from snapstream.engine import Engine, PrefillResult
 from snapstream.model import Attention
 from snapstream.quant import QuantizedLinear
 
-VARIANTS = (torch.float32, torch.bfloat16)  # prompt activations: today's, then the new one
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """torch's own causal SDPA, what the prompt ran before ``kernels.prompt_attention``."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+@dataclass(frozen=True)
+class PromptVariant:
+    dtype: torch.dtype  # the prompt's activations
+    attention: AttentionFn  # the prompt's causal attention (no window)
+
+
+VARIANTS = {
+    "float32": PromptVariant(torch.float32, kernels.prompt_attention),
+    "bfloat16": PromptVariant(torch.bfloat16, kernels.prompt_attention),
+    "float32-sdpa": PromptVariant(torch.float32, torch_sdpa),
+}
+
+
+@contextlib.contextmanager
+def prompt_attention(attention: AttentionFn) -> Iterator[None]:
+    """The model's prompt attention replaced by ``attention`` while the block runs."""
+    served, kernels.prompt_attention = kernels.prompt_attention, attention
+    try:
+        yield
+    finally:
+        kernels.prompt_attention = served
 
 
 @dataclass(frozen=True)
 class PrefillBenchConfig:
     lengths: tuple[int, ...] = (1024, 4096, 8192)
+    variants: tuple[str, str] = ("float32", "bfloat16")  # the baseline, then the one compared
     rounds: int = 1
     new_tokens: int = 32  # greedy tokens decoded after each variant's prefill, compared
     dtype: str = "auto"  # the served format; it must quantize the linear layers
@@ -142,14 +184,16 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
     load_before = os.getloadavg()
     gemm = gemm_peak(cfg.gemm_shapes)
     served = Engine.from_pretrained(model, dtype=cfg.dtype)
-    engines = {dtype: Engine(served.model, served.tokenizer, default_policy=served.default_policy,
-                             name=served.name, kv_dtype=served.kv_dtype, prefill_dtype=dtype)
-               for dtype in VARIANTS}
+    engines = {name: Engine(served.model, served.tokenizer, default_policy=served.default_policy,
+                            name=served.name, kv_dtype=served.kv_dtype,
+                            prefill_dtype=VARIANTS[name].dtype)
+               for name in cfg.variants}
     timer = SplitTimer(served.model)
     tokenizer = EngineTokenizer(served.tokenizer)
     filler = tokenizer.encode(filler_text())
-    for engine in engines.values():  # the cached GEMM weights, the kernels' warm-up
-        engine.prefill(filler[:256], served.default_policy, 1)
+    for name, engine in engines.items():  # the cached GEMM weights, the kernels' warm-up
+        with prompt_attention(VARIANTS[name].attention):
+            engine.prefill(filler[:256], served.default_policy, 1)
     rows = []
     for prompt_len in cfg.lengths:
         ids = list(passkey_prompt(tokenizer, filler, prompt_len).token_ids)
@@ -160,29 +204,29 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
                      if isinstance(m, QuantizedLinear) and "gemm_weight" in m.__dict__)
     return {"model": served.name, "policy": repr(served.default_policy),
             "threads": torch.get_num_threads(), "gemm": gemm, "gemm_cache_bytes": gemm_cache,
-            "gemm_dtype": matmul_dtype_name(),
+            "gemm_dtype": matmul_dtype_name(), "variants": list(cfg.variants),
             "loadavg": [load_before, os.getloadavg()], "rows": rows}
 
 
-def measure_length(engines: dict[torch.dtype, Engine], timer: SplitTimer, ids: list[int],
+def measure_length(engines: dict[str, Engine], timer: SplitTimer, ids: list[int],
                    cfg: PrefillBenchConfig) -> dict:
     """One prompt through every variant, ``cfg.rounds`` times in alternating order: median
     split per variant, the last results' agreement and greedy continuations."""
-    splits, results = {dtype: [] for dtype in VARIANTS}, {}
+    splits, results = {name: [] for name in cfg.variants}, {}
     for round_idx in range(cfg.rounds):
-        for dtype in VARIANTS if round_idx % 2 == 0 else VARIANTS[::-1]:
-            engine = engines[dtype]
+        for name in cfg.variants if round_idx % 2 == 0 else cfg.variants[::-1]:
+            engine = engines[name]
             timer.reset()
-            results[dtype] = engine.prefill(ids, engine.default_policy, cfg.new_tokens)
-            splits[dtype].append(timer.split(results[dtype]))
-    greedy = [greedy_after(engines[dtype], results[dtype], len(ids), cfg.new_tokens)
-              for dtype in VARIANTS]
-    linear_flops, attention_flops = prefill_flops(engines[VARIANTS[0]], len(ids))
+            with prompt_attention(VARIANTS[name].attention):
+                results[name] = engine.prefill(ids, engine.default_policy, cfg.new_tokens)
+            splits[name].append(timer.split(results[name]))
+    greedy = [greedy_after(engines[name], results[name], len(ids), cfg.new_tokens)
+              for name in cfg.variants]
+    linear_flops, attention_flops = prefill_flops(engines[cfg.variants[0]], len(ids))
     return {"prompt_tokens": len(ids), "linear_flops": linear_flops,
             "attention_flops": attention_flops,
-            "split": {str(dtype).removeprefix("torch."): _median_split(splits[dtype])
-                      for dtype in VARIANTS},
-            **agreement(results[VARIANTS[0]], results[VARIANTS[1]]),
+            "split": {name: _median_split(splits[name]) for name in cfg.variants},
+            **agreement(*(results[name] for name in cfg.variants)),
             "greedy_same_prefix": common_prefix(*greedy), "greedy_tokens": cfg.new_tokens}
 
 
@@ -197,10 +241,11 @@ def render(results: dict, command: str) -> str:
                                   for avg in results["loadavg"]) + " at the end"
     gemm_line = "; ".join(f"{shape}: {d['bfloat16']:.0f} bf16 / {d['float32']:.0f} fp32"
                           for shape, d in gemm.items())
+    base_name, other = results["variants"]
     timing, accuracy = [], []
     for row in results["rows"]:
         flops = row["linear_flops"] + row["attention_flops"]
-        base = row["split"]["float32"]["total"]
+        base = row["split"][base_name]["total"]
         for name, s in row["split"].items():
             rate = flops / s["total"] / 1e9
             share = share_of_limit(s["total"], flops, peak * 1e9)
@@ -217,7 +262,7 @@ def render(results: dict, command: str) -> str:
                          f"{100 * row['kept_overlap_min']:.1f}%",
                          f"{row['greedy_same_prefix']}/{row['greedy_tokens']}"])
     return "\n\n".join([
-        "## Prefill: float32 vs bfloat16 prompt activations",
+        f"## Prefill: {base_name} vs {other} prompts",
         f"Command: `{command}`  \nMachine: {machine_line()}  \nModel: {results['model']}, "
         f"default policy {results['policy']}; passkey prompts (licence texts). One process; "
         "the two variants share the model and take turns at each length; the machine was shared "
@@ -226,16 +271,18 @@ def render(results: dict, command: str) -> str:
         f"Plain `torch.mm` GFLOP/s (M x K x N, best of 5): {gemm_line}. This CPU's GEMM dtype "
         f"(the quantized layers' cached GEMM weights): {gemm_dtype}; peak taken as its best "
         f"figure: **{peak:.0f} GFLOP/s**.",
-        markdown_table(["prompt tokens", "prompt activations", "TTFT s", "/ float32",
+        markdown_table(["prompt tokens", "prompt", "TTFT s", f"/ {base_name}",
                         "linear s", "attention s", "SnapKV s", "rest s",
                         "TFLOP (linear + attention)", "GFLOP/s", "% of GEMM peak"], timing),
         "TTFT: `Engine.prefill` wall time (forward, SnapKV selection and compression, "
         f"next-token logits). Linear: the layers' projections (the cached {gemm_dtype} copy of "
         "the int4/int8 weights through oneDNN's GEMM in both variants, "
         f"{results['gemm_cache_bytes'] / 2**20:.0f} MiB held by a prefill worker); attention: "
-        "RoPE and SDPA; SnapKV: scores and compression; rest: norms, activations, residuals, "
-        "dtype conversions, the LM head.",
-        "Agreement of the bfloat16 prompt with the float32 one (same weights, same decode "
+        "RoPE and the causal attention (a `-sdpa` variant: torch's SDPA; otherwise "
+        "`kernels.prompt_attention`, snapstream's kernel for float32 on AVX-512 CPUs and torch's "
+        "SDPA for the rest); SnapKV: scores and compression; rest: norms, activations, "
+        "residuals, dtype conversions, the LM head.",
+        f"Agreement of the {other} prompt with the {base_name} one (same weights, same decode "
         "step after it):",
         markdown_table(["prompt tokens", "next-token logits max abs diff", "top-1 same",
                         "kept positions shared (mean / min over layers x KV heads)",
@@ -248,6 +295,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="checkpoint (default: SmolLM2)")
     parser.add_argument("--lengths", type=parse_ints, default=defaults.lengths)
     parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--variants", type=parse_names, default=defaults.variants,
+                        help="two of " + ", ".join(VARIANTS) + ": the baseline first "
+                        f"(default: {','.join(defaults.variants)})")
     parser.add_argument("--new-tokens", type=int, default=defaults.new_tokens)
     parser.add_argument("--dtype", default=defaults.dtype, choices=("auto", "gguf", "int8", "int4"))
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
@@ -257,10 +307,16 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, command: str | None = None) -> int:
     """``command``: how the run was invoked, for the doc (default: the snapstream CLI's)."""
+    if len(args.variants) != 2 or not set(args.variants) <= set(VARIANTS):
+        raise SystemExit(f"--variants: want two of {', '.join(VARIANTS)}, "
+                         f"got {','.join(args.variants)}")
     cfg = PrefillBenchConfig(lengths=args.lengths, rounds=args.rounds,
-                             new_tokens=args.new_tokens, dtype=args.dtype)
+                             new_tokens=args.new_tokens, dtype=args.dtype,
+                             variants=tuple(args.variants))
     results = run_prefill_bench(cfg, args.model)
-    publish(render(results, command or command_line()), "prefill",
+    section = "prefill" if cfg.variants == PrefillBenchConfig.variants else (
+        "prefill-" + "-".join(cfg.variants))
+    publish(render(results, command or command_line()), section,
             None if args.no_doc else args.doc, results, args.json_out)
     return 0
 

@@ -18,6 +18,11 @@ def parse_ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
+def parse_names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names from the command line ("redis,nats"; blanks skipped)."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]

@@ -7,21 +7,16 @@ import argparse
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from bench.report import parse_ints
+from bench.report import parse_ints, parse_names
 from serving.settings import add_model_setting
 
 PARTS = ("serve", "blob")
 WORKLOADS = ("passkey", "doccache")
 
 
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
 def register(parser: argparse.ArgumentParser) -> None:
     add_model_setting(parser)
-    parser.add_argument("--parts", type=_names, default=PARTS, help="serve,blob")
+    parser.add_argument("--parts", type=parse_names, default=PARTS, help="serve,blob")
     parser.add_argument("--workload", choices=WORKLOADS, default=WORKLOADS[0],
                         help="passkey: one prompt per request, every system; doccache: "
                         "--documents documents asked many questions each through the router, "
@@ -29,7 +24,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents", type=int, default=2,
                         help="documents of the doccache workload (each asked requests / "
                         "documents questions per level)")
-    parser.add_argument("--systems", type=_names, default=None,
+    parser.add_argument("--systems", type=parse_names, default=None,
                         help="systems to measure, the first being the baseline: in-process, "
                         "router (gRPC), openai (an OpenAI-compatible server); default "
                         "in-process,router; others get a section of their own")
@@ -43,7 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--slots", type=int, default=32,
                         help="slots of the decode worker and of the in-process loop")
-    parser.add_argument("--stores", type=_names, default=("redis", "nats"),
+    parser.add_argument("--stores", type=parse_names, default=("redis", "nats"),
                         help="KV stores: the serving part runs once per store, each run with "
                         "its own in-process baseline")
     parser.add_argument("--torch-threads", type=int, default=0,
@@ -54,7 +49,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     parser.add_argument("--slo-itl-p90-ms", type=float, default=250.0)
-    parser.add_argument("--blob-stores", type=_names, default=("redis", "nats"))
+    parser.add_argument("--blob-stores", type=parse_names, default=("redis", "nats"))
     parser.add_argument("--blob-sizes-mib", type=parse_ints, default=(1, 64, 1024))
     parser.add_argument("--blob-repeats", type=int, default=3)
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))

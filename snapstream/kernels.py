@@ -10,6 +10,9 @@ built by setup.py) and, registered here, what runs them on other devices and und
   x to 8-bit codes) in the blocked
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
+- ``prompt_attention(q, k, v)``: causal attention over a prompt, GQA, what
+  ``F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)`` computes; its
+  own flash kernel for float32 on AVX-512 CPUs, torch's SDPA for everything else.
 - ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
   activation)``: a whole decoder layer (Llama family or Gemma 3) of quantized linears for one
   decode step (:mod:`snapstream.fused_decode`; CPU only).
@@ -28,6 +31,7 @@ rms_norm = torch.ops.snapstream.rms_norm
 int4_matmul = torch.ops.snapstream.int4_matmul
 int8_matmul = torch.ops.snapstream.int8_matmul
 decode_layer = torch.ops.snapstream.decode_layer
+prompt_attention = torch.ops.snapstream.prompt_attention
 
 
 def grouped_slot_attention(
@@ -53,6 +57,11 @@ def grouped_slot_attention(
     return out.float().view(B, Hq, D)
 
 
+def _prompt_attention_elsewhere(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                                ) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
 def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, weight.shape, weight, eps)
 
@@ -60,11 +69,17 @@ def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> to
 _ELSEWHERE = torch.library.Library("snapstream", "IMPL")  # kept: it holds the registrations
 _ELSEWHERE.impl("slot_attention", grouped_slot_attention, "CompositeExplicitAutograd")
 _ELSEWHERE.impl("rms_norm", _rms_norm_elsewhere, "CompositeExplicitAutograd")
+_ELSEWHERE.impl("prompt_attention", _prompt_attention_elsewhere, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("snapstream::slot_attention")
 def _slot_attention_shape(q, k, v, k_new, v_new, slots, empty):
     return q.new_empty(q.shape)
+
+
+@torch.library.register_fake("snapstream::prompt_attention")
+def _prompt_attention_shape(q, k, v):
+    return torch.empty_like(q)
 
 
 @torch.library.register_fake("snapstream::rms_norm")

@@ -232,11 +232,12 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     keys up to its own; with a ``window``, only the keys whose position lies within it
     (q_pos - window < k_pos <= q_pos). ``positions`` (T,) ascending: the tokens' positions when
     they are not 0..T-1 (kept tokens of a longer prompt). A window runs block by block, so no
-    (T, T) mask is ever made."""
+    (T, T) mask is ever made; without one the whole prompt is one ``kernels.prompt_attention``
+    (flash-style: no (T, T) matrix either)."""
     num_tokens = q.shape[2]
     at = torch.arange(num_tokens, device=q.device) if positions is None else positions  # (T,)
     if window is None or int(at[-1] - at[0]) < window:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return kernels.prompt_attention(q, k, v)
     starts = torch.arange(0, num_tokens, window, device=q.device)  # (Nb,)
     lows = torch.searchsorted(at, at[starts] - window + 1)  # first key in each block's window
     out = torch.empty_like(q)
