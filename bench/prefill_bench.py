@@ -21,12 +21,11 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bench.limits import GEMM_SHAPES, gemm_peak, share_of_limit
@@ -45,35 +44,35 @@ from snapstream.engine import Engine, PrefillResult
 from snapstream.model import Attention
 from snapstream.quant import QuantizedLinear
 
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """torch's own causal SDPA, what the prompt ran before ``kernels.prompt_attention``."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-
 
 @dataclass(frozen=True)
 class PromptVariant:
     dtype: torch.dtype  # the prompt's activations
-    attention: AttentionFn  # the prompt's causal attention (no window)
+    kernel: bool = True  # snapstream's prompt attention kernel where it covers; else torch's SDPA
 
 
 VARIANTS = {
-    "float32": PromptVariant(torch.float32, kernels.prompt_attention),
-    "bfloat16": PromptVariant(torch.bfloat16, kernels.prompt_attention),
-    "float32-sdpa": PromptVariant(torch.float32, torch_sdpa),
+    "float32": PromptVariant(torch.float32),
+    "bfloat16": PromptVariant(torch.bfloat16),
+    "float32-sdpa": PromptVariant(torch.float32, kernel=False),
 }
 
 
+def _covers_nothing(q: torch.Tensor) -> bool:
+    return False
+
+
 @contextlib.contextmanager
-def prompt_attention(attention: AttentionFn) -> Iterator[None]:
-    """The model's prompt attention replaced by ``attention`` while the block runs."""
-    served, kernels.prompt_attention = kernels.prompt_attention, attention
+def prompt_attention(variant: PromptVariant) -> Iterator[None]:
+    """The model's prompt attention as ``variant`` wants it while the block runs: without the
+    kernel, ``kernels.prompt_attention_covers`` answers no, so the model runs torch's SDPA."""
+    served = kernels.prompt_attention_covers
+    if not variant.kernel:
+        kernels.prompt_attention_covers = _covers_nothing
     try:
         yield
     finally:
-        kernels.prompt_attention = served
+        kernels.prompt_attention_covers = served
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,7 @@ def run_prefill_bench(cfg: PrefillBenchConfig, model: str | None) -> dict:
     tokenizer = EngineTokenizer(served.tokenizer)
     filler = tokenizer.encode(filler_text())
     for name, engine in engines.items():  # the cached GEMM weights, the kernels' warm-up
-        with prompt_attention(VARIANTS[name].attention):
+        with prompt_attention(VARIANTS[name]):
             engine.prefill(filler[:256], served.default_policy, 1)
     rows = []
     for prompt_len in cfg.lengths:
@@ -217,7 +216,7 @@ def measure_length(engines: dict[str, Engine], timer: SplitTimer, ids: list[int]
         for name in cfg.variants if round_idx % 2 == 0 else cfg.variants[::-1]:
             engine = engines[name]
             timer.reset()
-            with prompt_attention(VARIANTS[name].attention):
+            with prompt_attention(VARIANTS[name]):
                 results[name] = engine.prefill(ids, engine.default_policy, cfg.new_tokens)
             splits[name].append(timer.split(results[name]))
     greedy = [greedy_after(engines[name], results[name], len(ids), cfg.new_tokens)

@@ -10,9 +10,10 @@ built by setup.py) and, registered here, what runs them on other devices and und
   x to 8-bit codes) in the blocked
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
-- ``prompt_attention(q, k, v)``: causal attention over a prompt, GQA, what
-  ``F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)`` computes; its
-  own flash kernel for float32 on AVX-512 CPUs, torch's SDPA for everything else.
+- ``prompt_attention(q, k, v, window, positions)``: causal attention over a prompt, GQA,
+  optionally within a sliding window of positions: a flash kernel for float32 on AVX-512 CPUs,
+  where ``prompt_attention_covers(q)`` (False off the CPU); the model runs torch's SDPA for the
+  rest (snapstream.model.causal_attention).
 - ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
   activation)``: a whole decoder layer (Llama family or Gemma 3) of quantized linears for one
   decode step (:mod:`snapstream.fused_decode`; CPU only).
@@ -32,6 +33,7 @@ int4_matmul = torch.ops.snapstream.int4_matmul
 int8_matmul = torch.ops.snapstream.int8_matmul
 decode_layer = torch.ops.snapstream.decode_layer
 prompt_attention = torch.ops.snapstream.prompt_attention
+prompt_attention_covers = torch.ops.snapstream.prompt_attention_covers
 
 
 def grouped_slot_attention(
@@ -57,9 +59,8 @@ def grouped_slot_attention(
     return out.float().view(B, Hq, D)
 
 
-def _prompt_attention_elsewhere(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-                                ) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+def _prompt_attention_covers_elsewhere(q: torch.Tensor) -> bool:
+    return False
 
 
 def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -69,7 +70,8 @@ def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> to
 _ELSEWHERE = torch.library.Library("snapstream", "IMPL")  # kept: it holds the registrations
 _ELSEWHERE.impl("slot_attention", grouped_slot_attention, "CompositeExplicitAutograd")
 _ELSEWHERE.impl("rms_norm", _rms_norm_elsewhere, "CompositeExplicitAutograd")
-_ELSEWHERE.impl("prompt_attention", _prompt_attention_elsewhere, "CompositeExplicitAutograd")
+_ELSEWHERE.impl("prompt_attention_covers", _prompt_attention_covers_elsewhere,
+                "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("snapstream::slot_attention")
@@ -78,7 +80,7 @@ def _slot_attention_shape(q, k, v, k_new, v_new, slots, empty):
 
 
 @torch.library.register_fake("snapstream::prompt_attention")
-def _prompt_attention_shape(q, k, v):
+def _prompt_attention_shape(q, k, v, window=0, positions=None):
     return torch.empty_like(q)
 
 

@@ -231,13 +231,15 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """q (B, Hq, T, D), k/v (B, Hkv, T, D) of one forward -> (B, Hq, T, D): each query over the
     keys up to its own; with a ``window``, only the keys whose position lies within it
     (q_pos - window < k_pos <= q_pos). ``positions`` (T,) ascending: the tokens' positions when
-    they are not 0..T-1 (kept tokens of a longer prompt). A window runs block by block, so no
-    (T, T) mask is ever made; without one the whole prompt is one ``kernels.prompt_attention``
-    (flash-style: no (T, T) matrix either)."""
+    they are not 0..T-1 (kept tokens of a longer prompt). No (T, T) matrix is ever made: where
+    ``kernels.prompt_attention_covers`` (float32 on an AVX-512 CPU) snapstream's flash kernel
+    runs, windows included; elsewhere torch's flash SDPA, a window block by block."""
+    if kernels.prompt_attention_covers(q):
+        return kernels.prompt_attention(q, k, v, window or 0, positions)
     num_tokens = q.shape[2]
     at = torch.arange(num_tokens, device=q.device) if positions is None else positions  # (T,)
     if window is None or int(at[-1] - at[0]) < window:
-        return kernels.prompt_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     starts = torch.arange(0, num_tokens, window, device=q.device)  # (Nb,)
     lows = torch.searchsorted(at, at[starts] - window + 1)  # first key in each block's window
     out = torch.empty_like(q)

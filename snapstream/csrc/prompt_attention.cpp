@@ -1,13 +1,14 @@
 // Causal attention over a prompt on the CPU in float32, flash-style: no T x T score matrix,
 // GQA without repeating K/V (a KV head's query heads are rows of one pass), online softmax in
-// base 2, what F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-// computes. This kernel covers float32 with head dimensions that are multiples of 64 on CPUs
-// with AVX-512F (the prompt's dtype where there is no bfloat16 hardware); anything else (bfloat16
-// prompts, other head sizes, other CPUs, SNAPSTREAM_GENERIC_KERNELS=1) runs ATen's own flash
-// SDPA through the same op.
+// base 2; optionally within a sliding window of positions (Gemma 3's local layers), the
+// tokens' positions given when they are not 0..T-1. It covers float32 with head dimensions
+// that are multiples of 64 on CPUs with AVX-512F (the prompt's dtype where there is no bfloat16
+// hardware); ``prompt_attention_covers`` says so, and the caller (snapstream/model.py) runs
+// torch's SDPA for the rest (bfloat16 prompts, other head sizes and CPUs,
+// SNAPSTREAM_GENERIC_KERNELS=1).
 //
 // Work item = (sequence, KV head, block of kPositions query positions): its rows (position-major, the G
-// query heads of a position side by side) stream the causal key range in blocks of kKeyBlock
+// query heads of a position side by side) stream their key range in blocks of kKeyBlock
 // keys; within a block each tile of kRows rows computes its scores against 64-key panels of
 // K^T (24 accumulators in registers), updates its rows' max and sum, and adds P V into its
 // rows' output (the same 6 x 64 register tile). A block's K and V (128 KiB at D = 64) stay in
@@ -116,7 +117,10 @@ AVX512 inline float softmax_row(float* s, int64_t n, float& m, float& l) {
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + i));
   const float m_new = std::max(m, _mm512_reduce_max_ps(mx));
-  if (m_new == -std::numeric_limits<float>::infinity()) return 1.f;  // nothing seen yet
+  if (m_new == -std::numeric_limits<float>::infinity()) {  // no key seen yet: P = 0
+    std::fill(s, s + n, 0.f);
+    return 1.f;
+  }
   const __m512 shift = _mm512_set1_ps(m_new);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
@@ -130,17 +134,21 @@ AVX512 inline float softmax_row(float* s, int64_t n, float& m, float& l) {
   return alpha;
 }
 
+// ROWS query rows against keys [key0, key0 + n): row r sees keys first[r]..last[r] (indices).
 template <int ROWS>
 AVX512 void tile_step(const float* q, const float* kt_panels, const float* v, int64_t key0,
-                      int64_t n, int64_t dim, const int64_t* row_pos, float* s, float* o,
-                      float* m, float* l) {
+                      int64_t n, int64_t dim, const int64_t* first, const int64_t* last,
+                      float* s, float* o, float* m, float* l) {
   const int64_t padded = (n + kPanel - 1) / kPanel * kPanel;
   for (int64_t panel = 0; panel < padded; panel += kPanel)
     scores_tile<ROWS>(q, dim, kt_panels + (key0 + panel) * dim, s + panel, kKeyBlock);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int r = 0; r < ROWS; ++r) {
     float* row = s + r * kKeyBlock;
-    const int64_t visible = std::clamp<int64_t>(row_pos[r] - key0 + 1, 0, padded);
-    std::fill(row + visible, row + padded, -std::numeric_limits<float>::infinity());
+    const int64_t begin = std::clamp<int64_t>(first[r] - key0, 0, padded);
+    const int64_t end = std::clamp<int64_t>(last[r] - key0 + 1, begin, padded);
+    std::fill(row, row + begin, kNegInf);
+    std::fill(row + end, row + padded, kNegInf);
     const float alpha = softmax_row(row, padded, m[r], l[r]);
     if (alpha != 1.f) {
       const __m512 a = _mm512_set1_ps(alpha);
@@ -152,12 +160,28 @@ AVX512 void tile_step(const float* q, const float* kt_panels, const float* v, in
 }
 
 using TileStep = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                          const int64_t*, float*, float*, float*, float*);
+                          const int64_t*, const int64_t*, float*, float*, float*, float*);
 constexpr TileStep kTileSteps[kRows] = {tile_step<1>, tile_step<2>, tile_step<3>,
                                         tile_step<4>, tile_step<5>, tile_step<6>};
 
-// q (B, Hq, T, D), k, v (B, Hkv, T, D) float32, D a multiple of 64 -> (B, Hq, T, D).
-void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out) {
+// Per query index, the first key index it sees: 0 without a window, else the first key whose
+// position lies within it (positions ascending; nullptr: 0..T-1).
+std::vector<int64_t> first_keys(int64_t tokens, int64_t window, const int64_t* positions) {
+  std::vector<int64_t> first(tokens, 0);
+  if (window == 0) return first;
+  const auto at = [&](int64_t i) { return positions ? positions[i] : i; };
+  int64_t key = 0;
+  for (int64_t query = 0; query < tokens; ++query) {
+    while (at(key) <= at(query) - window) ++key;
+    first[query] = key;
+  }
+  return first;
+}
+
+// q (B, Hq, T, D), k, v (B, Hkv, T, D) float32, D a multiple of 64 -> (B, Hq, T, D); window 0:
+// none.
+void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
+            const int64_t* positions, at::Tensor& out) {
   const int64_t batch = q.size(0), q_heads = q.size(1), tokens = q.size(2), dim = q.size(3);
   const int64_t kv_heads = k.size(1), group = q_heads / kv_heads;
   const int64_t panels = (tokens + kPanel - 1) / kPanel;
@@ -176,12 +200,13 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::T
   const float* v_ptr = vc.data_ptr<float>();
   float* out_ptr = out.data_ptr<float>();
 
+  const std::vector<int64_t> first_key = first_keys(tokens, window, positions);
   const int64_t heads = batch * kv_heads, blocks = (tokens + kPositions - 1) / kPositions;
   const int64_t max_rows = kPositions * group;
 #pragma omp parallel num_threads(at::get_num_threads())
   {
     std::vector<float> s(kRows * kKeyBlock), o(max_rows * dim), m(max_rows), l(max_rows);
-    std::vector<int64_t> row_pos(max_rows);
+    std::vector<int64_t> row_first(max_rows), row_last(max_rows);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < heads * blocks; ++item) {
       const int64_t head = item % heads, block = blocks - 1 - item / heads;  // longest first
@@ -193,15 +218,20 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::T
       std::fill(o.begin(), o.begin() + n_rows * dim, 0.f);
       std::fill(m.begin(), m.begin() + n_rows, -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.begin() + n_rows, 0.f);
-      for (int64_t r = 0; r < n_rows; ++r) row_pos[r] = p0 + r / group;
-      for (int64_t key0 = 0; key0 < p1; key0 += kKeyBlock) {
+      for (int64_t r = 0; r < n_rows; ++r) {
+        row_last[r] = p0 + r / group;  // causal: keys up to its own index
+        row_first[r] = first_key[row_last[r]];
+      }
+      // 64-key panels start at multiples of 64; first keys ascend with the rows
+      for (int64_t key0 = row_first[0] / kPanel * kPanel; key0 < p1; key0 += kKeyBlock) {
         for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
           const int rows_here = static_cast<int>(std::min<int64_t>(kRows, n_rows - r0));
-          const int64_t last_pos = row_pos[r0 + rows_here - 1];
-          if (last_pos < key0) continue;
-          const int64_t n = std::min(kKeyBlock, last_pos + 1 - key0);
+          const int64_t last = row_last[r0 + rows_here - 1];
+          if (last < key0 || row_first[r0] >= key0 + kKeyBlock) continue;  // nothing visible
+          const int64_t n = std::min(kKeyBlock, last + 1 - key0);
           kTileSteps[rows_here - 1](q_rows + r0 * dim, kt_head, v_head, key0, n, dim,
-                                    &row_pos[r0], s.data(), &o[r0 * dim], &m[r0], &l[r0]);
+                                    &row_first[r0], &row_last[r0], s.data(), &o[r0 * dim],
+                                    &m[r0], &l[r0]);
         }
       }
       for (int64_t r = 0; r < n_rows; ++r) {  // row (position, g) -> out[b, h*G + g, position]
@@ -215,38 +245,50 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::T
 
 #endif  // SNAPSTREAM_PROMPT_AVX512
 
-bool kernel_covers(const at::Tensor& q) {
+}  // namespace
+
+namespace snapstream {
+
+// Whether prompt_attention computes for q (B, Hq, T, D): float32 on the CPU, D a multiple of 64,
+// a CPU with AVX-512F, SNAPSTREAM_GENERIC_KERNELS not 1.
+bool prompt_attention_covers(const at::Tensor& q) {
 #if SNAPSTREAM_PROMPT_AVX512
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && !snapstream::generic_kernels_requested() && q.scalar_type() == at::kFloat &&
-         q.size(3) % 64 == 0;
+  return avx512 && !generic_kernels_requested() && q.device().is_cpu() &&
+         q.scalar_type() == at::kFloat && q.dim() == 4 && q.size(3) % 64 == 0 && q.size(3) > 0;
 #else
   return false;
 #endif
 }
 
-}  // namespace
-
-namespace snapstream {
-
-// q (B, Hq, T, D), k, v (B, Hkv, T, D) of one dtype, Hq a multiple of Hkv -> (B, Hq, T, D):
-// softmax(q k^T / sqrt(D), causal) v.
-at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
-              "prompt_attention: CPU tensors only");
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(),
+// q (B, Hq, T, D), k, v (B, Hkv, T, D) float32, Hq a multiple of Hkv -> (B, Hq, T, D):
+// softmax(q k^T / sqrt(D)) v over each query's keys: those up to its own (by index), and with a
+// window only those whose position p_k > p_q - window; positions (T,) int64 ascending, or none
+// (0..T-1).
+at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t window, const std::optional<at::Tensor>& positions) {
+  TORCH_CHECK(prompt_attention_covers(q),
+              "prompt_attention: wants float32 q on an AVX-512 CPU with D a multiple of 64 "
+              "(prompt_attention_covers); use torch's SDPA otherwise");
+  TORCH_CHECK(k.dim() == 4 && v.sizes() == k.sizes(),
               "prompt_attention: want q (B, Hq, T, D), k and v (B, Hkv, T, D)");
-  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
-              "prompt_attention: q, k and v must have one dtype");
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
+                  k.device().is_cpu() && v.device().is_cpu(),
+              "prompt_attention: q, k and v must have one dtype, on the CPU");
   TORCH_CHECK(k.size(0) == q.size(0) && k.size(2) == q.size(2) && k.size(3) == q.size(3) &&
                   k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "prompt_attention: q (B, Hq, T, D) does not match k (B, Hkv, T, D)");
-  if (!kernel_covers(q) || q.numel() == 0)
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                            /*enable_gqa=*/true);
+  TORCH_CHECK(window >= 0, "prompt_attention: window must be >= 0 (0: none), got ", window);
+  at::Tensor pos;
+  if (positions.has_value()) {
+    pos = positions->contiguous();
+    TORCH_CHECK(pos.dim() == 1 && pos.size(0) == q.size(2) && pos.scalar_type() == at::kLong,
+                "prompt_attention: want positions (T,) int64");
+  }
   at::Tensor out = at::empty(q.sizes(), q.options());
+  if (q.numel() == 0) return out;
 #if SNAPSTREAM_PROMPT_AVX512
-  attend(q, k, v, out);
+  attend(q, k, v, window, pos.defined() ? pos.data_ptr<int64_t>() : nullptr, out);
 #endif
   return out;
 }
@@ -254,9 +296,12 @@ at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }  // namespace snapstream
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
-  m.def("prompt_attention(Tensor q, Tensor k, Tensor v) -> Tensor");
+  m.def("prompt_attention_covers(Tensor q) -> bool");
+  m.def("prompt_attention(Tensor q, Tensor k, Tensor v, int window=0, Tensor? positions=None) "
+        "-> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(snapstream, CPU, m) {
+  m.impl("prompt_attention_covers", &snapstream::prompt_attention_covers);
   m.impl("prompt_attention", &snapstream::prompt_attention);
 }

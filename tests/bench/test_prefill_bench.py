@@ -81,6 +81,6 @@ def test_the_report_gives_ratios_and_the_share_of_the_peak(results, gemm_dtype, 
 def test_the_model_gets_the_compiled_attention_back_and_its_variants_agree(results):
     """A variant's attention is swapped in for its prefills only; two implementations of the
     same float32 attention pick the same next tokens."""
-    assert kernels.prompt_attention is torch.ops.snapstream.prompt_attention
+    assert kernels.prompt_attention_covers is torch.ops.snapstream.prompt_attention_covers
     base, other = (VARIANTS[name] for name in results["variants"])
     assert all(row["top1_same"] for row in results["rows"]) or base.dtype != other.dtype

@@ -1,7 +1,8 @@
-"""The prompt's causal attention (kernels.prompt_attention): the flash kernel of float32 prompts
-on AVX-512 CPUs against a float64 reference at the shapes of both model families and across
-its blocks (64-key panels, 256-key softmax steps, 32-position work items, 6-row tiles), and
-torch's SDPA, exactly, for what the kernel does not cover."""
+"""The prompt's causal attention: snapstream's flash kernel (kernels.prompt_attention, float32 on
+AVX-512 CPUs) against a float64 reference at the shapes of both model families, across its
+blocks (64-key panels, 256-key softmax steps, 32-position work items, 6-row tiles) and within
+sliding windows of positions; and model.causal_attention, which runs it where
+``prompt_attention_covers`` says so and torch's SDPA elsewhere."""
 
 from __future__ import annotations
 
@@ -10,16 +11,20 @@ import torch
 import torch.nn.functional as F
 
 from snapstream import kernels
+from snapstream.model import causal_attention
 
 
-def reference(q, k, v) -> torch.Tensor:
-    """float64, keys repeated per query head, explicit causal mask: (B, Hq, T, D)."""
+def reference(q, k, v, window=None, positions=None) -> torch.Tensor:
+    """float64, keys repeated per query head, an explicit (T, T) mask: (B, Hq, T, D)."""
     group = q.shape[1] // k.shape[1]
     k64 = k.double().repeat_interleave(group, dim=1)  # (B, Hq, T, D)
     v64 = v.double().repeat_interleave(group, dim=1)
     scores = q.double() @ k64.transpose(-1, -2) / q.shape[-1] ** 0.5  # (B, Hq, T, T)
-    future = torch.ones(q.shape[2], q.shape[2], dtype=torch.bool).triu(1)
-    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v64
+    at = torch.arange(q.shape[2]) if positions is None else positions
+    visible = at[None] <= at[:, None]  # (T, T): keys up to the query's own
+    if window is not None:
+        visible &= at[None] > at[:, None] - window
+    return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ v64
 
 
 def case(batch, q_heads, kv_heads, tokens, dim, seed=0, dtype=torch.float32, q_scale=1.0):
@@ -30,6 +35,16 @@ def case(batch, q_heads, kv_heads, tokens, dim, seed=0, dtype=torch.float32, q_s
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
+def kept_positions(tokens: int, span: int, seed: int = 0) -> torch.Tensor:
+    """``tokens`` ascending positions out of 0..span-1 (the kept part of a longer prompt)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randperm(span, generator=gen)[:tokens].sort().values
+
+
+needs_kernel = pytest.mark.skipif(
+    not kernels.prompt_attention_covers(torch.empty(1, 1, 1, 64)),
+    reason="the prompt attention kernel needs an AVX-512 CPU")
+
 # (B, Hq, Hkv, T, D): SmolLM2's 9/3 heads of 64, Gemma 3 270M's 4/1 of 256, plain multi-head,
 # a batch of two; T from one token to several key blocks, on and off every block edge.
 SHAPES = [
@@ -39,58 +54,97 @@ SHAPES = [
 ]
 
 
+@needs_kernel
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_matches_the_float64_reference(shape):
+def test_the_kernel_matches_the_float64_reference(shape):
     q, k, v = case(*shape)
     out = kernels.prompt_attention(q, k, v)
     assert out.shape == q.shape and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), reference(q, k, v), atol=1e-5, rtol=1e-5)
 
 
+# (Hq, Hkv, T, D, window, span of the kept positions or None): windows shorter than a block,
+# than a key block, longer than the prompt; Gemma 3's 512 at its head shape; kept positions.
+WINDOWS = [
+    (9, 3, 300, 64, 16, None), (9, 3, 1100, 64, 100, None), (9, 3, 600, 64, 512, None),
+    (4, 1, 700, 256, 512, None), (9, 3, 200, 64, 512, None), (9, 3, 400, 64, 64, 1000),
+    (4, 1, 500, 256, 300, 2000),
+]
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", WINDOWS, ids=lambda s: "x".join(map(str, s)))
+def test_the_kernel_keeps_each_query_within_its_window(shape):
+    q_heads, kv_heads, tokens, dim, window, span = shape
+    q, k, v = case(1, q_heads, kv_heads, tokens, dim, seed=3)
+    positions = None if span is None else kept_positions(tokens, span)
+    out = kernels.prompt_attention(q, k, v, window, positions)
+    torch.testing.assert_close(out.double(), reference(q, k, v, window, positions),
+                               atol=1e-5, rtol=1e-5)
+
+
+@needs_kernel
 def test_peaked_scores_keep_the_softmax_stable():
     """Scores in the hundreds: the running max and the rescaling of earlier blocks must hold."""
     q, k, v = case(1, 9, 3, 700, 64, seed=1, q_scale=40.0)
-    out = kernels.prompt_attention(q, k, v)
+    out = kernels.prompt_attention(q, k, v, 200)
     assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.double(), reference(q, k, v), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out.double(), reference(q, k, v, 200), atol=1e-4, rtol=1e-4)
 
 
+@needs_kernel
 def test_strided_views_read_as_their_values():
     """The model hands q, k, v over as (B, T, H, D) -> (B, H, T, D) views."""
     gen = torch.Generator().manual_seed(2)
     q = torch.randn(1, 300, 9, 64, generator=gen).transpose(1, 2)
     k = torch.randn(1, 300, 3, 64, generator=gen).transpose(1, 2)
     v = torch.randn(1, 300, 3, 64, generator=gen).transpose(1, 2)
-    torch.testing.assert_close(kernels.prompt_attention(q, k, v),
-                               kernels.prompt_attention(q.contiguous(), k.contiguous(),
-                                                        v.contiguous()), atol=0, rtol=0)
+    contiguous = kernels.prompt_attention(q.contiguous(), k.contiguous(), v.contiguous())
+    assert torch.equal(kernels.prompt_attention(q, k, v), contiguous)
 
 
-def sdpa(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+@pytest.mark.parametrize("generic", ["0", "1"], ids=["as_the_cpu_allows", "generic"])
+@pytest.mark.parametrize(("window", "span"), [(None, None), (100, None), (64, 1000)],
+                         ids=["causal", "window", "window_kept_positions"])
+def test_causal_attention_matches_the_reference_on_either_path(monkeypatch, generic, window,
+                                                               span):
+    """The kernel where it covers, torch's SDPA (a window block by block) with
+    SNAPSTREAM_GENERIC_KERNELS=1 or without AVX-512."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    q, k, v = case(1, 9, 3, 400, 64, seed=4)
+    positions = None if span is None else kept_positions(400, span, seed=1)
+    torch.testing.assert_close(causal_attention(q, k, v, window, positions).double(),
+                               reference(q, k, v, window, positions), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(("dim", "dtype"), [(64, torch.bfloat16), (32, torch.float32)],
                          ids=["bfloat16", "head_dim_32"])
-def test_what_the_kernel_does_not_cover_is_torchs_sdpa(dim, dtype):
+def test_what_the_kernel_does_not_cover_runs_torchs_sdpa(dim, dtype):
     q, k, v = case(1, 9, 3, 200, dim, dtype=dtype)
-    assert torch.equal(kernels.prompt_attention(q, k, v), sdpa(q, k, v))
-
-
-def test_generic_kernels_request_runs_torchs_sdpa(monkeypatch):
-    q, k, v = case(1, 9, 3, 200, 64)
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
-    assert torch.equal(kernels.prompt_attention(q, k, v), sdpa(q, k, v))
-
-
-@pytest.mark.parametrize(("q_shape", "kv_shape", "dtype", "message"), [
-    ((1, 9, 10, 64), (1, 4, 10, 64), torch.float32, "does not match"),
-    ((1, 9, 10, 64), (1, 3, 11, 64), torch.float32, "does not match"),
-    ((9, 10, 64), (3, 10, 64), torch.float32, "want q"),
-    ((1, 9, 10, 64), (1, 3, 10, 64), torch.float64, "one dtype"),
-])
-def test_mismatched_inputs_are_refused(q_shape, kv_shape, dtype, message):
-    q = torch.randn(q_shape)
-    k, v = torch.randn(kv_shape, dtype=dtype), torch.randn(kv_shape, dtype=dtype)
-    with pytest.raises(RuntimeError, match=message):
+    assert not kernels.prompt_attention_covers(q)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.equal(causal_attention(q, k, v), expected)
+    with pytest.raises(RuntimeError, match="prompt_attention_covers"):
         kernels.prompt_attention(q, k, v)
+
+
+def test_the_generic_kernels_request_turns_the_kernel_off(monkeypatch):
+    q = torch.empty(1, 9, 10, 64)
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
+    assert not kernels.prompt_attention_covers(q)
+
+
+@needs_kernel
+@pytest.mark.parametrize(("kv_shape", "window", "positions", "message"), [
+    ((1, 4, 10, 64), 0, None, "does not match"),
+    ((1, 3, 11, 64), 0, None, "does not match"),
+    ((3, 10, 64), 0, None, "want q"),
+    ((1, 3, 10, 64), -1, None, "window must be >= 0"),
+    ((1, 3, 10, 64), 4, torch.arange(9), "want positions"),
+    ((1, 3, 10, 64), 4, torch.arange(10, dtype=torch.int32), "want positions"),
+])
+def test_mismatched_inputs_are_refused(kv_shape, window, positions, message):
+    q = torch.randn(1, 9, 10, 64)
+    k, v = torch.randn(kv_shape), torch.randn(kv_shape)
+    with pytest.raises(RuntimeError, match=message):
+        kernels.prompt_attention(q, k, v, window, positions)
