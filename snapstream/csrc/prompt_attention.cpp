@@ -7,13 +7,14 @@
 // torch's SDPA for the rest (bfloat16 prompts, other head sizes and CPUs,
 // SNAPSTREAM_GENERIC_KERNELS=1).
 //
-// Work item = (sequence, KV head, block of kPositions query positions): its rows (position-major, the G
-// query heads of a position side by side) stream their key range in blocks of kKeyBlock
-// keys; within a block each tile of kRows rows computes its scores against 64-key panels of
-// K^T (24 accumulators in registers), updates its rows' max and sum, and adds P V into its
-// rows' output (the same 6 x 64 register tile). A block's K and V (128 KiB at D = 64) stay in
-// L2 while every tile of the item reads them. Items run longest first, dynamically scheduled
-// (the causal triangle makes late positions costlier).
+// Work item = (sequence, KV head, block of kPositions query positions): its rows
+// (position-major, the G query heads of a position side by side) stream their key range in
+// blocks of kKeyBlock keys; within a block each tile of kRows rows computes its scores against
+// 64-key panels of K^T (24 accumulators in registers), updates its rows' max and sum, and adds
+// P V into its rows' output (the same 6 x 64 register tile). A block's K and V (128 KiB at
+// D = 64) stay in L2 while every tile of the item reads them. Items run from the last positions
+// back, dynamically scheduled: without a window that is longest first (the causal triangle
+// makes late positions costlier); with one, items cost about the same.
 
 #include <torch/extension.h>
 
