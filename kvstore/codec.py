@@ -9,8 +9,9 @@ the buffer).
 Version 2 carried layer groups (a hybrid model's global layers in the policy's layout, its
 sliding-window layers in a ring of their window); version 3 adds the int8 KV dtype, whose K and V
 rows are D int8 codes + a float32 scale each (:mod:`snapstream.kvquant`), copied as they are;
-dtype code 5 (float8_e4m3fn rows of D values, no scale) needs no new version: a reader that
-does not know it refuses the blob's dtype.
+the fp8 e4m3 dtype needs no new version, a reader that does not know its code refuses the
+blob's dtype: code 6 is rows of D fp8 values of each row's Hadamard transform, no scale; code 5
+(the values themselves, before 2026-11-28) is retired and refused like any unknown code.
 Blobs of another version are refused with :class:`BlobVersionMismatch`.
 """
 
@@ -41,7 +42,7 @@ _LAYER = struct.Struct("<H")
 _HEADER_CRC = struct.Struct("<I")
 POSITION_BYTES = 4  # each slot's absolute position (int32), per layer and KV head
 DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.int8: 4,
-               torch.float8_e4m3fn: 5}
+               torch.float8_e4m3fn: 6}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
 

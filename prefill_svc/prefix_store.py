@@ -37,8 +37,9 @@ from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 
 log = logging.getLogger(__name__)
 
-PREFIX_FORMAT = 4  # the stored cache's meaning: a change makes new keys (2: DocumentCacheConfig;
-# 3: whole documents, the superset's picks first; 4: whole documents in position order)
+PREFIX_FORMAT = 5  # the stored cache's meaning: a change makes new keys (2: DocumentCacheConfig;
+# 3: whole documents, the superset's picks first; 4: whole documents in position order; 5: fp8
+# rows hold each row's Hadamard transform)
 STORED, HIT, BYPASS = "stored", "hit", "bypass"
 
 

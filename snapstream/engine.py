@@ -21,6 +21,7 @@ from snapstream.checkpoints import open_checkpoint
 from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, ModelLayout, SequenceCache
+from snapstream.kvquant import kv_codec
 from snapstream.loader import load_model
 from snapstream.memory import keep_freed_memory
 from snapstream.model import Transformer
@@ -73,6 +74,7 @@ class Engine:
         self.dtype = model.model.norm.weight.dtype  # activations (weights may be int8/int4)
         # sequence caches, blobs and decode pools: a KV dtype of snapstream.kvquant
         self.kv_dtype = kv_dtype or self.dtype
+        kv_codec(self.kv_dtype).row_width(self.config.head_dim)  # refuses what cannot be held
         self.prefill_dtype = prefill_dtype or self.dtype  # activations of the prompt forward
         if self.prefill_dtype != self.dtype and any(
                 isinstance(m, torch.nn.Linear) for m in model.model.layers.modules()):

@@ -9,11 +9,16 @@ the stored tensors (sequence caches, blobs and decode pools alike).
   moves codes and scale together and never re-quantizes a stored slot. The decode kernel
   (snapstream/csrc/slot_attention.cpp) writes a step's new row with the same arithmetic, so a
   row quantized there and one quantized here are the same bytes.
-- float8_e4m3fn: each slot's row holds its D values in fp8 e4m3 (4 exponent bits, 3 mantissa
-  bits), rounded to nearest and saturated at +-448, with no scale: a row of D bytes, so K and V
-  take exactly a quarter of float32's bytes. A value keeps a relative error of at most 1/16
-  (below 2^-6, an absolute one of at most 2^-10). The decode kernel writes a step's row through
-  torch's own conversion, so its bytes equal these.
+- float8_e4m3fn: each slot's row holds the normalized Hadamard transform of its D values
+  (``hadamard``; D a power of two) in fp8 e4m3 (4 exponent bits, 3 mantissa bits), rounded to
+  nearest and saturated at +-448, with no scale: a row of D bytes, so K and V take exactly a
+  quarter of float32's bytes. The transform is orthogonal, so a query's dot products with the
+  stored keys (rotated the same way) and a value row's norm are unchanged, but a key's few large
+  channels, whose 1/16 relative rounding error dominated its dot products, are spread over all D
+  values: against float32 KV the decode's KL halves (docs/benchmarks.md, "fp8 e4m3 KV cache").
+  A row's rounding error is at most 1/16 of its norm (below 2^-6 per value, 2^-10). The decode
+  kernel rotates the step's query, key and value and the attention's output with the same
+  butterflies and writes the rows through torch's own conversion, so its bytes equal these.
 """
 
 from __future__ import annotations
@@ -65,22 +70,44 @@ class Int8KV:
         return rows[..., :-SCALE_BYTES].float() * scale
 
 
+def hadamard(x: torch.Tensor) -> torch.Tensor:
+    """x (..., D) float, D a power of two -> H x (..., D) float32, H the normalized Sylvester
+    Hadamard matrix (symmetric and orthogonal: ``hadamard(hadamard(x)) == x`` up to rounding,
+    exactly when D is a power of 4). log2(D) butterfly stages, then the 1/sqrt(D) factor: the
+    order of operations of snapstream/csrc/slot_attention.cpp's ``hadamard_rows``, so both give
+    the same float32 bits."""
+    dim = x.shape[-1]
+    y = x.float()
+    half = 1
+    while half < dim:
+        pairs = y.reshape(*y.shape[:-1], dim // (2 * half), 2, half)  # (..., blocks, 2, half)
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        y = torch.stack((a + b, a - b), dim=-2).reshape(x.shape)
+        half *= 2
+    return y * dim**-0.5
+
+
 @dataclass(frozen=True)
 class Float8KV:
-    """Rows of D fp8 e4m3 values, no scale (saturating at +-448, the largest finite e4m3)."""
+    """Rows of D fp8 e4m3 values of each row's Hadamard transform, no scale (saturating at
+    +-448, the largest finite e4m3)."""
 
     dtype: torch.dtype = torch.float8_e4m3fn
 
     def row_width(self, head_dim: int) -> int:
+        if head_dim & (head_dim - 1):
+            raise ValueError(f"float8_e4m3fn KV stores each row's Hadamard transform, which needs "
+                             f"a power-of-two head dimension; this model's is {head_dim}: use "
+                             "--kv-dtype int8 or bfloat16")
         return head_dim
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., D) float -> (..., D) float8_e4m3fn (torch's conversion saturates)."""
-        return x.to(self.dtype)
+        """x (..., D) float -> (..., D) float8_e4m3fn of H x (torch's conversion saturates)."""
+        return hadamard(x).to(self.dtype)
 
     def decode(self, rows: torch.Tensor) -> torch.Tensor:
-        """rows (..., D) float8_e4m3fn -> (..., D) float32 (exact)."""
-        return rows.float()
+        """rows (..., D) float8_e4m3fn -> the values H rows (..., D) float32."""
+        return hadamard(rows)
 
 
 KV_CODECS = {

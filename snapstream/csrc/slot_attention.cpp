@@ -6,7 +6,9 @@
 // by that row's float32 scale (absmax / 127) in 4 bytes: a row of D + 4. Codes are widened in
 // registers; a key's scale multiplies its score, a value's scale its probability. The step's
 // new key and value are quantized here exactly as kvquant.py does it. An fp8 e4m3 cache holds
-// D values per row and no scale; the step's rows go through torch's own conversion.
+// per row the D values of its Hadamard transform and no scale: the step's query, key and value
+// are rotated here (kvquant.py's butterflies, the same bits), the rows go through torch's own
+// conversion, and the output is rotated back.
 //
 // The work is split over (row, KV head, chunk of slots) so that a batch of one still spreads
 // over every thread (flash-decoding); each chunk keeps its own max, sum and weighted values,
@@ -569,6 +571,35 @@ void write_both(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_ne
   });
 }
 
+// Each row of x (..., D) float32, contiguous, replaced in place by its normalized Hadamard
+// transform: kvquant.py's `hadamard`, its butterflies in the same order and then 1/sqrt(D), so
+// the float32 bits are the same.
+void hadamard_in_place(at::Tensor& x) {
+  const int64_t dim = x.size(-1), rows = dim == 0 ? 0 : x.numel() / dim;
+  const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  float* data = x.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = data + r * dim;
+    for (int64_t half = 1; half < dim; half *= 2) {
+      for (int64_t block = 0; block < dim; block += 2 * half) {
+        for (int64_t j = block; j < block + half; ++j) {
+          const float a = row[j], b = row[j + half];
+          row[j] = a + b;
+          row[j + half] = a - b;
+        }
+      }
+    }
+    for (int64_t d = 0; d < dim; ++d) row[d] *= norm;
+  }
+}
+
+// x (..., D) of any float dtype -> a new float32 tensor of its rows' Hadamard transforms.
+at::Tensor hadamard_rows(const at::Tensor& x) {
+  at::Tensor out = x.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  hadamard_in_place(out);
+  return out;
+}
+
 }  // namespace
 
 namespace snapstream {
@@ -609,8 +640,18 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
               "slot_attention: want k_new and v_new (B, Hkv, D) of one dtype");
   TORCH_CHECK(slots.dim() == 1 && slots.size(0) == batch && slots.scalar_type() == at::kLong,
               "slot_attention: want slots (B,) int64");
-  write_both(k, v, k_new.contiguous(), v_new.contiguous(), slots.contiguous());
-  const at::Tensor qc = q.contiguous(), ec = empty.contiguous();
+  // An fp8 row holds its values' Hadamard transform (kvquant.py): the step's key and value are
+  // rotated before they are rounded, the query so that its dot products are unchanged, and the
+  // output (a combination of rotated values) back.
+  const bool rotated = kv_type == at::kFloat8_e4m3fn;
+  TORCH_CHECK(!rotated || (dim & (dim - 1)) == 0,
+              "slot_attention: an fp8 cache needs a power-of-two head dimension, got ", dim);
+  if (rotated) {
+    write_both(k, v, hadamard_rows(k_new), hadamard_rows(v_new), slots.contiguous());
+  } else {
+    write_both(k, v, k_new.contiguous(), v_new.contiguous(), slots.contiguous());
+  }
+  const at::Tensor qc = rotated ? hadamard_rows(q) : q.contiguous(), ec = empty.contiguous();
   at::Tensor out = at::empty(q.sizes(), q.options());
   if (kv_type == at::kBFloat16) {
     slot_attention_impl<c10::BFloat16>(qc, k, v, ec, out);
@@ -618,6 +659,7 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
     slot_attention_impl<int8_t>(qc, k, v, ec, out);
   } else if (kv_type == at::kFloat8_e4m3fn) {
     slot_attention_impl<c10::Float8_e4m3fn>(qc, k, v, ec, out);
+    hadamard_in_place(out);
   } else {
     slot_attention_impl<float>(qc, k, v, ec, out);
   }

@@ -195,3 +195,19 @@ def test_fingerprint_changes_with_any_weight(engine):
     with torch.no_grad():
         model.model.layers[1].mlp.gate_up_proj.weight[3, 4] += 1e-3
     assert model_fingerprint(model) != before
+
+
+def test_a_blob_of_the_retired_fp8_code_is_refused(engine, monkeypatch):
+    """Code 5 held fp8 rows of the values themselves; fp8 rows now hold their Hadamard transform
+    (code 6), so an old blob is refused rather than read as rotated rows."""
+    import kvstore.codec as codec
+
+    spec = BlobSpec.for_model(engine.config, b"\x01" * 32, torch.float8_e4m3fn)
+    cache = engine_for(engine.model, kv_dtype=torch.float8_e4m3fn).prefill(
+        list(range(40)), POLICY, max_new_tokens=8).cache
+    monkeypatch.setitem(codec.DTYPE_CODES, torch.float8_e4m3fn, 5)
+    old = encode_blob(cache, spec)
+    monkeypatch.undo()
+    with pytest.raises(BlobLayoutMismatch, match=r"blob dtype 5, expected torch\.float8_e4m3fn"):
+        decode_blob(old, spec)
+    assert decode_blob(encode_blob(cache, spec), spec).prompt_len == cache.prompt_len

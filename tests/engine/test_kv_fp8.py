@@ -1,6 +1,7 @@
-"""The fp8 e4m3 KV cache (snapstream.kvquant.Float8KV): its rounding and saturation, the decode
-kernel's fp8 path (its write and its exact widening of every byte) against a torch reference, the
-cache moved through pools and blobs as bytes, and an fp8 engine against a float one."""
+"""The fp8 e4m3 KV cache (snapstream.kvquant.Float8KV): its Hadamard rotation, rounding and
+saturation, the decode kernel's fp8 path (its rotations, its write and its exact widening of
+every byte) against a torch reference, the cache moved through pools and blobs as bytes, and an
+fp8 engine against a float one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from snapstream import kernels
 from snapstream.attention import slot_attention
 from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache
-from snapstream.kvquant import Float8KV, as_bits, kv_slot_bytes
+from snapstream.kvquant import Float8KV, as_bits, hadamard, kv_slot_bytes
 from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.engine.test_slot_attention import expected_after_write
@@ -29,22 +30,44 @@ def every_finite_value() -> torch.Tensor:
     return codes[(codes & 0x7F) != 0x7F].view(torch.float8_e4m3fn)
 
 
+def test_hadamard_is_orthogonal_and_its_own_inverse():
+    """H x keeps norms and dot products; H (H x) = x; H of a one-hot row is +-1/sqrt(D) in
+    every entry (one large channel spread over all of them)."""
+    generator = torch.Generator().manual_seed(3)
+    for dim in (8, 64, 256):
+        x, y = torch.randn(2, 5, dim, generator=generator).double()
+        torch.testing.assert_close(hadamard(hadamard(x)), x.float(), atol=1e-5, rtol=0)
+        torch.testing.assert_close((hadamard(x) * hadamard(y)).sum(-1), (x * y).sum(-1).float(),
+                                   atol=1e-4, rtol=1e-5)
+        spread = hadamard(torch.eye(dim)[:1] * 8)
+        torch.testing.assert_close(spread.abs(), torch.full((1, dim), 8 / dim**0.5))
+
+
 @pytest.mark.parametrize("spread", [1e-3, 1.0, 300.0])
-def test_round_trip_keeps_a_sixteenth_of_each_value(spread):
-    """Normal values come back within 1/16 of themselves, subnormal ones within 2^-10, values
-    past 448 as +-448; decoding and encoding again gives the same bytes."""
+def test_round_trip_keeps_a_sixteenth_of_each_row(spread):
+    """A row is stored as fp8 of its Hadamard transform: it comes back within 1/16 of its norm
+    (plus 2^-10 per value for subnormals) where no rotated value passes 448, rotated values
+    past 448 are stored as +-448, and decoding and encoding again gives the same values."""
     x = torch.randn(400, 64, generator=torch.Generator().manual_seed(0)) * spread
     x[0, :4] = torch.tensor([1e4, -1e4, 450.0, -460.0])
     rows = FP8.encode(x)  # (400, 64)
     assert rows.dtype == torch.float8_e4m3fn and rows.shape == x.shape
+    assert torch.equal(as_bits(rows), as_bits(hadamard(x).to(torch.float8_e4m3fn)))
     back = FP8.decode(rows)
     assert back.dtype == torch.float32
-    inside = x.abs() <= FP8_MAX
-    error = (back - x).abs()[inside]
-    bound = torch.maximum(x.abs()[inside] / 16, torch.full_like(error, 2.0**-10))
+    inside = hadamard(x).abs().amax(-1) <= FP8_MAX  # (400,)
+    assert not bool(inside[0]) and float(rows[0].float().abs().max()) == FP8_MAX
+    error = (back - x).norm(dim=-1)[inside]
+    bound = x.norm(dim=-1)[inside] / 16 + 64**0.5 * 2.0**-10
     assert bool((error <= bound).all())
-    assert back[0, :4].tolist() == [FP8_MAX, -FP8_MAX, FP8_MAX, -FP8_MAX]
-    assert torch.equal(as_bits(FP8.encode(back)), as_bits(rows))
+    assert torch.equal(FP8.encode(back).float(), rows.float())  # the same values (0 may be -0)
+
+
+def test_a_head_dimension_that_is_not_a_power_of_two_is_refused():
+    with pytest.raises(ValueError, match="power-of-two head dimension.*--kv-dtype int8"):
+        FP8.row_width(96)
+    with pytest.raises(ValueError, match="power-of-two head dimension"):
+        engine_for(random_model(tiny_config(head_dim=24)), kv_dtype=torch.float8_e4m3fn)
 
 
 def test_a_slot_is_one_byte_a_value():
