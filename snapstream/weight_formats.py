@@ -18,7 +18,7 @@ other formats requantize or convert float weights.
 
 ``kv_dtype`` (``--kv-dtype``) overrides a format's KV dtype: one of :data:`KV_DTYPES`, the
 names of snapstream.kvquant's registry (``int8``: codes with a float32 scale per slot and head;
-``float8_e4m3fn``: fp8 e4m3 values, no scale).
+``float8_e4m3fn``: fp8 e4m3 values of each row's Hadamard transform, no scale).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def kv_dtype_name(name: str | None, fmt: WeightFormat) -> str:
 
 KV_DTYPE_HELP = ("what the KV cache holds (sequence caches, blobs, decode pools): float32, "
                  "bfloat16, int8 (codes with a float32 scale per slot and head) or float8_e4m3fn "
-                 "(fp8 e4m3 values, no scale); default: the "
+                 "(fp8 e4m3 values of each row's Hadamard transform, no scale); default: the "
                  "--dtype format's (int8 for the quantized formats)")
 DTYPE_HELP = ("weights, activations and KV cache: auto (the checkpoint's own: gguf for a GGUF of "
               "quantized blocks, else float32), float32, bfloat16, gguf (the GGUF's blocks as "
