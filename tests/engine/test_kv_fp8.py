@@ -64,7 +64,7 @@ def test_round_trip_keeps_a_sixteenth_of_each_row(spread):
 
 
 def test_a_head_dimension_that_is_not_a_power_of_two_is_refused():
-    with pytest.raises(ValueError, match="power-of-two head dimension.*--kv-dtype int8"):
+    with pytest.raises(ValueError, match=r"power-of-two head dimension.*--kv-dtype int8"):
         FP8.row_width(96)
     with pytest.raises(ValueError, match="power-of-two head dimension"):
         engine_for(random_model(tiny_config(head_dim=24)), kv_dtype=torch.float8_e4m3fn)
