@@ -7,7 +7,8 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``rms_norm(x, weight, eps)``: ``F.rms_norm`` in one pass per row.
 - ``int4_matmul(x, weight, scales, n)``, ``int8_matmul(x, weight, scales, n)``:
   quantized matmul (codes in groups with float16/float32 scales and offsets; int8 also rounds
-  x to 8-bit codes) in the blocked
+  x to 8-bit codes, int4 to 15-bit codes where ``int4_matmul_reads_codes(group)``: CPUs with
+  AVX-512 but without BF16 or AMX) in the blocked
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
 - ``prompt_attention(q, k, v, window, positions)``: causal attention over a prompt, GQA,

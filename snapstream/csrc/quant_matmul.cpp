@@ -23,10 +23,11 @@
 // the integer part exact whatever the order; a row's result never depends on its batch-mates
 // (a stream resumed on another decode worker stays token-identical).
 // CPUs with AVX-512 but without these instructions (Skylake-SP) take plain AVX-512 kernels: the
-// int8 one the same integers by vpmaddwd, the int4 one the codes as float32 (see
-// int4_float_rows_block). Without AVX-512 (or with SNAPSTREAM_GENERIC_KERNELS=1) plain C++
-// loops: the int8 one computes the very same integers and float operations, the int4 one the
-// float32 weights (the int4 paths differ only by float32 rounding).
+// int8 one the same integers by vpmaddwd; the int4 one rounds x to 15-bit codes and multiplies
+// them with the int4 codes in 16-bit integers (vpmaddubsw, see int4_codes_rows_block).
+// Without AVX-512 (or with SNAPSTREAM_GENERIC_KERNELS=1) plain C++ loops: the int8 one computes
+// the very same integers and float operations, the int4 one the float32 weights times x (as the
+// bfloat16 and AMX int4 kernels do, up to float32 rounding).
 //
 // Packed layout, block b holding outputs 16b + j, j in [0, 16):
 //   int4: weight (N/16, K/2, 16) uint8, byte j of pair p = q(2p) | q(2p + 1) << 4;
@@ -100,17 +101,17 @@ struct Block {
 // The rows of x as the kernels take them (pointers at row 0 of a tile).
 struct Rows {
   const uint16_t* x;          // (M, K) bfloat16
-  const float* floats;        // int4 only: (M, K) x as float32
   const float* sums;          // (M, K/G) each group's sum of x (int4, or weights with offsets)
-  const int8_t* codes;        // int8 only: (M, K) x's codes a
+  const int8_t* codes;        // codes kernels: (M, K) x's codes a (int4: their high bytes)
+  const int8_t* low_codes;    // int4 codes kernel: (M, K) the codes' low 7 bits
   const int16_t* wide_codes;  // int8 only: (M, K) the codes a as int16
-  const float* code_scales;   // int8 only: (M, K/A) each sub-group's dx
+  const float* code_scales;   // codes kernels: (M, K/A) each sub-group's dx
   const int32_t* code_bias;   // int8 only: (M, K/A) 128 * each sub-group's sum of a
   int64_t k, groups, subs;    // K, K/G, K/A
 
   Rows from(int64_t m) const {
-    return {x + m * k, floats ? floats + m * k : nullptr, sums ? sums + m * groups : nullptr,
-            codes ? codes + m * k : nullptr, wide_codes ? wide_codes + m * k : nullptr,
+    return {x + m * k, sums ? sums + m * groups : nullptr, codes ? codes + m * k : nullptr,
+            low_codes ? low_codes + m * k : nullptr, wide_codes ? wide_codes + m * k : nullptr,
             code_scales ? code_scales + m * subs : nullptr,
             code_bias ? code_bias + m * subs : nullptr, k, groups, subs};
   }
@@ -118,53 +119,11 @@ struct Rows {
 
 // What Rows points at, computed once per call.
 struct RowData {
-  std::vector<float> floats, sums, code_scales;
-  std::vector<int8_t> codes;
+  std::vector<float> sums, code_scales;
+  std::vector<int8_t> codes, low_codes;
   std::vector<int16_t> wide_codes;
   std::vector<int32_t> code_bias;
 };
-
-// x's group sums (when a kernel reads them) and, for int8, its 8-bit codes per sub-group of
-// ``sub`` inputs (as int8 and int16), else x as float32.
-Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, int64_t sub,
-                  bool need_sums, RowData& data) {
-  const int64_t groups = k / group, subs = sub ? k / sub : 0;
-  data.floats.resize(sub ? 0 : rows * k);
-  for (int64_t i = 0; i < static_cast<int64_t>(data.floats.size()); ++i)
-    data.floats[i] = bf16_to_float(x[i]);
-  data.sums.resize(need_sums ? rows * groups : 0);
-  for (int64_t i = 0; i < static_cast<int64_t>(data.sums.size()); ++i) {
-    float sum = 0.f;
-    for (int64_t d = 0; d < group; ++d) sum += bf16_to_float(x[i * group + d]);
-    data.sums[i] = sum;
-  }
-  if (sub) {
-    data.codes.resize(rows * k);
-    data.wide_codes.resize(rows * k);
-    data.code_scales.resize(rows * subs);
-    data.code_bias.resize(rows * subs);
-    for (int64_t i = 0; i < rows * subs; ++i) {
-      const uint16_t* values = x + i * sub;
-      float amax = 0.f;
-      for (int64_t d = 0; d < sub; ++d) amax = std::max(amax, std::fabs(bf16_to_float(values[d])));
-      const float inv = amax > 0.f ? 127.f / amax : 0.f;
-      int32_t total = 0;
-      for (int64_t d = 0; d < sub; ++d) {
-        const int a = std::clamp(static_cast<int>(std::nearbyint(bf16_to_float(values[d]) * inv)),
-                                 -127, 127);
-        data.codes[i * sub + d] = static_cast<int8_t>(a);
-        data.wide_codes[i * sub + d] = static_cast<int16_t>(a);
-        total += a;
-      }
-      data.code_scales[i] = amax / 127.f;
-      data.code_bias[i] = 128 * total;
-    }
-  }
-  return {x, sub ? nullptr : data.floats.data(), need_sums ? data.sums.data() : nullptr,
-          sub ? data.codes.data() : nullptr, sub ? data.wide_codes.data() : nullptr,
-          sub ? data.code_scales.data() : nullptr, sub ? data.code_bias.data() : nullptr, k,
-          groups, subs};
-}
 
 // Where a block's (rows, 16) results go: the first ``cols`` columns (fewer in the last block
 // when N is not a multiple of 16) of rows of ``stride`` floats.
@@ -424,10 +383,11 @@ SNAPSTREAM_AVX512 inline __m512 int8_sub_group(__m512 acc, __m512i dots, __m512 
   return _mm512_fmadd_ps(dot, step, acc);
 }
 
-// Group g's offsets times each row's sum of x, where the weights have offsets.
+// Group g's offsets times each row's sum of x, where the weights have offsets (the codes
+// kernels').
 template <int ROWS>
-SNAPSTREAM_AVX512 inline void int8_group_offsets(__m512 (&acc)[ROWS], const Block& block,
-                                                 const Rows& x, int64_t g) {
+SNAPSTREAM_AVX512 inline void group_offsets(__m512 (&acc)[ROWS], const Block& block,
+                                            const Rows& x, int64_t g) {
   if (!block.has_offset) return;
   const __m512 offset = load_scales(block, g * block.stride + kBlock);
   for (int m = 0; m < ROWS; ++m)
@@ -455,66 +415,117 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
       }
       for (int m = 0; m < ROWS; ++m) acc[m] = int8_sub_group(acc[m], dots[m], scale, x, m, s);
     }
-    int8_group_offsets<ROWS>(acc, block, x, g);
+    group_offsets<ROWS>(acc, block, x, g);
   }
   store_rows<ROWS>(acc, out);
 }
 
-// CPUs with AVX-512 but neither BF16 nor VNNI (Skylake-SP): the same results by other
-// instructions.
+// CPUs with AVX-512 but neither BF16 nor VNNI (Skylake-SP).
 //
-// int4: each pair's 16 bytes widened to 32-bit lanes, both nibbles converted to float32 and
-// multiplied with x in float32 (the generic kernel's float32 weights, in registers):
-//   sum x w = scale * sum x q + offset * sum x.
-// Four chains per row (two pairs at a time, low and high nibbles apart) hide the FMA latency
-// for one row; up to kFloatRowTile rows share each unpacked pair. A row's sums are added in one
-// order whatever the tile, so its result does not depend on its batch.
-constexpr int kFloatRowTile = 4;
-
-// Pair p of an int4 block times ROWS rows of x: its low nibbles (input 2p) into the rows' sums
-// ``low``, its high nibbles (input 2p + 1) into ``high``.
-template <int ROWS>
-SNAPSTREAM_AVX512 inline void int4_float_pair(const Block& block, const Rows& x, int64_t p,
-                                              __m512 (&low)[ROWS], __m512 (&high)[ROWS]) {
-  const __m512i bytes = _mm512_cvtepu8_epi32(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.weight + p * kBlock)));
-  const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(15)));
-  const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
-  for (int m = 0; m < ROWS; ++m) {
-    const float* xm = x.floats + m * block.k + 2 * p;
-    low[m] = _mm512_fmadd_ps(lo, _mm512_set1_ps(xm[0]), low[m]);
-    high[m] = _mm512_fmadd_ps(hi, _mm512_set1_ps(xm[1]), high[m]);
+// The int4 codes kernel's 15-bit codes of ``count`` values of x, per sub-group of ``sub`` (a
+// multiple of 16), into data.codes (h), data.low_codes (l) and data.code_scales: 16 values at a
+// time as float32 (bfloat16 widened exactly), a = x * (16383 / max |x|) rounded to nearest even
+// (the MXCSR's default), h = a >> 7 and l = a & 127, stored per run of 8 inputs as its even
+// then its odd ones.
+SNAPSTREAM_AVX512 void int4_codes(const uint16_t* x, int64_t count, int64_t sub, RowData& data) {
+  constexpr float kLimit = 16383.f;
+  const __m512i run_order = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const __m512i low_bits = _mm512_set1_epi32(127);
+  for (int64_t i = 0; i < count / sub; ++i) {
+    const uint16_t* values = x + i * sub;
+    __m512 largest = _mm512_setzero_ps();
+    for (int64_t d = 0; d < sub; d += 16) {
+      const __m512i wide = _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + d)));
+      const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+      largest = _mm512_max_ps(largest, _mm512_abs_ps(v));
+    }
+    const float amax = _mm512_reduce_max_ps(largest);
+    const __m512 inv = _mm512_set1_ps(amax > 0.f ? kLimit / amax : 0.f);
+    for (int64_t d = 0; d < sub; d += 16) {
+      const __m512i wide = _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + d)));
+      const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+      const __m512i a = _mm512_permutexvar_epi32(
+          run_order, _mm512_cvtps_epi32(_mm512_mul_ps(v, inv)));  // |a| <= 16383
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(data.codes.data() + i * sub + d),
+                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(a, 7)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(data.low_codes.data() + i * sub + d),
+                       _mm512_cvtepi32_epi8(_mm512_and_si512(a, low_bits)));
+    }
+    data.code_scales[i] = amax / kLimit;
   }
 }
 
+// A decode step streams the weights from memory, where this kernel waits on them: each run
+// asks for the bytes 4 KiB ahead (the blocks lie one after another, so this reaches into the
+// next block's). Measured over the model's layers: 0.9-1.0x torch's int4 kernel time with it,
+// 1.0-1.1x without.
+constexpr int64_t kPrefetchAhead = 4096;
+
+// int4: each row of x is held as 15-bit integer codes per sub-group of A = gcd(G, 32) inputs
+// (x ~ a * dx, dx = max |x| / 16383: finer than x's own bfloat16 rounding but for values under
+// 1/64 of the sub-group's largest) split into two bytes, a = 128 h + l, and the int4 codes q
+// (unsigned) are multiplied with each byte exactly in 16-bit lanes by vpmaddubsw (two byte
+// products added):
+//   sum x w ~ dx * scale * (128 sum q h + sum q l) + offset * sum x.
+// Widened to float32 instead, the codes cost five instructions per 32 weights, then an FMA per
+// 16 weights and row (compute-bound, below the memory's bandwidth, there); here a run
+// of 4 pairs (64 bytes, [pair][output]) is transposed to [output][pair] by a dword permute
+// and a byte shuffle (five instructions per 128 weights with the nibble masks), after which
+// the low nibbles hold each output's inputs 0, 2, 4, 6 of the run and the high ones 1, 3, 5,
+// 7, multiplied with the row's bytes in that order (int4_codes stores them so): an
+// instruction per 64 weights and byte. Bound: a 16-bit lane gains at most 4 * 15 * 128 = 7,680
+// per run, so a sub-group (at most 4 runs) stays under 2^15 before vpmaddwd widens it to 32
+// bits; the integer part is exact, so a row's result does not depend on its batch.
 template <int ROWS>
-SNAPSTREAM_AVX512 void int4_float_rows_block(const Block& block, const Rows& x,
+SNAPSTREAM_AVX512 void int4_codes_rows_block(const Block& block, const Rows& x,
                                              const BlockOut& out) {
-  const int64_t per_group = block.group / 2;
+  const auto* high = reinterpret_cast<const int32_t*>(x.codes);     // (ROWS, K/4)
+  const auto* low = reinterpret_cast<const int32_t*>(x.low_codes);  // (ROWS, K/4)
+  const int64_t words = block.k / 4, runs = block.k / x.subs / 8;  // runs per sub-group
+  const int64_t per_group = x.subs / x.groups;
+  const __m512i to_outputs_dwords =
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i to_outputs_bytes = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  const __m512i nibble = _mm512_set1_epi8(15);
   __m512 acc[ROWS];
   for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < x.groups; ++g) {
-    __m512 partial[4][ROWS];  // [pair parity * 2 + nibble][row]
-    for (auto& chain : partial)
-      for (int m = 0; m < ROWS; ++m) chain[m] = _mm512_setzero_ps();
-    // each parity's chains named at compile time: a chain picked by a run-time index would
-    // keep every sum on the stack (a load and a store around each FMA)
-    for (int64_t p = g * per_group; p < (g + 1) * per_group; ++p) {
-      if (p % 2 == 0) {
-        int4_float_pair<ROWS>(block, x, p, partial[0], partial[1]);
-      } else {
-        int4_float_pair<ROWS>(block, x, p, partial[2], partial[3]);
+    const __m512 scale = load_scales(block, g * block.stride);
+    for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
+      __m512i dots_high[ROWS], dots_low[ROWS];  // (16 outputs, 2) int16
+      for (int m = 0; m < ROWS; ++m) dots_high[m] = dots_low[m] = _mm512_setzero_si512();
+      for (int64_t r = s * runs; r < (s + 1) * runs; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(block.weight + r * 4 * kBlock + kPrefetchAhead),
+                     _MM_HINT_T0);
+        const __m512i w = _mm512_loadu_si512(block.weight + r * 4 * kBlock);  // (4 pairs, 16)
+        const __m512i t = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(to_outputs_dwords, w),
+                                              to_outputs_bytes);  // (16 outputs, 4 pairs)
+        const __m512i even = _mm512_and_si512(t, nibble);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi16(t, 4), nibble);
+        for (int m = 0; m < ROWS; ++m) {
+          const int64_t at = m * words + 2 * r;  // the row's even inputs, then its odd ones
+          dots_high[m] = _mm512_add_epi16(
+              dots_high[m],
+              _mm512_add_epi16(_mm512_maddubs_epi16(even, _mm512_set1_epi32(high[at])),
+                               _mm512_maddubs_epi16(odd, _mm512_set1_epi32(high[at + 1]))));
+          dots_low[m] = _mm512_add_epi16(
+              dots_low[m],
+              _mm512_add_epi16(_mm512_maddubs_epi16(even, _mm512_set1_epi32(low[at])),
+                               _mm512_maddubs_epi16(odd, _mm512_set1_epi32(low[at + 1]))));
+        }
+      }
+      for (int m = 0; m < ROWS; ++m) {
+        const __m512i dots = _mm512_add_epi32(
+            _mm512_madd_epi16(dots_high[m], _mm512_set1_epi16(128)),
+            _mm512_madd_epi16(dots_low[m], _mm512_set1_epi16(1)));  // (16 outputs) exact
+        const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), step, acc[m]);
       }
     }
-    const __m512 scale = load_scales(block, g * block.stride);
-    const __m512 offset = block.has_offset ? load_scales(block, g * block.stride + kBlock)
-                                           : _mm512_setzero_ps();
-    for (int m = 0; m < ROWS; ++m) {
-      const __m512 sum = _mm512_add_ps(_mm512_add_ps(partial[0][m], partial[1][m]),
-                                       _mm512_add_ps(partial[2][m], partial[3][m]));
-      acc[m] = _mm512_fmadd_ps(sum, scale, acc[m]);
-      acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
-    }
+    group_offsets<ROWS>(acc, block, x, g);
   }
   store_rows<ROWS>(acc, out);
 }
@@ -556,7 +567,7 @@ SNAPSTREAM_AVX512 void int8_wide_rows_block(const Block& block, const Rows& x,
         acc[m] = int8_sub_group(acc[m], dots, scale, x, m, s);
       }
     }
-    int8_group_offsets<ROWS>(acc, block, x, g);
+    group_offsets<ROWS>(acc, block, x, g);
   }
   store_rows<ROWS>(acc, out);
 }
@@ -569,55 +580,117 @@ constexpr std::array<std::array<TileKernel, sizeof...(R) + 1>, 2> tile_kernels(
   return {{{nullptr, &int4_rows_block<R + 1>...}, {nullptr, &int8_rows_block<R + 1>...}}};
 }
 constexpr auto kTileKernels = tile_kernels(std::make_integer_sequence<int, kRowTile>{});
-constexpr std::array<TileKernel, kFloatRowTile + 1> kFloatTileKernels = {
-    nullptr, &int4_float_rows_block<1>, &int4_float_rows_block<2>, &int4_float_rows_block<3>,
-    &int4_float_rows_block<4>};
 template <int... R>
-constexpr std::array<TileKernel, sizeof...(R) + 1> wide_tile_kernels(
+constexpr std::array<std::array<TileKernel, sizeof...(R) + 1>, 2> plain_tile_kernels(
     std::integer_sequence<int, R...>) {
-  return {nullptr, &int8_wide_rows_block<R + 1>...};
+  return {{{nullptr, &int4_codes_rows_block<R + 1>...}, {nullptr, &int8_wide_rows_block<R + 1>...}}};
 }
-constexpr auto kWideTileKernels = wide_tile_kernels(std::make_integer_sequence<int, kRowTile>{});
+constexpr auto kPlainTileKernels = plain_tile_kernels(std::make_integer_sequence<int, kRowTile>{});
 
-// Up to TILE rows at a time through one of ``kernels`` (indexed by the rows it takes).
-template <const auto& kernels, int TILE>
+// Up to kRowTile rows at a time through the format's kernels of ``table`` (indexed by the rows
+// each takes).
+template <const auto& table, Format F>
 void block_tiles(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
-  for (int64_t m = 0; m < rows; m += TILE)
-    kernels[std::min<int64_t>(TILE, rows - m)](block, x.from(m), out.from(m));
-}
-template <Format F>
-void block_avx512(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
-  const auto& kernels = kTileKernels[F == Format::kInt4 ? 0 : 1];
+  const auto& kernels = table[F == Format::kInt4 ? 0 : 1];
   for (int64_t m = 0; m < rows; m += kRowTile)
     kernels[std::min<int64_t>(kRowTile, rows - m)](block, x.from(m), out.from(m));
 }
 void int4_amx(const Block& block, const Rows& x, int64_t rows, const BlockOut& out) {
-  if (block.group % kAmxInputs != 0) return block_avx512<Format::kInt4>(block, x, rows, out);
+  if (block.group % kAmxInputs != 0)
+    return block_tiles<kTileKernels, Format::kInt4>(block, x, rows, out);
   for (int64_t m = 0; m < rows; m += 2 * kAmxRows)
     int4_amx_pass(block, x.from(m), std::min(2 * kAmxRows, rows - m), out.from(m));
 }
 
 #endif
 
-// The block kernel for a format on this CPU: AVX512-BF16 (int4) / AVX512-VNNI (int8) where
-// the CPU has them, else plain AVX-512 (F and BW) (SNAPSTREAM_GENERIC_KERNELS=avx512: that even
-// where the others run), unless SNAPSTREAM_GENERIC_KERNELS=1.
-BlockKernel block_kernel(Format format) {
+// What a block kernel reads of x besides x itself: nothing more (bfloat16 kernels); 8-bit
+// codes a in [-127, 127] per sub-group of A = gcd(G, 32) inputs (x ~ a * dx, dx = max |x| /
+// 127), also as int16 and with 128 times their sums (int8 kernels); 15-bit codes a in
+// [-16383, 16383] (dx = max |x| / 16383) as two bytes, a = 128 h + l with h in [-128, 127] and
+// l in [0, 128), each run of 8 inputs stored as its 4 even then its 4 odd inputs (the int4
+// codes kernel, int4_codes_rows_block; A a multiple of 16).
+enum class Activations { kBFloat16, kCodes, kInt4Codes };
+
+// x's group sums (when a kernel reads them) and its codes (when it reads codes).
+Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group, Activations reads,
+                  bool need_sums, RowData& data) {
+  const int64_t sub = reads == Activations::kBFloat16 ? 0 : std::gcd(group, kActGroup);
+  const int64_t groups = k / group, subs = sub ? k / sub : 0;
+  data.sums.resize(need_sums ? rows * groups : 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(data.sums.size()); ++i) {
+    float sum = 0.f;
+    for (int64_t d = 0; d < group; ++d) sum += bf16_to_float(x[i * group + d]);
+    data.sums[i] = sum;
+  }
+  if (sub) {
+    data.codes.resize(rows * k);
+    data.code_scales.resize(rows * subs);
+  }
+  const bool int8 = reads == Activations::kCodes;
+  if (int8) {
+    data.wide_codes.resize(rows * k);
+    data.code_bias.resize(rows * subs);
+    for (int64_t i = 0; i < rows * subs; ++i) {
+      const uint16_t* values = x + i * sub;
+      float amax = 0.f;
+      for (int64_t d = 0; d < sub; ++d) amax = std::max(amax, std::fabs(bf16_to_float(values[d])));
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      int32_t total = 0;
+      for (int64_t d = 0; d < sub; ++d) {
+        const int a = std::clamp(static_cast<int>(std::nearbyint(bf16_to_float(values[d]) * inv)),
+                                 -127, 127);
+        data.codes[i * sub + d] = static_cast<int8_t>(a);
+        data.wide_codes[i * sub + d] = static_cast<int16_t>(a);
+        total += a;
+      }
+      data.code_scales[i] = amax / 127.f;
+      data.code_bias[i] = 128 * total;
+    }
+  }
+#if SNAPSTREAM_AVX512_KERNELS
+  if (reads == Activations::kInt4Codes) {
+    data.low_codes.resize(rows * k);
+    int4_codes(x, rows * k, sub, data);
+  }
+#endif
+  const bool int4 = reads == Activations::kInt4Codes;
+  return {x, need_sums ? data.sums.data() : nullptr, sub ? data.codes.data() : nullptr,
+          int4 ? data.low_codes.data() : nullptr, int8 ? data.wide_codes.data() : nullptr,
+          sub ? data.code_scales.data() : nullptr, int8 ? data.code_bias.data() : nullptr, k,
+          groups, subs};
+}
+
+// A block kernel and what it reads of x.
+struct KernelPlan {
+  BlockKernel kernel;
+  Activations reads;
+};
+
+// The block kernel for a format on this CPU: AMX or AVX512-BF16 (int4) / AVX512-VNNI (int8)
+// where the CPU has them, else plain AVX-512 (F and BW) (SNAPSTREAM_GENERIC_KERNELS=avx512:
+// that even where the others run; its int4 kernel wants groups of a multiple of 16 inputs),
+// unless SNAPSTREAM_GENERIC_KERNELS=1.
+KernelPlan kernel_plan(Format format, int64_t group) {
   const bool generic = snapstream::generic_kernels_requested();
 #if SNAPSTREAM_AVX512_KERNELS
   const bool plain = snapstream::plain_avx512_requested();
   static const bool bf16 = __builtin_cpu_supports("avx512bf16");
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  if (format == Format::kInt4 && !generic && !plain && amx_usable()) return &int4_amx;
-  if (format == Format::kInt4 && bf16 && !generic && !plain) return &block_avx512<Format::kInt4>;
-  if (format == Format::kInt8 && vnni && !generic && !plain) return &block_avx512<Format::kInt8>;
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  if (format == Format::kInt4 && avx512 && !generic)
-    return &block_tiles<kFloatTileKernels, kFloatRowTile>;
+  if (format == Format::kInt4 && !generic && !plain && amx_usable())
+    return {&int4_amx, Activations::kBFloat16};
+  if (format == Format::kInt4 && bf16 && !generic && !plain)
+    return {&block_tiles<kTileKernels, Format::kInt4>, Activations::kBFloat16};
+  if (format == Format::kInt8 && vnni && !generic && !plain)
+    return {&block_tiles<kTileKernels, Format::kInt8>, Activations::kCodes};
+  if (format == Format::kInt4 && avx512 && !generic && group % 16 == 0)
+    return {&block_tiles<kPlainTileKernels, Format::kInt4>, Activations::kInt4Codes};
   if (format == Format::kInt8 && avx512 && !generic)
-    return &block_tiles<kWideTileKernels, kRowTile>;
+    return {&block_tiles<kPlainTileKernels, Format::kInt8>, Activations::kCodes};
 #endif
-  return format == Format::kInt4 ? &int4_generic : &int8_generic;
+  if (format == Format::kInt4) return {&int4_generic, Activations::kBFloat16};
+  return {&int8_generic, Activations::kCodes};
 }
 
 void check_shapes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
@@ -665,18 +738,17 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
   float* out_ptr = out.data_ptr<float>();
   const int64_t block_bytes = k * kBlock / (format == Format::kInt4 ? 2 : 1);
   const int64_t block_scale_bytes = groups * stride * scales.element_size();
+  const KernelPlan plan = kernel_plan(format, group);
   RowData data;
   const Rows x_rows =
       prepare_rows(reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>()), rows, k,
-                   group, format == Format::kInt8 ? std::gcd(group, kActGroup) : 0,
-                   format == Format::kInt4 || has_offset, data);
-  const BlockKernel kernel = block_kernel(format);
+                   group, plan.reads, format == Format::kInt4 || has_offset, data);
 
   at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
     for (int64_t b = first; b < last; ++b) {
       const Block block{format, scale_type, w_ptr + b * block_bytes,
                         s_ptr + b * block_scale_bytes, k, group, stride, has_offset};
-      kernel(block, x_rows, rows, BlockOut{out_ptr + b * kBlock, n, std::min(kBlock, n - b * kBlock)});
+      plan.kernel(block, x_rows, rows, BlockOut{out_ptr + b * kBlock, n, std::min(kBlock, n - b * kBlock)});
     }
   });
   return out;
@@ -696,11 +768,16 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& weight, const at::
   return quant_matmul(x, weight, scales, n, Format::kInt8);
 }
 
+bool int4_matmul_reads_codes(int64_t group) {
+  return kernel_plan(Format::kInt4, group).reads == Activations::kInt4Codes;
+}
+
 }  // namespace snapstream
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
   m.def("int4_matmul(Tensor x, Tensor weight, Tensor scales, int n) -> Tensor");
   m.def("int8_matmul(Tensor x, Tensor weight, Tensor scales, int n) -> Tensor");
+  m.def("int4_matmul_reads_codes(int group) -> bool", &snapstream::int4_matmul_reads_codes);
 }
 
 TORCH_LIBRARY_IMPL(snapstream, CPU, m) {

@@ -106,7 +106,8 @@ def test_many_rows_take_the_dequantized_gemm_with_the_kernels_weight(monkeypatch
     many = layer(x)  # GEMM_MIN_ROWS or more: the GEMM on the dequantized weight
     assert layer.gemm_weight.shape == (48, 96)
     assert layer.gemm_weight.dtype == getattr(torch, gemm_dtype)
-    # the same weight up to its bfloat16 rounding; a transposed or mis-scaled one is off by ~1
+    # the same weight up to its bfloat16 rounding (and int8's rounding of x to 8-bit codes); a
+    # transposed or mis-scaled one is off by ~1
     assert rel_error(many, rows) < 0.01
     assert "gemm_weight" not in layer.state_dict()
 
@@ -294,17 +295,18 @@ GROUPINGS = [  # (bits, group, offsets, float16 scales): the GGUF types' and req
     (8, 32, False, True), (8, 32, True, False), (8, 16, False, False), (8, 96, False, False)]
 
 
-def activation_codes(x: torch.Tensor, group: int) -> torch.Tensor:
-    """What the int8 kernel multiplies for x (M, K) bfloat16 with weight groups of ``group``:
-    each sub-group of gcd(group, 32) inputs rounded to int8 codes times max |x| / 127, as
-    float32 (M, K)."""
+def activation_codes(x: torch.Tensor, group: int, limit: int = 127) -> torch.Tensor:
+    """What a codes kernel multiplies for x (M, K) bfloat16 with weight groups of ``group``:
+    each sub-group of gcd(group, 32) inputs rounded to integer codes in [-limit, limit] times
+    max |x| / limit (int8 kernels: 8-bit codes; the int4 codes kernel: 15-bit), as float32
+    (M, K)."""
     sub = math.gcd(group, 32)
     values = x.float().view(len(x), -1, sub)  # (M, K/A, A)
     amax = values.abs().amax(-1, keepdim=True)  # (M, K/A, 1)
     # 127 / amax as the kernel divides (a Python number over a tensor is a reciprocal times 127)
-    inv = torch.where(amax > 0, torch.full_like(amax, 127) / amax, torch.zeros_like(amax))
-    codes = torch.round(values * inv).clamp_(-127, 127)
-    return (codes * (amax / 127)).view_as(x.float())
+    inv = torch.where(amax > 0, torch.full_like(amax, limit) / amax, torch.zeros_like(amax))
+    codes = torch.round(values * inv).clamp_(-limit, limit)
+    return (codes * (amax / limit)).view_as(x.float())
 
 
 # the CPU's best kernels, plain C++, plain AVX-512 (where the CPU has it)
@@ -314,9 +316,11 @@ def activation_codes(x: torch.Tensor, group: int) -> torch.Tensor:
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17, 33])  # tiles of 8 (16 on AMX), passes of 32
 def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, generic,
                                                                   grouping, n, rows):
-    """int4: x (rounded to bfloat16) @ the float32 weight; int8: x's 8-bit codes (per
-    sub-group of up to 32 inputs) @ the float32 weight; both up to float32 rounding (a weight
-    off by one int4 step, a swapped pair, a wrong scale or unscaled codes are off by >1e-2)."""
+    """int8: x's 8-bit codes (per sub-group of up to 32 inputs) @ the float32 weight; int4: x
+    (rounded to bfloat16), or where its kernel reads codes (AVX-512 without BF16 or AMX) x's
+    15-bit codes, @ the float32 weight; all up to float32 rounding (a weight off by one int4
+    step, a swapped pair, a wrong scale, unscaled codes or a code byte lost are off by
+    >1e-3)."""
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
     bits, group, offsets, half = grouping
     codes = grouped_codes(n, 96, bits, group, offsets, half, seed=n)
@@ -328,7 +332,12 @@ def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, g
     assert torch.equal(layer.dequantized(), want_weight.view(n, 96))
     x = torch.randn(rows, 96, dtype=torch.bfloat16)
     got = layer.kernel(x)
-    x_used = activation_codes(x, group) if bits == 8 else x.float()
+    if bits == 8:
+        x_used = activation_codes(x, group)
+    elif torch.ops.snapstream.int4_matmul_reads_codes(group):
+        x_used = activation_codes(x, group, limit=16383)
+    else:
+        x_used = x.float()
     want = F.linear(x_used, layer.dequantized())
     if offsets:  # an offset multiplies the sum of x itself, not of its codes
         sums = (x.float() - x_used).view(rows, groups, group).sum(-1)  # (M, G)
@@ -350,6 +359,21 @@ def test_int8_kernel_paths_agree_bit_for_bit(monkeypatch, fast):
     got = layer.kernel(x)
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
     assert torch.equal(layer.kernel(x), got)
+
+
+@pytest.mark.parametrize("generic", ["0", "avx512"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_int4_kernel_sums_the_largest_codes_exactly(monkeypatch, generic, sign):
+    """Codes 15 times inputs of one magnitude (codes +-16383, high bytes 127 or -128): the int4
+    kernels' sums at their largest (a kernel reading codes adds 16 products of up to 15 * 128 =
+    1,920 in a 16-bit lane before widening it, 30,720 < 2^15; a wrapped sum would be off by
+    2^16)."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    k = 128
+    codes = GroupedCodes(torch.full((16, k), 15, dtype=torch.uint8), torch.ones(16, k // 32),
+                         None, 4)
+    x = torch.full((3, k), sign, dtype=torch.bfloat16)
+    assert torch.equal(Int4Linear(codes).kernel(x), torch.full((3, 16), sign * 15 * k))
 
 
 def test_int8_kernel_takes_a_zero_row():
