@@ -6,7 +6,8 @@ as int8.
 Each row of x is what one decoding sequence sends through a step. Three ways, called
 round-robin in one process: our kernel on the packed blocks, torch's kernel on the same
 quantized weights (``_weight_int4pack_mm_for_cpu``, ``_weight_int8pack_mm``), and oneDNN's
-bfloat16 GEMM on the dequantized weight (what prefill uses from ``quant.GEMM_MIN_ROWS`` rows).
+GEMM on the dequantized weight in this CPU's GEMM dtype (bfloat16 where it has bfloat16
+instructions, else float32; what prefill uses from ``quant.GEMM_MIN_ROWS`` rows).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from bench.report import (
 )
 from serving.settings import add_model_setting
 
-WAYS = ("ours", "torch", "bf16 GEMM")
+WAYS = ("ours", "torch", "GEMM")
 
 
 @dataclass(frozen=True)
@@ -62,20 +63,22 @@ def layer_calls(linears: list[nn.Linear], head: nn.Linear
         parts["layers"]["torch"].append(
             lambda x, p=packed, sz=scale_zeros: torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x, p, 32, sz))
-        parts["layers"]["bf16 GEMM"].append(lambda x, w=ours.gemm_weight: F.linear(x, w))
+        parts["layers"]["GEMM"].append(
+            lambda x, w=ours.gemm_weight: F.linear(x.to(w.dtype), w))
     ours = Int8Linear.from_linear(head)
     codes = quantize_int8_rows(head.weight)
     q, scales = codes.codes, codes.scales[:, 0].to(torch.bfloat16)  # (N, K), (N,)
     parts["head"]["ours"].append(ours.kernel)
     parts["head"]["torch"].append(
         lambda x: torch.ops.aten._weight_int8pack_mm(x, q, scales))
-    parts["head"]["bf16 GEMM"].append(lambda x, w=ours.gemm_weight: F.linear(x, w))
+    parts["head"]["GEMM"].append(lambda x, w=ours.gemm_weight: F.linear(x.to(w.dtype), w))
     return parts
 
 
 def run_kernel_bench(cfg: KernelBenchConfig, path: str | None) -> dict:
     from bench.quant_bench import interleaved
     from snapstream.checkpoints import open_checkpoint
+    from snapstream.cpu import matmul_dtype_name
     from snapstream.loader import load_model
 
     torch.set_num_threads(cfg.threads)
@@ -100,12 +103,12 @@ def run_kernel_bench(cfg: KernelBenchConfig, path: str | None) -> dict:
             print(f"rows {m:4d} {part:6s} " + "  ".join(
                 f"{way} {fmt_ms(results[-1][way])} ms" for way in ways), flush=True)
     return {"model": checkpoint.name, "config": asdict(cfg), "linears": len(linears),
-            "results": results}
+            "gemm_dtype": matmul_dtype_name(), "results": results}
 
 
 def render(results: dict, command: str) -> str:
     table = [[r["rows"], r["part"], *(fmt_ms(r[way]) for way in WAYS),
-              fmt_ratio(r["torch"], r["ours"]), fmt_ratio(r["bf16 GEMM"], r["ours"])]
+              fmt_ratio(r["torch"], r["ours"]), fmt_ratio(r["GEMM"], r["ours"])]
              for r in results["results"]]
     return "\n\n".join([
         "### Quantized matmul kernels",
@@ -114,8 +117,9 @@ def render(results: dict, command: str) -> str:
         "gate/up included; head: the int8 LM head), medians of "
         f"{results['config']['calls']} passes, the three ways round-robin; speed-up = their time "
         "/ ours.",
-        markdown_table(["rows", "weights", "ours ms", "torch's kernel ms", "bf16 GEMM ms",
-                        "vs torch's kernel", "vs bf16 GEMM"], table),
+        markdown_table(["rows", "weights", "ours ms", "torch's kernel ms",
+                        f"{results['gemm_dtype']} GEMM ms", "vs torch's kernel",
+                        f"vs {results['gemm_dtype']} GEMM"], table),
     ])
 
 
