@@ -303,7 +303,7 @@ def activation_codes(x: torch.Tensor, group: int, limit: int = 127) -> torch.Ten
     sub = math.gcd(group, 32)
     values = x.float().view(len(x), -1, sub)  # (M, K/A, A)
     amax = values.abs().amax(-1, keepdim=True)  # (M, K/A, 1)
-    # 127 / amax as the kernel divides (a Python number over a tensor is a reciprocal times 127)
+    # limit / amax as the kernels divide (a Python number over a tensor is a reciprocal times it)
     inv = torch.where(amax > 0, torch.full_like(amax, limit) / amax, torch.zeros_like(amax))
     codes = torch.round(values * inv).clamp_(-limit, limit)
     return (codes * (amax / limit)).view_as(x.float())
