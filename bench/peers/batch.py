@@ -77,7 +77,8 @@ def batch_figures(reply: dict, prompts: list[Prompt], tokenizer) -> dict:
     return {**decode_window(stamps), "ttft_p50_s": median([row[0] for row in stamps]),
             "total_tok_s": sum(map(len, stamps)) / finished, "kv_bytes": reply["kv_bytes"],
             "kv_note": reply["kv_note"], "peak_rss_bytes": reply["peak_rss_bytes"],
-            "passkeys_found": found, "extra": reply["extra"]}
+            "passkeys_found": found, "other_cores_busy": reply["other_cores_busy"],
+            "extra": reply["extra"]}
 
 
 def run_peers_batch(cfg: PeersBatchConfig, echo: Echo | None = None) -> dict:
@@ -114,7 +115,8 @@ def run_peers_batch(cfg: PeersBatchConfig, echo: Echo | None = None) -> dict:
                     results.setdefault(name, {}).setdefault(c, []).append(figures)
                     rate = figures["tok_s"]
                     echo(f"{where}: decode {'—' if rate is None else f'{rate:.1f}'} tok/s, "
-                         f"TTFT p50 {figures['ttft_p50_s']:.1f} s "
+                         f"TTFT p50 {figures['ttft_p50_s']:.1f} s, other jobs kept "
+                         f"{figures['other_cores_busy']:.1f} cores busy "
                          f"[{done}/{total}, ETA {eta / 60:.1f} min]")
     labels = {name: get_system(name).label for name in results}
     return {"model": str(model.gguf), "prompt_tokens": cfg.prompt_len, "results": results,
@@ -127,7 +129,7 @@ def _one_batch(peer: Peer, prompts: list[Prompt], cfg: PeersBatchConfig, tokeniz
     if name in failures:
         return None
     try:
-        reply = peer.runner.call(
+        reply = peer.measured_call(
             "generate_batch", timeout_s=cfg.timeout_s,
             prompts=[list(p.token_ids) for p in prompts], max_new_tokens=cfg.max_new_tokens,
             options=peer.system.generate_options(cfg.prompt_len, cfg.budget))
@@ -163,11 +165,12 @@ def batch_table(results: dict, baseline: str) -> str:
                 f"{median([r['total_tok_s'] for r in runs]):.1f}",
                 "—" if kv is None else f"{kv / 2**20:.1f}",
                 f"{runs[-1]['peak_rss_bytes'] / 2**20:.0f}",
-                f"{min(r['passkeys_found'] for r in runs)}/{c}"])
+                f"{min(r['passkeys_found'] for r in runs)}/{c}",
+                ", ".join(f"{r['other_cores_busy']:.1f}" for r in runs)])
     return markdown_table(
         ["concurrency", "system", "decode tok/s", f"/ {baseline}, each round",
          "ms per decode step", "TTFT p50 s", "tok/s incl. prefill", "KV MiB/seq",
-         "peak RSS MiB", "passkeys found"], rows)
+         "peak RSS MiB", "passkeys found", "other jobs' cores, each round"], rows)
 
 
 def render_batch(results: dict, cfg: PeersBatchConfig, baseline: str) -> str:
@@ -182,6 +185,8 @@ def render_batch(results: dict, cfg: PeersBatchConfig, baseline: str) -> str:
         "sequence's last: every sequence decoding, no prompt being processed); ms per decode "
         "step = window / tokens per sequence in it; tok/s incl. prefill = all tokens / the "
         "batch's wall time; KV per sequence as each system holds it; peak RSS of the runner "
-        "so far. Ratios within each round.", "", batch_table(results, baseline), "",
+        "so far; other jobs' cores = the cores that other processes (and, on a virtual "
+        "machine, its host's other guests: steal) kept busy during the batch. Ratios within "
+        "each round.", "", batch_table(results, baseline), "",
         "Systems:", "", systems, *(["", "Failed:", "", failed] if failed else [])])
 

@@ -78,20 +78,26 @@ class Peer:
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, budget: PeerBudget,
                  timeout_s: float) -> dict | None:
-        """One measurement, or None once this system has failed (the failure is kept). The
-        reply gains ``other_cores_busy``: the cores that processes other than this runner and
-        this process kept busy meanwhile (other people's jobs on a shared machine)."""
+        """One measurement (``measured_call``'s reply), or None once this system has failed
+        (the failure is kept)."""
         if self.failure:
             return None
-        before = self._cpu_s()
         try:
-            reply = self.runner.call(
+            return self.measured_call(
                 "generate", timeout_s=timeout_s, prompt_ids=prompt_ids,
                 max_new_tokens=max_new_tokens,
                 options=self.system.generate_options(len(prompt_ids), budget))
         except RunnerError as exc:
             self.failure = str(exc)
             return None
+
+    def measured_call(self, method: str, timeout_s: float, **args) -> dict:
+        """The runner's ``method``; its reply gains ``other_cores_busy``: the cores that
+        processes other than this runner and this process kept busy meanwhile (other people's
+        jobs on a shared machine, and the CPU time a virtual machine's host gave to other
+        guests: steal)."""
+        before = self._cpu_s()
+        reply = self.runner.call(method, timeout_s=timeout_s, **args)
         wall, machine, ours = (after - first for after, first in zip(self._cpu_s(), before,
                                                                       strict=True))
         reply["other_cores_busy"] = (machine - ours) / wall

@@ -143,8 +143,9 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
         f"{budget.window}){_per_layer_kind(model.attention_windows)}. Peak RSS is the runner "
         "process's high-water mark so far (it includes "
         "shorter prompts run before). Passkey: the output text contains it. Other jobs' "
-        "cores: how many cores processes outside the benchmark kept busy during the "
-        f"measurement (median; the machine has {os.cpu_count()}).", "",
+        "cores: how many cores processes outside the benchmark (and, on a virtual machine, "
+        "its host's other guests: steal) kept busy during the measurement (median; the "
+        f"machine has {os.cpu_count()}).", "",
         results_table(results, baseline), "",
         "Memory at the longest prompt (KV as each system holds it for one sequence; the "
         "sequences that fit count KV alone, the weights come on top: the GGUF's "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.peers.batch import PeersBatchConfig, batch_figures, decode_window
+from bench.peers.batch import PeersBatchConfig, batch_figures, batch_table, decode_window
 from bench.peers.prompts import Prompt
 
 
@@ -37,9 +37,10 @@ class _Echo:
 def test_figures_count_passkeys_and_rates():
     prompts = [Prompt("a", (1, 2), "7"), Prompt("b", (3, 4), "9")]
     reply = {"stamps_s": [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], "token_ids": [[7, 1, 1], [1, 1, 1]],
-             "kv_bytes": 10, "kv_note": "n", "peak_rss_bytes": 5, "extra": {}}
+             "kv_bytes": 10, "kv_note": "n", "peak_rss_bytes": 5, "extra": {},
+             "other_cores_busy": 0.25}
     figures = batch_figures(reply, prompts, _Echo())
-    assert figures["passkeys_found"] == 1
+    assert figures["passkeys_found"] == 1 and figures["other_cores_busy"] == 0.25
     assert figures["total_tok_s"] == 6 / 3.0 and figures["tok_s"] == 4 / 2.0
     assert figures["ttft_p50_s"] == 1.0
 
@@ -49,3 +50,17 @@ def test_config_refuses_what_cannot_be_measured():
         PeersBatchConfig(systems=("nope",))
     with pytest.raises(ValueError, match="max_new_tokens"):
         PeersBatchConfig(max_new_tokens=2)
+
+
+def test_table_gives_each_round_its_ratio_and_its_neighbours_load():
+    def run(rate, busy):
+        return {"tok_s": rate, "window_s": 2.0, "tokens": 2 * rate, "ttft_p50_s": 1.0,
+                "total_tok_s": rate / 2, "kv_bytes": 2**20, "peak_rss_bytes": 2**30,
+                "passkeys_found": 2, "other_cores_busy": busy}
+    results = {"results": {"a": {2: [run(10.0, 0.0), run(10.0, 0.54)]},
+                           "b": {2: [run(15.0, 0.03), run(30.0, 1.2)]}}}
+    table = batch_table(results, "a")
+    row_a = next(line for line in table.splitlines() if "| a |" in line)
+    row_b = next(line for line in table.splitlines() if "| b |" in line)
+    assert "1.50×, 3.00×" in row_b and row_b.rstrip().endswith("| 0.0, 1.2 |")
+    assert row_a.rstrip().endswith("| 0.0, 0.5 |")

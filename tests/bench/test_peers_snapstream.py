@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 
 import pytest
 import torch
 
+from bench.peers.bench import Peer
 from bench.peers.process import RunnerProcess
 from bench.peers.runners import RUNNERS
 from bench.peers.systems import PeerBudget, get_system
@@ -75,6 +77,32 @@ def test_batch_decodes_every_row_in_one_step_as_single_requests_would(runner):
     for later in zip(*(row[1:] for row in stamps), strict=True):
         assert len(set(later)) == 1 and later[0] > firsts[-1]
     assert batch["kv_bytes"] == singles[0]["kv_bytes"]
+
+
+def test_a_measured_batch_counts_the_cores_other_processes_kept_busy(runner):
+    system = get_system("snapstream")
+    peer = Peer(system=system, runner=runner, venv=None, load={})
+    prompts = [[3 + (i * 5 + j) % 200 for j in range(80)] for i in range(2)]
+    context = multiprocessing.get_context("spawn")
+    stop, spinning = context.Event(), context.Event()
+    other_job = context.Process(target=_spin, args=(spinning, stop))  # another job meanwhile
+    other_job.start()
+    try:
+        assert spinning.wait(60)
+        reply = peer.measured_call("generate_batch", timeout_s=60, prompts=prompts,
+                                   max_new_tokens=6,
+                                   options=system.generate_options(80, BUDGET))
+    finally:
+        stop.set()
+        other_job.join(60)
+    assert reply["other_cores_busy"] > 0.5  # one core spinning throughout: ~1.0
+    assert len(reply["token_ids"]) == 2
+
+
+def _spin(spinning, stop) -> None:
+    spinning.set()
+    while not stop.is_set():
+        pass
 
 
 def test_bf16_system_serves_a_bfloat16_kv_cache(tiny_dir, tmp_path):
