@@ -1,10 +1,10 @@
 """Prefill (time to first token in process) in two prompt variants (``VARIANTS``: the prompt's
 activation dtype and its attention; by default float32 vs bfloat16 activations, or
-``--variants float32,float32-sdpa`` for snapstream's prompt attention kernel against torch's
-SDPA): the time split (linear layers / attention / SnapKV selection / rest), the achieved FLOP/s
-against the machine's GEMM peak in its GEMM dtype (``snapstream.cpu.matmul_dtype_name``:
-bfloat16 where the CPU multiplies it in hardware, else float32), and the second variant's
-agreement with the first.
+``--variants float32,float32-sdpa`` or ``bfloat16-sdpa,bfloat16`` for snapstream's prompt
+attention kernel against torch's SDPA): the time split (linear layers / attention / SnapKV
+selection / rest), the achieved FLOP/s against the machine's GEMM peak in its GEMM dtype
+(``snapstream.cpu.matmul_dtype_name``: bfloat16 where the CPU multiplies it in hardware, else
+float32), and the second variant's agreement with the first.
 
 Both variants share one model (one set of weights, one cached GEMM copy in that dtype) and take
 turns at each length, so load from other processes falls on both alike.
@@ -55,6 +55,7 @@ VARIANTS = {
     "float32": PromptVariant(torch.float32),
     "bfloat16": PromptVariant(torch.bfloat16),
     "float32-sdpa": PromptVariant(torch.float32, kernel=False),
+    "bfloat16-sdpa": PromptVariant(torch.bfloat16, kernel=False),
 }
 
 
@@ -278,9 +279,9 @@ def render(results: dict, command: str) -> str:
         "the int4/int8 weights through oneDNN's GEMM in both variants, "
         f"{results['gemm_cache_bytes'] / 2**20:.0f} MiB held by a prefill worker); attention: "
         "RoPE and the causal attention (a `-sdpa` variant: torch's SDPA; otherwise "
-        "`kernels.prompt_attention`, snapstream's kernel for float32 on AVX-512 CPUs and torch's "
-        "SDPA for the rest); SnapKV: scores and compression; rest: norms, activations, "
-        "residuals, dtype conversions, the LM head.",
+        "`kernels.prompt_attention`, snapstream's kernel for float32 on AVX-512 CPUs and "
+        "bfloat16 on AVX512-BF16 CPUs without AMX, torch's SDPA for the rest); SnapKV: scores "
+        "and compression; rest: norms, activations, residuals, dtype conversions, the LM head.",
         f"Agreement of the {other} prompt with the {base_name} one (same weights, same decode "
         "step after it):",
         markdown_table(["prompt tokens", "next-token logits max abs diff", "top-1 same",

@@ -12,9 +12,9 @@ built by setup.py) and, registered here, what runs them on other devices and und
   layout of snapstream/quant.py (CPU only, as quantization is;
   their shapes are registered for ``torch.compile``).
 - ``prompt_attention(q, k, v, window, positions)``: causal attention over a prompt, GQA,
-  optionally within a sliding window of positions: a flash kernel for float32 on AVX-512 CPUs,
-  where ``prompt_attention_covers(q)`` (False off the CPU); the model runs torch's SDPA for the
-  rest (snapstream.model.causal_attention).
+  optionally within a sliding window of positions: a flash kernel for float32 on AVX-512 CPUs
+  and bfloat16 on AVX512-BF16 CPUs without AMX, where ``prompt_attention_covers(q)`` (False off
+  the CPU); the model runs torch's SDPA for the rest (snapstream.model.causal_attention).
 - ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
   activation)``: a whole decoder layer (Llama family or Gemma 3) of quantized linears for one
   decode step (:mod:`snapstream.fused_decode`; CPU only).

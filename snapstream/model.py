@@ -232,8 +232,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     keys up to its own; with a ``window``, only the keys whose position lies within it
     (q_pos - window < k_pos <= q_pos). ``positions`` (T,) ascending: the tokens' positions when
     they are not 0..T-1 (kept tokens of a longer prompt). No (T, T) matrix is ever made: where
-    ``kernels.prompt_attention_covers`` (float32 on an AVX-512 CPU) snapstream's flash kernel
-    runs, windows included; elsewhere torch's flash SDPA, a window block by block."""
+    ``kernels.prompt_attention_covers`` (float32 on an AVX-512 CPU, bfloat16 on an AVX512-BF16
+    one without AMX) snapstream's flash kernel runs, windows included; elsewhere torch's flash
+    SDPA, a window block by block."""
     if kernels.prompt_attention_covers(q):
         return kernels.prompt_attention(q, k, v, window or 0, positions)
     num_tokens = q.shape[2]

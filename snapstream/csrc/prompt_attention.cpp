@@ -1,20 +1,24 @@
-// Causal attention over a prompt on the CPU in float32, flash-style: no T x T score matrix,
-// GQA without repeating K/V (a KV head's query heads are rows of one pass), online softmax in
-// base 2; optionally within a sliding window of positions (Gemma 3's local layers), the
-// tokens' positions given when they are not 0..T-1. It covers float32 with head dimensions
-// that are multiples of 64 on CPUs with AVX-512F (the prompt's dtype where there is no bfloat16
-// hardware); ``prompt_attention_covers`` says so, and the caller (snapstream/model.py) runs
-// torch's SDPA for the rest (bfloat16 prompts, other head sizes and CPUs,
-// SNAPSTREAM_GENERIC_KERNELS=1).
+// Causal attention over a prompt on the CPU, flash-style: no T x T score matrix, GQA without
+// repeating K/V (a KV head's query heads are rows of one pass), online softmax in base 2;
+// optionally within a sliding window of positions (Gemma 3's local layers), the tokens'
+// positions given when they are not 0..T-1. Two element types, one algorithm:
+// - float32 (the prompt's dtype where there is no bfloat16 hardware) on CPUs with AVX-512F:
+//   scores and P V by FMAs;
+// - bfloat16 on CPUs with AVX512-BF16 but no AMX: scores and P V by vdpbf16ps (pairs of
+//   dimensions, pairs of keys; float32 sums), the probabilities rounded to bfloat16 for P V as
+//   torch's flash SDPA does. On AMX CPUs torch's SDPA runs bfloat16 on AMX tiles and is kept
+//   (an AMX kernel of ours lost to it at 4k and 8k: docs/benchmarks.md, 2026-11-27).
+// ``prompt_attention_covers`` says which inputs it takes, and the caller (snapstream/model.py)
+// runs torch's SDPA for the rest (other head sizes and CPUs, SNAPSTREAM_GENERIC_KERNELS=1).
 //
 // Work item = (sequence, KV head, block of kPositions query positions): its rows
 // (position-major, the G query heads of a position side by side) stream their key range in
 // blocks of kKeyBlock keys; within a block each tile of kRows rows computes its scores against
 // 64-key panels of K^T (24 accumulators in registers), updates its rows' max and sum, and adds
 // P V into its rows' output (the same 6 x 64 register tile). A block's K and V (128 KiB at
-// D = 64) stay in L2 while every tile of the item reads them. Items run from the last positions
-// back, dynamically scheduled: without a window that is longest first (the causal triangle
-// makes late positions costlier); with one, items cost about the same.
+// D = 64 in float32) stay in L2 while every tile of the item reads them. Items run from the
+// last positions back, dynamically scheduled: without a window that is longest first (the
+// causal triangle makes late positions costlier); with one, items cost about the same.
 
 #include <torch/extension.h>
 
@@ -23,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -31,7 +36,9 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SNAPSTREAM_PROMPT_AVX512 1
-#define AVX512 __attribute__((target("avx512f")))
+// The float32 instantiations use AVX-512F instructions only (no bfloat16 intrinsic is reached
+// from them), so they run on AVX-512F CPUs without AVX512-BF16.
+#define KERNEL __attribute__((target("avx512f,avx512bf16")))
 #endif
 
 namespace {
@@ -44,10 +51,12 @@ constexpr float kLog2e = 1.44269504088896341f;
 
 #if SNAPSTREAM_PROMPT_AVX512
 
+using bf16 = uint16_t;  // a bfloat16's bits
+
 // 2^x for x <= 0 on 16 lanes: x = n + f, |f| <= 1/2, 2^f by its degree-6 Taylor polynomial in
 // f ln2 (relative error < 2e-7), times 2^n by vscalefps; 0 below -126 (no denormals reach the
 // P V products) and for -inf.
-AVX512 inline __m512 exp2_nonpositive(__m512 x) {
+KERNEL inline __m512 exp2_nonpositive(__m512 x) {
   const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.f), _CMP_GE_OQ);
   const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-126.f));
   const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -62,10 +71,22 @@ AVX512 inline __m512 exp2_nonpositive(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
-// Scores of ROWS query rows (D each, pre-scaled) against one 64-key panel of K^T (D, 64):
-// s (ROWS, s_stride), 64 per row.
+// Two bfloat16s (elements i and i + 1 of p) in every 32-bit lane.
+KERNEL inline __m512bh broadcast_pair(const bf16* p) {
+  int32_t pair;
+  std::memcpy(&pair, p, sizeof pair);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+}
+
+KERNEL inline __m512bh load_bf16(const bf16* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+}
+
+// Scores of ROWS query rows (D each) against one 64-key panel of K^T: s (ROWS, s_stride), 64
+// per row. float32: panel (D, 64); bfloat16: panel (D/2, 64, 2), a key's dimension pair
+// adjacent.
 template <int ROWS>
-AVX512 inline void scores_tile(const float* q, int64_t dim, const float* panel, float* s,
+KERNEL inline void scores_tile(const float* q, int64_t dim, const float* panel, float* s,
                                int64_t s_stride) {
   __m512 acc[ROWS][4];
   for (int r = 0; r < ROWS; ++r)
@@ -86,9 +107,33 @@ AVX512 inline void scores_tile(const float* q, int64_t dim, const float* panel, 
     for (int j = 0; j < 4; ++j) _mm512_storeu_ps(s + r * s_stride + j * 16, acc[r][j]);
 }
 
-// o (ROWS, o_stride) += p (ROWS, p_stride) [:, :n] @ v (n, D), 64 output dimensions at a time.
 template <int ROWS>
-AVX512 inline void values_tile(const float* p, int64_t p_stride, const float* v, int64_t n,
+KERNEL inline void scores_tile(const bf16* q, int64_t dim, const bf16* panel, float* s,
+                               int64_t s_stride) {
+  __m512 acc[ROWS][4];
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < dim; d += 2) {
+    const bf16* keys = panel + d * kPanel;  // pair d / 2: 64 keys x 2 dimensions
+    const __m512bh k0 = load_bf16(keys), k1 = load_bf16(keys + 32);
+    const __m512bh k2 = load_bf16(keys + 64), k3 = load_bf16(keys + 96);
+    for (int r = 0; r < ROWS; ++r) {
+      const __m512bh qd = broadcast_pair(q + r * dim + d);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qd, k0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qd, k1);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], qd, k2);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], qd, k3);
+    }
+  }
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(s + r * s_stride + j * 16, acc[r][j]);
+}
+
+// o (ROWS, o_stride) += p (ROWS, p_stride) [:, :n] @ v (n, D), 64 output dimensions at a time.
+// float32: v (n, D); bfloat16: v (n/2, D, 2), a dimension's key pair adjacent, n rounded up to
+// even (p is 0 and v finite past n).
+template <int ROWS>
+KERNEL inline void values_tile(const float* p, int64_t p_stride, const float* v, int64_t n,
                                int64_t dim, float* o, int64_t o_stride) {
   for (int64_t c = 0; c < dim; c += 64) {
     __m512 acc[ROWS][4];
@@ -111,22 +156,56 @@ AVX512 inline void values_tile(const float* p, int64_t p_stride, const float* v,
   }
 }
 
-// One row's scores s[:n] (n a multiple of 16, -inf where masked) -> probabilities against the
-// running max m (updated), l (the running sum, updated); returns the factor the row's output
-// must be multiplied by before this block's P V is added.
-AVX512 inline float softmax_row(float* s, int64_t n, float& m, float& l) {
+template <int ROWS>
+KERNEL inline void values_tile(const bf16* p, int64_t p_stride, const bf16* v, int64_t n,
+                               int64_t dim, float* o, int64_t o_stride) {
+  for (int64_t c = 0; c < dim; c += 64) {
+    __m512 acc[ROWS][4];
+    for (int r = 0; r < ROWS; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_loadu_ps(o + r * o_stride + c + j * 16);
+    for (int64_t key = 0; key < n; key += 2) {
+      const bf16* values = v + key * dim + 2 * c;  // pair key / 2, dimensions c..c+63
+      const __m512bh v0 = load_bf16(values), v1 = load_bf16(values + 32);
+      const __m512bh v2 = load_bf16(values + 64), v3 = load_bf16(values + 96);
+      for (int r = 0; r < ROWS; ++r) {
+        const __m512bh pk = broadcast_pair(p + r * p_stride + key);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], pk, v0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], pk, v1);
+        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], pk, v2);
+        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], pk, v3);
+      }
+    }
+    for (int r = 0; r < ROWS; ++r)
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(o + r * o_stride + c + j * 16, acc[r][j]);
+  }
+}
+
+// 16 probabilities into the element type P V reads.
+KERNEL inline void store_probs(float* p, __m512 e) { _mm512_storeu_ps(p, e); }
+KERNEL inline void store_probs(bf16* p, __m512 e) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+}
+
+// One row's raw scores s[:n] (n a multiple of 16, -inf where masked), times scale (log2(e) /
+// sqrt(D)) -> probabilities p[:n] against the running max m (updated, scaled), l (the running
+// sum, updated); returns the factor the row's output must be multiplied by before this block's
+// P V is added.
+template <typename E>
+KERNEL inline float softmax_row(const float* s, E* p, int64_t n, float scale, float& m,
+                                float& l) {
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + i));
-  const float m_new = std::max(m, _mm512_reduce_max_ps(mx));
+  const float m_new = std::max(m, _mm512_reduce_max_ps(mx) * scale);
   if (m_new == -std::numeric_limits<float>::infinity()) {  // no key seen yet: P = 0
-    std::fill(s, s + n, 0.f);
+    std::fill(p, p + n, E{0});
     return 1.f;
   }
-  const __m512 shift = _mm512_set1_ps(m_new);
+  const __m512 shift = _mm512_set1_ps(m_new), factor = _mm512_set1_ps(scale);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
-    const __m512 e = exp2_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + i), shift));
-    _mm512_storeu_ps(s + i, e);
+    const __m512 e = exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), factor, shift));
+    store_probs(p + i, e);
     sum = _mm512_add_ps(sum, e);
   }
   const float alpha = m == -std::numeric_limits<float>::infinity() ? 0.f : std::exp2(m - m_new);
@@ -136,10 +215,11 @@ AVX512 inline float softmax_row(float* s, int64_t n, float& m, float& l) {
 }
 
 // ROWS query rows against keys [key0, key0 + n): row r sees keys first[r]..last[r] (indices).
-template <int ROWS>
-AVX512 void tile_step(const float* q, const float* kt_panels, const float* v, int64_t key0,
-                      int64_t n, int64_t dim, const int64_t* first, const int64_t* last,
-                      float* s, float* o, float* m, float* l) {
+// s (ROWS, kKeyBlock) scores and p (ROWS, kKeyBlock) probabilities are scratch.
+template <typename E, int ROWS>
+KERNEL void tile_step(const E* q, const E* kt_panels, const E* v, int64_t key0, int64_t n,
+                      int64_t dim, float scale, const int64_t* first, const int64_t* last,
+                      float* s, E* p, float* o, float* m, float* l) {
   const int64_t padded = (n + kPanel - 1) / kPanel * kPanel;
   for (int64_t panel = 0; panel < padded; panel += kPanel)
     scores_tile<ROWS>(q, dim, kt_panels + (key0 + panel) * dim, s + panel, kKeyBlock);
@@ -150,20 +230,34 @@ AVX512 void tile_step(const float* q, const float* kt_panels, const float* v, in
     const int64_t end = std::clamp<int64_t>(last[r] - key0 + 1, begin, padded);
     std::fill(row, row + begin, kNegInf);
     std::fill(row + end, row + padded, kNegInf);
-    const float alpha = softmax_row(row, padded, m[r], l[r]);
+    const float alpha = softmax_row(row, p + r * kKeyBlock, padded, scale, m[r], l[r]);
     if (alpha != 1.f) {
       const __m512 a = _mm512_set1_ps(alpha);
       for (int64_t d = 0; d < dim; d += 16)
         _mm512_storeu_ps(o + r * dim + d, _mm512_mul_ps(a, _mm512_loadu_ps(o + r * dim + d)));
     }
   }
-  values_tile<ROWS>(s, kKeyBlock, v + key0 * dim, n, dim, o, dim);
+  values_tile<ROWS>(p, kKeyBlock, v + key0 * dim, n, dim, o, dim);
 }
 
-using TileStep = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                          const int64_t*, const int64_t*, float*, float*, float*, float*);
-constexpr TileStep kTileSteps[kRows] = {tile_step<1>, tile_step<2>, tile_step<3>,
-                                        tile_step<4>, tile_step<5>, tile_step<6>};
+template <typename E>
+using TileStep = void (*)(const E*, const E*, const E*, int64_t, int64_t, int64_t, float,
+                          const int64_t*, const int64_t*, float*, E*, float*, float*, float*);
+template <typename E>
+constexpr TileStep<E> kTileSteps[kRows] = {tile_step<E, 1>, tile_step<E, 2>, tile_step<E, 3>,
+                                           tile_step<E, 4>, tile_step<E, 5>, tile_step<E, 6>};
+
+// dst[:D] = o[:D] * inv in the output's element type (D a multiple of 16).
+KERNEL inline void store_row(float* dst, const float* o, float inv, int64_t dim) {
+  const __m512 f = _mm512_set1_ps(inv);
+  for (int64_t d = 0; d < dim; d += 16)
+    _mm512_storeu_ps(dst + d, _mm512_mul_ps(f, _mm512_loadu_ps(o + d)));
+}
+KERNEL inline void store_row(bf16* dst, const float* o, float inv, int64_t dim) {
+  const __m512 f = _mm512_set1_ps(inv);
+  for (int64_t d = 0; d < dim; d += 16)
+    store_probs(dst + d, _mm512_mul_ps(f, _mm512_loadu_ps(o + d)));
+}
 
 // Per query index, the first key index it sees: 0 without a window, else the first key whose
 // position lies within it (positions ascending; nullptr: 0..T-1).
@@ -179,43 +273,60 @@ std::vector<int64_t> first_keys(int64_t tokens, int64_t window, const int64_t* p
   return first;
 }
 
-// q (B, Hq, T, D), k, v (B, Hkv, T, D) float32, D a multiple of 64 -> (B, Hq, T, D); window 0:
-// none.
+// The element type's layouts of K^T and V, from k, v (B*Hkv, panels*64, D) zero past T:
+// float32 kt (B*Hkv, panels, D, 64), v as it is; bfloat16 pairs: kt (B*Hkv, panels, D/2, 64, 2)
+// and v (B*Hkv, panels*32, D, 2). Either way panel i starts at element i*64*D of its head and
+// key j's values at element j*D (j even for bfloat16).
+template <typename E>
+std::pair<at::Tensor, at::Tensor> pack_keys_values(const at::Tensor& k, const at::Tensor& v,
+                                                   int64_t panels) {
+  const int64_t heads = k.size(0), dim = k.size(2);
+  if constexpr (std::is_same_v<E, float>) {
+    return {k.view({heads, panels, kPanel, dim}).transpose(2, 3).contiguous(), v};
+  } else {
+    return {k.view({heads, panels, kPanel, dim / 2, 2}).permute({0, 1, 3, 2, 4}).contiguous(),
+            v.view({heads, panels * kPanel / 2, 2, dim}).transpose(2, 3).contiguous()};
+  }
+}
+
+// q (B, Hq, T, D), k, v (B, Hkv, T, D) of element type E, D a multiple of 64 -> out (B, Hq, T,
+// D); window 0: none.
+template <typename E>
 void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
             const int64_t* positions, at::Tensor& out) {
   const int64_t batch = q.size(0), q_heads = q.size(1), tokens = q.size(2), dim = q.size(3);
-  const int64_t kv_heads = k.size(1), group = q_heads / kv_heads;
+  const int64_t kv_heads = k.size(1), group = q_heads / kv_heads, heads = batch * kv_heads;
   const int64_t panels = (tokens + kPanel - 1) / kPanel;
-  const float q_scale = kLog2e / std::sqrt(static_cast<float>(dim));
-  // qs (B*Hkv, T*G, D): a KV head's query rows, position-major, scaled for exp2;
-  // kt (B*Hkv, panels, D, 64): K^T in 64-key panels, zero past T; vc (B*Hkv, T, D)
-  const at::Tensor qs = (q.reshape({batch * kv_heads, group, tokens, dim}).transpose(1, 2) *
-                         q_scale).contiguous();
-  at::Tensor padded = at::zeros({batch * kv_heads, panels * kPanel, dim}, q.options());
-  padded.narrow(1, 0, tokens).copy_(k.reshape({batch * kv_heads, tokens, dim}));
-  const at::Tensor kt =
-      padded.view({batch * kv_heads, panels, kPanel, dim}).transpose(2, 3).contiguous();
-  const at::Tensor vc = v.reshape({batch * kv_heads, tokens, dim}).contiguous();
-  const float* qs_ptr = qs.data_ptr<float>();
-  const float* kt_ptr = kt.data_ptr<float>();
-  const float* v_ptr = vc.data_ptr<float>();
-  float* out_ptr = out.data_ptr<float>();
+  const float scale = kLog2e / std::sqrt(static_cast<float>(dim));
+  // qs (B*Hkv, T*G, D): a KV head's query rows, position-major; kp, vp (B*Hkv, panels*64, D)
+  const at::Tensor qs =
+      q.reshape({heads, group, tokens, dim}).transpose(1, 2).contiguous();
+  at::Tensor kp = at::zeros({heads, panels * kPanel, dim}, q.options());
+  at::Tensor vp = at::zeros({heads, panels * kPanel, dim}, q.options());
+  kp.narrow(1, 0, tokens).copy_(k.reshape({heads, tokens, dim}));
+  vp.narrow(1, 0, tokens).copy_(v.reshape({heads, tokens, dim}));
+  const auto [kt, vt] = pack_keys_values<E>(kp, vp, panels);
+  const E* qs_ptr = static_cast<const E*>(qs.data_ptr());
+  const E* kt_ptr = static_cast<const E*>(kt.data_ptr());
+  const E* v_ptr = static_cast<const E*>(vt.data_ptr());
+  E* out_ptr = static_cast<E*>(out.data_ptr());
 
   const std::vector<int64_t> first_key = first_keys(tokens, window, positions);
-  const int64_t heads = batch * kv_heads, blocks = (tokens + kPositions - 1) / kPositions;
-  const int64_t max_rows = kPositions * group;
+  const int64_t blocks = (tokens + kPositions - 1) / kPositions, max_rows = kPositions * group;
+  const int64_t head_stride = panels * kPanel * dim;
 #pragma omp parallel num_threads(at::get_num_threads())
   {
     std::vector<float> s(kRows * kKeyBlock), o(max_rows * dim), m(max_rows), l(max_rows);
+    std::vector<E> p(kRows * kKeyBlock);
     std::vector<int64_t> row_first(max_rows), row_last(max_rows);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < heads * blocks; ++item) {
       const int64_t head = item % heads, block = blocks - 1 - item / heads;  // longest first
       const int64_t p0 = block * kPositions, p1 = std::min(tokens, p0 + kPositions);
       const int64_t n_rows = (p1 - p0) * group;
-      const float* q_rows = qs_ptr + (head * tokens * group + p0 * group) * dim;
-      const float* kt_head = kt_ptr + head * panels * kPanel * dim;
-      const float* v_head = v_ptr + head * tokens * dim;
+      const E* q_rows = qs_ptr + (head * tokens * group + p0 * group) * dim;
+      const E* kt_head = kt_ptr + head * head_stride;
+      const E* v_head = v_ptr + head * head_stride;
       std::fill(o.begin(), o.begin() + n_rows * dim, 0.f);
       std::fill(m.begin(), m.begin() + n_rows, -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.begin() + n_rows, 0.f);
@@ -230,16 +341,14 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
           const int64_t last = row_last[r0 + rows_here - 1];
           if (last < key0 || row_first[r0] >= key0 + kKeyBlock) continue;  // nothing visible
           const int64_t n = std::min(kKeyBlock, last + 1 - key0);
-          kTileSteps[rows_here - 1](q_rows + r0 * dim, kt_head, v_head, key0, n, dim,
-                                    &row_first[r0], &row_last[r0], s.data(), &o[r0 * dim],
-                                    &m[r0], &l[r0]);
+          kTileSteps<E>[rows_here - 1](q_rows + r0 * dim, kt_head, v_head, key0, n, dim, scale,
+                                       &row_first[r0], &row_last[r0], s.data(), p.data(),
+                                       &o[r0 * dim], &m[r0], &l[r0]);
         }
       }
-      for (int64_t r = 0; r < n_rows; ++r) {  // row (position, g) -> out[b, h*G + g, position]
-        float* dst = out_ptr + ((head * group + r % group) * tokens + p0 + r / group) * dim;
-        const float inv = 1.f / l[r];
-        for (int64_t d = 0; d < dim; ++d) dst[d] = o[r * dim + d] * inv;
-      }
+      for (int64_t r = 0; r < n_rows; ++r)  // row (position, g) -> out[b, h*G + g, position]
+        store_row(out_ptr + ((head * group + r % group) * tokens + p0 + r / group) * dim,
+                  &o[r * dim], 1.f / l[r], dim);
     }
   }
 }
@@ -250,27 +359,33 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
 
 namespace snapstream {
 
-// Whether prompt_attention computes for q (B, Hq, T, D): float32 on the CPU, D a multiple of 64,
-// a CPU with AVX-512F, SNAPSTREAM_GENERIC_KERNELS not 1.
+// Whether prompt_attention computes for q (B, Hq, T, D): on the CPU, D a multiple of 64,
+// SNAPSTREAM_GENERIC_KERNELS not 1, and float32 on a CPU with AVX-512F or bfloat16 on one with
+// AVX512-BF16 and no AMX.
 bool prompt_attention_covers(const at::Tensor& q) {
 #if SNAPSTREAM_PROMPT_AVX512
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && !generic_kernels_requested() && q.device().is_cpu() &&
-         q.scalar_type() == at::kFloat && q.dim() == 4 && q.size(3) % 64 == 0 && q.size(3) > 0;
+  static const bool bf16_dot = avx512 && __builtin_cpu_supports("avx512bf16") &&
+                               !__builtin_cpu_supports("amx-bf16");
+  const bool dtype = (q.scalar_type() == at::kFloat && avx512) ||
+                     (q.scalar_type() == at::kBFloat16 && bf16_dot);
+  return dtype && !generic_kernels_requested() && q.device().is_cpu() && q.dim() == 4 &&
+         q.size(3) % 64 == 0 && q.size(3) > 0;
 #else
   return false;
 #endif
 }
 
-// q (B, Hq, T, D), k, v (B, Hkv, T, D) float32, Hq a multiple of Hkv -> (B, Hq, T, D):
-// softmax(q k^T / sqrt(D)) v over each query's keys: those up to its own (by index), and with a
-// window only those whose position p_k > p_q - window; positions (T,) int64 ascending, or none
-// (0..T-1).
+// q (B, Hq, T, D), k, v (B, Hkv, T, D) float32 or bfloat16, Hq a multiple of Hkv -> (B, Hq,
+// T, D) in their dtype: softmax(q k^T / sqrt(D)) v over each query's keys: those up to its own
+// (by index), and with a window only those whose position p_k > p_q - window; positions (T,)
+// int64 ascending, or none (0..T-1).
 at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t window, const std::optional<at::Tensor>& positions) {
   TORCH_CHECK(prompt_attention_covers(q),
-              "prompt_attention: wants float32 q on an AVX-512 CPU with D a multiple of 64 "
-              "(prompt_attention_covers); use torch's SDPA otherwise");
+              "prompt_attention: wants float32 q on an AVX-512 CPU, or bfloat16 on one with "
+              "AVX512-BF16 and no AMX, with D a multiple of 64 (prompt_attention_covers); use "
+              "torch's SDPA otherwise");
   TORCH_CHECK(k.dim() == 4 && v.sizes() == k.sizes(),
               "prompt_attention: want q (B, Hq, T, D), k and v (B, Hkv, T, D)");
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
@@ -289,7 +404,11 @@ at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::
   at::Tensor out = at::empty(q.sizes(), q.options());
   if (q.numel() == 0) return out;
 #if SNAPSTREAM_PROMPT_AVX512
-  attend(q, k, v, window, pos.defined() ? pos.data_ptr<int64_t>() : nullptr, out);
+  const int64_t* pos_ptr = pos.defined() ? pos.data_ptr<int64_t>() : nullptr;
+  if (q.scalar_type() == at::kFloat)
+    attend<float>(q, k, v, window, pos_ptr, out);
+  else
+    attend<bf16>(q, k, v, window, pos_ptr, out);
 #endif
   return out;
 }

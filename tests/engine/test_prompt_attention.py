@@ -1,8 +1,9 @@
 """The prompt's causal attention: snapstream's flash kernel (kernels.prompt_attention, float32 on
-AVX-512 CPUs) against a float64 reference at the shapes of both model families, across its
-blocks (64-key panels, 256-key softmax steps, 32-position work items, 6-row tiles) and within
-sliding windows of positions; and model.causal_attention, which runs it where
-``prompt_attention_covers`` says so and torch's SDPA elsewhere."""
+AVX-512 CPUs, bfloat16 on AVX512-BF16 CPUs without AMX) against a float64 reference at the
+shapes of both model families, across its blocks (64-key panels, 256-key softmax steps,
+32-position work items, 6-row tiles) and within sliding windows of positions; and
+model.causal_attention, which runs it where ``prompt_attention_covers`` says so and torch's SDPA
+elsewhere."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from snapstream import kernels
+from snapstream.cpu import cpu_flags
 from snapstream.model import causal_attention
 
 
@@ -44,6 +46,21 @@ def kept_positions(tokens: int, span: int, seed: int = 0) -> torch.Tensor:
 needs_kernel = pytest.mark.skipif(
     not kernels.prompt_attention_covers(torch.empty(1, 1, 1, 64)),
     reason="the prompt attention kernel needs an AVX-512 CPU")
+needs_bf16_kernel = pytest.mark.skipif(
+    not kernels.prompt_attention_covers(torch.empty(1, 1, 1, 64, dtype=torch.bfloat16)),
+    reason="the bfloat16 prompt attention kernel needs an AVX512-BF16 CPU without AMX")
+
+# bfloat16 in, bfloat16 out: the output's rounding (2^-9 relative) and the probabilities'
+# (rounded to bfloat16 for P V, as torch's flash SDPA does) against the float64 reference of
+# the same bfloat16 inputs; the mean error bounds what a wrong block or mask would leave.
+BF16_TOL = {"atol": 1.6e-2, "rtol": 1.6e-2}
+BF16_MEAN_ERROR = 1e-3
+
+
+def assert_bf16_close(out: torch.Tensor, expected: torch.Tensor) -> None:
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), expected, **BF16_TOL)
+    assert float((out.double() - expected).abs().mean()) < BF16_MEAN_ERROR
 
 # (B, Hq, Hkv, T, D): SmolLM2's 9/3 heads of 64, Gemma 3 270M's 4/1 of 256, plain multi-head,
 # a batch of two; T from one token to several key blocks, on and off every block edge.
@@ -61,6 +78,35 @@ def test_the_kernel_matches_the_float64_reference(shape):
     out = kernels.prompt_attention(q, k, v)
     assert out.shape == q.shape and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), reference(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+@needs_bf16_kernel
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_the_bfloat16_kernel_matches_the_float64_reference(shape):
+    q, k, v = case(*shape, dtype=torch.bfloat16)
+    out = kernels.prompt_attention(q, k, v)
+    assert out.shape == q.shape
+    assert_bf16_close(out, reference(q, k, v))
+
+
+@needs_bf16_kernel
+def test_the_bfloat16_kernel_is_as_close_as_torchs_sdpa():
+    """Its error against float64 is that of torch's bfloat16 flash SDPA on the same inputs."""
+    q, k, v = case(1, 9, 3, 1100, 64, seed=5, dtype=torch.bfloat16)
+    expected = reference(q, k, v)
+    ours = (kernels.prompt_attention(q, k, v).double() - expected).abs()
+    sdpa = (F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).double()
+            - expected).abs()
+    assert float(ours.mean()) <= 1.1 * float(sdpa.mean())
+    assert float(ours.max()) <= 1.5 * float(sdpa.max())
+
+
+def test_bfloat16_is_covered_exactly_on_cpus_with_avx512_bf16_and_no_amx(monkeypatch):
+    monkeypatch.delenv("SNAPSTREAM_GENERIC_KERNELS", raising=False)
+    flags = cpu_flags()
+    expected = "avx512_bf16" in flags and "amx_bf16" not in flags
+    assert kernels.prompt_attention_covers(torch.empty(1, 9, 10, 64, dtype=torch.bfloat16)) \
+        == expected
 
 
 # (Hq, Hkv, T, D, window, span of the kept positions or None): windows shorter than a block,
@@ -83,6 +129,16 @@ def test_the_kernel_keeps_each_query_within_its_window(shape):
                                atol=1e-5, rtol=1e-5)
 
 
+@needs_bf16_kernel
+@pytest.mark.parametrize("shape", WINDOWS, ids=lambda s: "x".join(map(str, s)))
+def test_the_bfloat16_kernel_keeps_each_query_within_its_window(shape):
+    q_heads, kv_heads, tokens, dim, window, span = shape
+    q, k, v = case(1, q_heads, kv_heads, tokens, dim, seed=3, dtype=torch.bfloat16)
+    positions = None if span is None else kept_positions(tokens, span)
+    assert_bf16_close(kernels.prompt_attention(q, k, v, window, positions),
+                      reference(q, k, v, window, positions))
+
+
 @needs_kernel
 def test_peaked_scores_keep_the_softmax_stable():
     """Scores in the hundreds: the running max and the rescaling of earlier blocks must hold."""
@@ -93,32 +149,40 @@ def test_peaked_scores_keep_the_softmax_stable():
 
 
 @needs_kernel
-def test_strided_views_read_as_their_values():
+@pytest.mark.parametrize("dtype", [torch.float32,
+                                   pytest.param(torch.bfloat16, marks=needs_bf16_kernel)],
+                         ids=["float32", "bfloat16"])
+def test_strided_views_read_as_their_values(dtype):
     """The model hands q, k, v over as (B, T, H, D) -> (B, H, T, D) views."""
     gen = torch.Generator().manual_seed(2)
-    q = torch.randn(1, 300, 9, 64, generator=gen).transpose(1, 2)
-    k = torch.randn(1, 300, 3, 64, generator=gen).transpose(1, 2)
-    v = torch.randn(1, 300, 3, 64, generator=gen).transpose(1, 2)
+    q = torch.randn(1, 300, 9, 64, generator=gen).to(dtype).transpose(1, 2)
+    k = torch.randn(1, 300, 3, 64, generator=gen).to(dtype).transpose(1, 2)
+    v = torch.randn(1, 300, 3, 64, generator=gen).to(dtype).transpose(1, 2)
     contiguous = kernels.prompt_attention(q.contiguous(), k.contiguous(), v.contiguous())
     assert torch.equal(kernels.prompt_attention(q, k, v), contiguous)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("generic", ["0", "1"], ids=["as_the_cpu_allows", "generic"])
 @pytest.mark.parametrize(("window", "span"), [(None, None), (100, None), (64, 1000)],
                          ids=["causal", "window", "window_kept_positions"])
 def test_causal_attention_matches_the_reference_on_either_path(monkeypatch, generic, window,
-                                                               span):
+                                                               span, dtype):
     """The kernel where it covers, torch's SDPA (a window block by block) with
-    SNAPSTREAM_GENERIC_KERNELS=1 or without AVX-512."""
+    SNAPSTREAM_GENERIC_KERNELS=1 or on CPUs it does not cover."""
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
-    q, k, v = case(1, 9, 3, 400, 64, seed=4)
+    q, k, v = case(1, 9, 3, 400, 64, seed=4, dtype=dtype)
     positions = None if span is None else kept_positions(400, span, seed=1)
-    torch.testing.assert_close(causal_attention(q, k, v, window, positions).double(),
-                               reference(q, k, v, window, positions), atol=1e-5, rtol=1e-5)
+    out, expected = causal_attention(q, k, v, window, positions), reference(q, k, v, window,
+                                                                            positions)
+    if dtype == torch.bfloat16:
+        assert_bf16_close(out, expected)
+    else:
+        torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize(("dim", "dtype"), [(64, torch.bfloat16), (32, torch.float32)],
-                         ids=["bfloat16", "head_dim_32"])
+@pytest.mark.parametrize(("dim", "dtype"), [(64, torch.float16), (32, torch.float32)],
+                         ids=["float16", "head_dim_32"])
 def test_what_the_kernel_does_not_cover_runs_torchs_sdpa(dim, dtype):
     q, k, v = case(1, 9, 3, 200, dim, dtype=dtype)
     assert not kernels.prompt_attention_covers(q)
@@ -129,9 +193,9 @@ def test_what_the_kernel_does_not_cover_runs_torchs_sdpa(dim, dtype):
 
 
 def test_the_generic_kernels_request_turns_the_kernel_off(monkeypatch):
-    q = torch.empty(1, 9, 10, 64)
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
-    assert not kernels.prompt_attention_covers(q)
+    for dtype in (torch.float32, torch.bfloat16):
+        assert not kernels.prompt_attention_covers(torch.empty(1, 9, 10, 64, dtype=dtype))
 
 
 @needs_kernel
