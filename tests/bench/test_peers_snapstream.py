@@ -89,8 +89,10 @@ def test_a_measured_batch_counts_the_cores_other_processes_kept_busy(runner):
     other_job.start()
     try:
         assert spinning.wait(60)
+        # 400 steps: a window of tenths of a second, long against /proc/stat's 10 ms ticks (6
+        # steps took ~20 ms here, where a tick more or less is half a core)
         reply = peer.measured_call("generate_batch", timeout_s=60, prompts=prompts,
-                                   max_new_tokens=6,
+                                   max_new_tokens=400,
                                    options=system.generate_options(80, BUDGET))
     finally:
         stop.set()
