@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "generic_kernels.h"
@@ -180,9 +182,9 @@ KERNEL inline void values_tile(const bf16* p, int64_t p_stride, const bf16* v, i
   }
 }
 
-// 16 probabilities into the element type P V reads.
-KERNEL inline void store_probs(float* p, __m512 e) { _mm512_storeu_ps(p, e); }
-KERNEL inline void store_probs(bf16* p, __m512 e) {
+// 16 float32 lanes into the element type (probabilities for P V, output rows).
+KERNEL inline void store16(float* p, __m512 e) { _mm512_storeu_ps(p, e); }
+KERNEL inline void store16(bf16* p, __m512 e) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
 }
@@ -205,7 +207,7 @@ KERNEL inline float softmax_row(const float* s, E* p, int64_t n, float scale, fl
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __m512 e = exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), factor, shift));
-    store_probs(p + i, e);
+    store16(p + i, e);
     sum = _mm512_add_ps(sum, e);
   }
   const float alpha = m == -std::numeric_limits<float>::infinity() ? 0.f : std::exp2(m - m_new);
@@ -256,7 +258,7 @@ KERNEL inline void store_row(float* dst, const float* o, float inv, int64_t dim)
 KERNEL inline void store_row(bf16* dst, const float* o, float inv, int64_t dim) {
   const __m512 f = _mm512_set1_ps(inv);
   for (int64_t d = 0; d < dim; d += 16)
-    store_probs(dst + d, _mm512_mul_ps(f, _mm512_loadu_ps(o + d)));
+    store16(dst + d, _mm512_mul_ps(f, _mm512_loadu_ps(o + d)));
 }
 
 // Per query index, the first key index it sees: 0 without a window, else the first key whose
