@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from snapstream import kernels
-from snapstream.model import ACTIVATIONS, DecoderLayer, Gemma3DecoderLayer, Transformer
+from snapstream.model import DecoderLayer, Gemma3DecoderLayer, Transformer
 from snapstream.quant import GEMM_MIN_ROWS, QuantizedLinear
 
 CacheOf = Callable[[int], tuple[torch.Tensor, ...]]  # layer -> k, v, slots, empty
@@ -31,7 +31,7 @@ class FusedLayer:
     num_heads: int
     eps: float
     q_factor: float
-    activation: str  # a name of snapstream.model.ACTIVATIONS
+    activation: str  # an activation of kernels.gated_activation: silu or gelu_tanh
 
 
 # per layer class: the names of its norms after the op's first ten params (Gemma 3's extra four)
@@ -48,9 +48,7 @@ def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
     norms = [layer.get_submodule(name).weight.detach()
              for name in ("input_layernorm", "post_attention_layernorm",
                           *EXTRA_NORMS[type(layer)])]
-    activation = next((name for name, fn in ACTIVATIONS.items() if fn is layer.mlp.act), None)
-    if (activation is None
-            or not all(isinstance(linear, QuantizedLinear) and linear.bias is None
+    if (not all(isinstance(linear, QuantizedLinear) and linear.bias is None
                        for linear in linears)
             or not all(norm.dtype == torch.float32 and norm.device.type == "cpu"
                        for norm in norms)):
@@ -58,7 +56,7 @@ def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
     qkv, out, gate_up, down = ((linear.weight, linear.scales) for linear in linears)
     return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:]),
                       num_heads=layer.self_attn.num_heads, eps=layer.input_layernorm.eps,
-                      q_factor=layer.self_attn.q_factor, activation=activation)
+                      q_factor=layer.self_attn.q_factor, activation=layer.mlp.activation)
 
 
 def fused_layers(model: Transformer) -> tuple[FusedLayer, ...] | None:

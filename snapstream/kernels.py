@@ -5,6 +5,8 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``slot_attention(q, k, v, k_new, v_new, slots, empty)``: writes each row's new key and value
   into its slot of the cache (in place), then one query per row attends over every slot.
 - ``rms_norm(x, weight, eps)``: ``F.rms_norm`` in one pass per row.
+- ``gated_activation(x, activation)``: a gated MLP's ``act(gate) * up`` from its [gate | up]
+  projection in one pass (activation ``silu`` or ``gelu_tanh``).
 - ``int4_matmul(x, weight, scales, n)``, ``int8_matmul(x, weight, scales, n)``:
   quantized matmul (codes in groups with float16/float32 scales and offsets; int8 also rounds
   x to 8-bit codes, int4 to 15-bit codes where ``int4_matmul_reads_codes(group)``: CPUs with
@@ -22,6 +24,8 @@ built by setup.py) and, registered here, what runs them on other devices and und
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -30,6 +34,7 @@ from snapstream.kvquant import kv_codec
 
 slot_attention = torch.ops.snapstream.slot_attention
 rms_norm = torch.ops.snapstream.rms_norm
+gated_activation = torch.ops.snapstream.gated_activation
 int4_matmul = torch.ops.snapstream.int4_matmul
 int8_matmul = torch.ops.snapstream.int8_matmul
 decode_layer = torch.ops.snapstream.decode_layer
@@ -68,9 +73,18 @@ def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> to
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
+GATE_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
+
+
+def _gated_activation_elsewhere(x: torch.Tensor, activation: str) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)  # (..., I) each
+    return GATE_ACTIVATIONS[activation](gate) * up
+
+
 _ELSEWHERE = torch.library.Library("snapstream", "IMPL")  # kept: it holds the registrations
 _ELSEWHERE.impl("slot_attention", grouped_slot_attention, "CompositeExplicitAutograd")
 _ELSEWHERE.impl("rms_norm", _rms_norm_elsewhere, "CompositeExplicitAutograd")
+_ELSEWHERE.impl("gated_activation", _gated_activation_elsewhere, "CompositeExplicitAutograd")
 _ELSEWHERE.impl("prompt_attention_covers", _prompt_attention_covers_elsewhere,
                 "CompositeExplicitAutograd")
 
@@ -88,6 +102,11 @@ def _prompt_attention_shape(q, k, v, window=0, positions=None):
 @torch.library.register_fake("snapstream::rms_norm")
 def _rms_norm_shape(x, weight, eps):
     return torch.empty_like(x)
+
+
+@torch.library.register_fake("snapstream::gated_activation")
+def _gated_activation_shape(x, activation):
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
 @torch.library.register_fake("snapstream::int4_matmul")

@@ -14,7 +14,6 @@ one model for every cache policy.
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Protocol
 
@@ -25,8 +24,6 @@ from torch import nn
 from snapstream import kernels
 from snapstream.config import ModelConfig
 from snapstream.rope import RotaryEmbedding, apply_rotary
-
-ACTIVATIONS = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
 
 # fused projection -> the Hugging Face projections it stacks, in row order
 FUSED = {
@@ -126,11 +123,11 @@ class MLP(nn.Module):
         hidden, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
         self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=bias)
         self.down_proj = nn.Linear(inner, hidden, bias=bias)
-        self.act = ACTIVATIONS[config.hidden_act]
+        self.activation = config.hidden_act  # a name kernels.gated_activation takes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (..., inner) each
-        return self.down_proj(self.act(gate) * up)
+        gate_up = self.gate_up_proj(x)  # (..., 2 * inner): [gate | up]
+        return self.down_proj(kernels.gated_activation(gate_up, self.activation))
 
 
 class DecoderLayer(nn.Module):

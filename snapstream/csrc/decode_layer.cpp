@@ -95,7 +95,7 @@ namespace snapstream {
 // output, then the query and key norms (D,) and the pre- and post-feedforward norms (H,).
 // cos, sin (B, D) float32 (any shape of B x D values); k, v, slots, empty as slot_attention
 // takes them (k and v updated in place); queries times q_factor after RoPE; activation "silu"
-// or "gelu_tanh" (ATen's, as the modules).
+// or "gelu_tanh" (gated_activation's, as the modules).
 at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Tensor& cos,
                         const at::Tensor& sin, const at::Tensor& k, const at::Tensor& v,
                         const at::Tensor& slots, const at::Tensor& empty, int64_t num_heads,
@@ -156,15 +156,7 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
   // MLP: gate/up (B, 2I), activation(gate) * up rounded to bfloat16 for the down projection
   const at::Tensor gate_up = project(to_bf16(rms_norm(h, gemma ? params[12] : post_norm, eps)),
                                      gate_up_w, gate_up_s, 2 * inner);
-  const at::Tensor gate_in = gate_up.narrow(1, 0, inner);
-  const at::Tensor gate =
-      (activation == "silu" ? at::silu(gate_in) : at::gelu(gate_in, "tanh")).contiguous();
-  at::Tensor act = at::empty({batch, inner}, x.options().dtype(at::kBFloat16));
-  const float *gate_ptr = gate.data_ptr<float>(), *up_ptr = gate_up.data_ptr<float>() + inner;
-  auto* act_ptr = act.data_ptr<at::BFloat16>();
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < inner; ++i)
-      act_ptr[b * inner + i] = at::BFloat16(gate_ptr[b * inner + i] * up_ptr[b * 2 * inner + i]);
+  const at::Tensor act = to_bf16(gated_activation(gate_up, std::string(activation)));
   at::Tensor out = project(act, down_w, down_s, hidden);
   if (gemma) out = rms_norm(out, params[13], eps);
   add_into(out, h);

@@ -9,6 +9,10 @@ namespace snapstream {
 // x (..., H), weight (H,) of x's dtype -> x / rms(x) * weight (rms_norm.cpp).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// x (..., 2I) = [gate | up] -> act(gate) * up (..., I) in x's dtype;
+// activation "silu" or "gelu_tanh" (gated_activation.cpp).
+at::Tensor gated_activation(const at::Tensor& x, const std::string& activation);
+
 // x (M, K) bfloat16 -> (M, n) float32 through packed int4 / int8 codes (quant_matmul.cpp).
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
                        int64_t n);

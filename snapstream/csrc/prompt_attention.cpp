@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "generic_kernels.h"
+#include "vector_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -55,24 +56,6 @@ constexpr float kLog2e = 1.44269504088896341f;
 
 using bf16 = uint16_t;  // a bfloat16's bits
 
-// 2^x for x <= 0 on 16 lanes: x = n + f, |f| <= 1/2, 2^f by its degree-6 Taylor polynomial in
-// f ln2 (relative error < 2e-7), times 2^n by vscalefps; 0 below -126 (no denormals reach the
-// P V products) and for -inf.
-KERNEL inline __m512 exp2_nonpositive(__m512 x) {
-  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.f), _CMP_GE_OQ);
-  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-126.f));
-  const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(clamped, n);
-  __m512 p = _mm512_set1_ps(1.5403530e-4f);  // ln2^6 / 720
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-3f));  // ln2^5 / 120
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));  // ln2^4 / 24
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));  // ln2^3 / 6
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));  // ln2^2 / 2
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));  // ln2
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_maskz_scalef_ps(live, p, n);
-}
-
 // Two bfloat16s (elements i and i + 1 of p) in every 32-bit lane.
 KERNEL inline __m512bh broadcast_pair(const bf16* p) {
   int32_t pair;
@@ -84,47 +67,52 @@ KERNEL inline __m512bh load_bf16(const bf16* p) {
   return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
 }
 
+// What a tile multiplies, per element type: vectors of 16 float32 lanes, or of 16 pairs of
+// bfloat16s; one element (float32) or pair (bfloat16) of a query or probability row broadcast;
+// the multiply-add into float32 sums (FMA, or vdpbf16ps over each lane's pair). kStep elements
+// per multiply along the summed axis.
+template <typename E>
+struct Lanes;
+
+template <>
+struct Lanes<float> {
+  using Vec = __m512;
+  static constexpr int64_t kStep = 1;
+  KERNEL static Vec load(const float* p) { return _mm512_loadu_ps(p); }
+  KERNEL static Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  KERNEL static __m512 madd(__m512 acc, Vec a, Vec b) { return _mm512_fmadd_ps(a, b, acc); }
+};
+
+template <>
+struct Lanes<bf16> {
+  using Vec = __m512bh;
+  static constexpr int64_t kStep = 2;
+  KERNEL static Vec load(const bf16* p) { return load_bf16(p); }
+  KERNEL static Vec broadcast(const bf16* p) { return broadcast_pair(p); }
+  KERNEL static __m512 madd(__m512 acc, Vec a, Vec b) { return _mm512_dpbf16_ps(acc, a, b); }
+};
+
 // Scores of ROWS query rows (D each) against one 64-key panel of K^T: s (ROWS, s_stride), 64
 // per row. float32: panel (D, 64); bfloat16: panel (D/2, 64, 2), a key's dimension pair
 // adjacent.
-template <int ROWS>
-KERNEL inline void scores_tile(const float* q, int64_t dim, const float* panel, float* s,
+template <int ROWS, typename E>
+KERNEL inline void scores_tile(const E* q, int64_t dim, const E* panel, float* s,
                                int64_t s_stride) {
+  using L = Lanes<E>;
+  constexpr int64_t kVec = 16 * L::kStep;  // elements per panel vector
   __m512 acc[ROWS][4];
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < dim; ++d) {
-    const float* keys = panel + d * kPanel;
-    const __m512 k0 = _mm512_loadu_ps(keys), k1 = _mm512_loadu_ps(keys + 16);
-    const __m512 k2 = _mm512_loadu_ps(keys + 32), k3 = _mm512_loadu_ps(keys + 48);
+  for (int64_t d = 0; d < dim; d += L::kStep) {
+    const E* keys = panel + d * kPanel;  // dimension d (or pair d / 2) of 64 keys
+    const typename L::Vec k0 = L::load(keys), k1 = L::load(keys + kVec);
+    const typename L::Vec k2 = L::load(keys + 2 * kVec), k3 = L::load(keys + 3 * kVec);
     for (int r = 0; r < ROWS; ++r) {
-      const __m512 qd = _mm512_set1_ps(q[r * dim + d]);
-      acc[r][0] = _mm512_fmadd_ps(qd, k0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(qd, k1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(qd, k2, acc[r][2]);
-      acc[r][3] = _mm512_fmadd_ps(qd, k3, acc[r][3]);
-    }
-  }
-  for (int r = 0; r < ROWS; ++r)
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(s + r * s_stride + j * 16, acc[r][j]);
-}
-
-template <int ROWS>
-KERNEL inline void scores_tile(const bf16* q, int64_t dim, const bf16* panel, float* s,
-                               int64_t s_stride) {
-  __m512 acc[ROWS][4];
-  for (int r = 0; r < ROWS; ++r)
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < dim; d += 2) {
-    const bf16* keys = panel + d * kPanel;  // pair d / 2: 64 keys x 2 dimensions
-    const __m512bh k0 = load_bf16(keys), k1 = load_bf16(keys + 32);
-    const __m512bh k2 = load_bf16(keys + 64), k3 = load_bf16(keys + 96);
-    for (int r = 0; r < ROWS; ++r) {
-      const __m512bh qd = broadcast_pair(q + r * dim + d);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qd, k0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qd, k1);
-      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], qd, k2);
-      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], qd, k3);
+      const typename L::Vec qd = L::broadcast(q + r * dim + d);
+      acc[r][0] = L::madd(acc[r][0], qd, k0);
+      acc[r][1] = L::madd(acc[r][1], qd, k1);
+      acc[r][2] = L::madd(acc[r][2], qd, k2);
+      acc[r][3] = L::madd(acc[r][3], qd, k3);
     }
   }
   for (int r = 0; r < ROWS; ++r)
@@ -134,47 +122,25 @@ KERNEL inline void scores_tile(const bf16* q, int64_t dim, const bf16* panel, fl
 // o (ROWS, o_stride) += p (ROWS, p_stride) [:, :n] @ v (n, D), 64 output dimensions at a time.
 // float32: v (n, D); bfloat16: v (n/2, D, 2), a dimension's key pair adjacent, n rounded up to
 // even (p is 0 and v finite past n).
-template <int ROWS>
-KERNEL inline void values_tile(const float* p, int64_t p_stride, const float* v, int64_t n,
+template <int ROWS, typename E>
+KERNEL inline void values_tile(const E* p, int64_t p_stride, const E* v, int64_t n,
                                int64_t dim, float* o, int64_t o_stride) {
+  using L = Lanes<E>;
+  constexpr int64_t kVec = 16 * L::kStep;  // elements per value vector
   for (int64_t c = 0; c < dim; c += 64) {
     __m512 acc[ROWS][4];
     for (int r = 0; r < ROWS; ++r)
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_loadu_ps(o + r * o_stride + c + j * 16);
-    for (int64_t key = 0; key < n; ++key) {
-      const float* values = v + key * dim + c;
-      const __m512 v0 = _mm512_loadu_ps(values), v1 = _mm512_loadu_ps(values + 16);
-      const __m512 v2 = _mm512_loadu_ps(values + 32), v3 = _mm512_loadu_ps(values + 48);
+    for (int64_t key = 0; key < n; key += L::kStep) {
+      const E* values = v + key * dim + c * L::kStep;  // key (or pair key / 2), c..c+63
+      const typename L::Vec v0 = L::load(values), v1 = L::load(values + kVec);
+      const typename L::Vec v2 = L::load(values + 2 * kVec), v3 = L::load(values + 3 * kVec);
       for (int r = 0; r < ROWS; ++r) {
-        const __m512 pk = _mm512_set1_ps(p[r * p_stride + key]);
-        acc[r][0] = _mm512_fmadd_ps(pk, v0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(pk, v1, acc[r][1]);
-        acc[r][2] = _mm512_fmadd_ps(pk, v2, acc[r][2]);
-        acc[r][3] = _mm512_fmadd_ps(pk, v3, acc[r][3]);
-      }
-    }
-    for (int r = 0; r < ROWS; ++r)
-      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(o + r * o_stride + c + j * 16, acc[r][j]);
-  }
-}
-
-template <int ROWS>
-KERNEL inline void values_tile(const bf16* p, int64_t p_stride, const bf16* v, int64_t n,
-                               int64_t dim, float* o, int64_t o_stride) {
-  for (int64_t c = 0; c < dim; c += 64) {
-    __m512 acc[ROWS][4];
-    for (int r = 0; r < ROWS; ++r)
-      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_loadu_ps(o + r * o_stride + c + j * 16);
-    for (int64_t key = 0; key < n; key += 2) {
-      const bf16* values = v + key * dim + 2 * c;  // pair key / 2, dimensions c..c+63
-      const __m512bh v0 = load_bf16(values), v1 = load_bf16(values + 32);
-      const __m512bh v2 = load_bf16(values + 64), v3 = load_bf16(values + 96);
-      for (int r = 0; r < ROWS; ++r) {
-        const __m512bh pk = broadcast_pair(p + r * p_stride + key);
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], pk, v0);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], pk, v1);
-        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], pk, v2);
-        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], pk, v3);
+        const typename L::Vec pk = L::broadcast(p + r * p_stride + key);
+        acc[r][0] = L::madd(acc[r][0], pk, v0);
+        acc[r][1] = L::madd(acc[r][1], pk, v1);
+        acc[r][2] = L::madd(acc[r][2], pk, v2);
+        acc[r][3] = L::madd(acc[r][3], pk, v3);
       }
     }
     for (int r = 0; r < ROWS; ++r)
@@ -206,7 +172,7 @@ KERNEL inline float softmax_row(const float* s, E* p, int64_t n, float scale, fl
   const __m512 shift = _mm512_set1_ps(m_new), factor = _mm512_set1_ps(scale);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
-    const __m512 e = exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), factor, shift));
+    const __m512 e = snapstream::exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), factor, shift));
     store16(p + i, e);
     sum = _mm512_add_ps(sum, e);
   }

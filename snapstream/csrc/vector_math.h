@@ -1,0 +1,75 @@
+// AVX-512 helpers shared by the element-wise kernels and the prompt attention: 16 lanes of
+// float32 or bfloat16 (raw bits) in and out, and 2^x. Callers check the CPU at run time
+// (``avx512_rows()``) and keep a plain C++ path for the rest.
+#pragma once
+
+#include <cstdint>
+
+#include "generic_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SNAPSTREAM_AVX512 1
+#define AVX512_ROWS __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define AVX512F_ONLY __attribute__((target("avx512f")))  // inlines into either kind of caller
+
+namespace snapstream {
+
+// This CPU runs the AVX-512 row kernels (F, BW and VL), unless SNAPSTREAM_GENERIC_KERNELS=1.
+inline bool avx512_rows() {
+  static const bool supported = __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl");
+  return supported && !generic_kernels_requested();
+}
+
+// 2^x for x <= 0 on 16 lanes: x = n + f, |f| <= 1/2, 2^f by its degree-6 Taylor polynomial in
+// f ln2 (relative error < 2e-7), times 2^n by vscalefps; 0 below -126 (no denormals) and for
+// -inf.
+AVX512F_ONLY inline __m512 exp2_nonpositive(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.f), _CMP_GE_OQ);
+  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-126.f));
+  const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(clamped, n);
+  __m512 p = _mm512_set1_ps(1.5403530e-4f);  // ln2^6 / 720
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-3f));  // ln2^5 / 120
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));  // ln2^4 / 24
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));  // ln2^3 / 6
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));  // ln2^2 / 2
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));  // ln2
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+// The lanes of ``mask`` from p (float32, or bfloat16 bits widened), 0 elsewhere.
+AVX512_ROWS inline __m512 load16(const float* p, __mmask16 mask) {
+  return _mm512_maskz_loadu_ps(mask, p);
+}
+AVX512_ROWS inline __m512 load16(const uint16_t* p, __mmask16 mask) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+// The lanes of ``mask`` to p: float32, or rounded to bfloat16 (to nearest, ties to even, NaN
+// kept a NaN: c10::BFloat16's rounding) with AVX-512F integer steps, no AVX512-BF16 needed.
+AVX512_ROWS inline void store16(float* p, __m512 v, __mmask16 mask) {
+  _mm512_mask_storeu_ps(p, mask, v);
+}
+AVX512_ROWS inline void store16(uint16_t* p, __m512 v, __mmask16 mask) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+  rounded = _mm512_srli_epi32(rounded, 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC0));
+  _mm512_mask_cvtepi32_storeu_epi16(p, mask, rounded);
+}
+
+// The first ``n`` of 16 lanes (n >= 16: all).
+inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+}  // namespace snapstream
+
+#endif
