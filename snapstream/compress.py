@@ -89,9 +89,11 @@ def compress_kv(
         keep = torch.arange(prompt_len, device=k.device).expand(num_layers, num_kv_heads, -1)
         slots = slot_indices(layout, keep)
     taken = keep if rows is None else rows.gather(2, keep)  # (L, Hkv, n_kept): rows of k
-    gather = taken[..., None].expand(-1, -1, -1, head_dim)  # (L, Hkv, n_kept, D)
-    scatter = slots[..., None].expand(-1, -1, -1, width)  # (L, Hkv, n_kept, W)
-    as_bits(out_k).scatter_(2, scatter, as_bits(codec.encode(k.gather(2, gather))))
-    as_bits(out_v).scatter_(2, scatter, as_bits(codec.encode(v.gather(2, gather))))
+    # whole rows by advanced indexing (3-4x faster than gather / scatter_ with their indices
+    # expanded over D and W, which read an index per element)
+    layer = torch.arange(num_layers, device=k.device)[:, None, None]  # (L, 1, 1)
+    head = torch.arange(num_kv_heads, device=k.device)[None, :, None]  # (1, Hkv, 1)
+    as_bits(out_k)[layer, head, slots] = as_bits(codec.encode(k[layer, head, taken]))
+    as_bits(out_v)[layer, head, slots] = as_bits(codec.encode(v[layer, head, taken]))
     out_pos.scatter_(2, slots, keep.to(torch.int32))
     return out_k, out_v, out_pos
