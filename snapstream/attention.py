@@ -41,12 +41,17 @@ class PrefillRecorder:
     window queries are never stored): a prompt holds one layer's whole K/V at a time, beside the
     compressed layers. A sliding-window layer attends within its window and keeps the last
     ``window`` tokens (its group's ring), never scored. ``positions``: the prompt tokens'
-    positions when they are the kept part of a longer prompt (a window is one of positions)."""
+    positions when they are the kept part of a longer prompt (a window is one of positions).
+    ``outputs``: the final layer's attention returns only the last ``outputs`` positions (the
+    prefill reads the last position's hidden state alone, so the rest of that layer's
+    attention, output projection and MLP is skipped; its K/V and SnapKV scores are whole);
+    None: every position's."""
 
     layout: ModelLayout
     dtype: torch.dtype  # of the compressed K/V
     positions: torch.Tensor | None = None  # (P,) ascending; None: 0..P-1
     window: int = 0  # 0: no SnapKV scores
+    outputs: int | None = None  # rows the final layer returns; None: all
     kernel: int = 1
     pooling: str = "avg"
     kept: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # layer -> K, V, pos
@@ -54,10 +59,12 @@ class PrefillRecorder:
 
     def __post_init__(self) -> None:
         self._group_of = {i: group for group in self.layout.groups for i in group.layers}
+        self._final = max(self._group_of)
 
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
         group = self._group_of[layer_idx]
-        out = causal_attention(q, k, v, group.window, self.positions)
+        outputs = self.outputs if layer_idx == self._final else None
+        out = causal_attention(q, k, v, group.window, self.positions, outputs)
         start = time.perf_counter()
         scores = None
         if self.window and group.window is None:

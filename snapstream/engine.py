@@ -181,7 +181,7 @@ class Engine:
         recorder = PrefillRecorder(self.model_layout(layout), self.kv_dtype,
                                    window=policy.window if selects else 0,
                                    kernel=policy.kernel, pooling=policy.pooling,
-                                   positions=None if positions is None else at)
+                                   positions=None if positions is None else at, outputs=1)
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=self.device)  # (1, P)
         hidden = self.model(input_ids, at[None], recorder, self.prefill_dtype)

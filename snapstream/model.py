@@ -68,7 +68,10 @@ class AttendFn(Protocol):
     def __call__(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        """q (B, Hq, T, D), k/v (B, Hkv, T, D) -> attention output (B, Hq, T, D)."""
+        """q (B, Hq, T, D), k/v (B, Hkv, T, D) -> attention output (B, Hq, T', D) of the last
+        T' <= T positions: T' = T but where the caller knows that only the last positions'
+        outputs are wanted (a prompt's final layer, whose other rows nothing reads); the layer
+        then carries on with those rows alone."""
         ...
 
 
@@ -113,8 +116,8 @@ class Attention(nn.Module):
         q, k, v = qk[:, :Hq], qk[:, Hq:], qkv[:, Hq + Hkv :]  # (B, H*, T, D)
         if self.q_factor != 1.0:
             q = q * self.q_factor
-        out = attend(layer_idx, q, k, v)  # (B, Hq, T, D)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        out = attend(layer_idx, q, k, v)  # (B, Hq, T', D): the last T' positions
+        return self.o_proj(out.transpose(1, 2).reshape(B, out.shape[2], -1))
 
 
 class MLP(nn.Module):
@@ -141,7 +144,9 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cos, sin, layer_idx: int, attend: AttendFn) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer_idx, attend)
+        """x (B, T, H) -> (B, T', H): the rows attention returned (AttendFn)."""
+        attn = self.self_attn(self.input_layernorm(x), cos, sin, layer_idx, attend)
+        x = x[:, x.shape[1] - attn.shape[1]:] + attn
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -161,8 +166,9 @@ class Gemma3DecoderLayer(nn.Module):
         self.post_feedforward_layernorm = RMSNorm(hidden, eps)
 
     def forward(self, x, cos, sin, layer_idx: int, attend: AttendFn) -> torch.Tensor:
+        """x (B, T, H) -> (B, T', H): the rows attention returned (AttendFn)."""
         attn = self.self_attn(self.input_layernorm(x), cos, sin, layer_idx, attend)
-        x = x + self.post_attention_layernorm(attn)
+        x = x[:, x.shape[1] - attn.shape[1]:] + self.post_attention_layernorm(attn)
         mlp = self.mlp(self.pre_feedforward_layernorm(x))
         return x + self.post_feedforward_layernorm(mlp)
 
@@ -197,7 +203,8 @@ class Transformer(nn.Module):
         self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn,
         dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
-        """input_ids, positions (B, T) -> final normed hidden states (B, T, hidden), with the
+        """input_ids, positions (B, T) -> final normed hidden states (B, T', hidden) of the last
+        T' positions (T' = T unless ``attend`` cut the final layer's rows, AttendFn), with the
         activations in ``dtype`` (None: the embedding's). A prompt of a quantized model runs in
         the CPU's GEMM dtype (its layers take any activations; on a CPU with AMX, bfloat16)."""
         x = self.model.embed_tokens(input_ids)  # (B, T, hidden)
@@ -223,15 +230,18 @@ class Transformer(nn.Module):
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     window: int | None = None, positions: torch.Tensor | None = None
-                     ) -> torch.Tensor:
+                     window: int | None = None, positions: torch.Tensor | None = None,
+                     outputs: int | None = None) -> torch.Tensor:
     """q (B, Hq, T, D), k/v (B, Hkv, T, D) of one forward -> (B, Hq, T, D): each query over the
     keys up to its own; with a ``window``, only the keys whose position lies within it
     (q_pos - window < k_pos <= q_pos). ``positions`` (T,) ascending: the tokens' positions when
     they are not 0..T-1 (kept tokens of a longer prompt). No (T, T) matrix is ever made: where
     ``kernels.prompt_attention_covers`` (float32 on an AVX-512 CPU, bfloat16 on an AVX512-BF16
     one without AMX) snapstream's flash kernel runs, windows included; elsewhere torch's flash
-    SDPA, a window block by block."""
+    SDPA, a window block by block. ``outputs``: only the last ``outputs`` queries' results,
+    (B, Hq, outputs, D), by one masked SDPA over their keys (None: every query's)."""
+    if outputs is not None and outputs < q.shape[2]:
+        return last_queries_attention(q[:, :, -outputs:], k, v, window, positions)
     if kernels.prompt_attention_covers(q):
         return kernels.prompt_attention(q, k, v, window or 0, positions)
     num_tokens = q.shape[2]
@@ -249,3 +259,19 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], attn_mask=mask,
             enable_gqa=True)
     return out
+
+
+def last_queries_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           window: int | None = None, positions: torch.Tensor | None = None
+                           ) -> torch.Tensor:
+    """q (B, Hq, Tq, D) of the last Tq of the T tokens of k/v (B, Hkv, T, D) -> (B, Hq, Tq, D):
+    causal attention, ``window`` and ``positions`` as in :func:`causal_attention`."""
+    num_queries, num_keys = q.shape[2], k.shape[2]
+    at = torch.arange(num_keys, device=q.device) if positions is None else positions  # (T,)
+    low = 0 if window is None else int(torch.searchsorted(at, at[-num_queries] - window + 1))
+    query_pos, key_pos = at[-num_queries:, None], at[None, low:]  # (Tq, 1), (1, T - low)
+    mask = key_pos <= query_pos
+    if window is not None:
+        mask &= key_pos > query_pos - window
+    return F.scaled_dot_product_attention(q, k[:, :, low:], v[:, :, low:], attn_mask=mask,
+                                          enable_gqa=True)

@@ -19,7 +19,7 @@ from tests.engine.reference import (
     record_prefill,
     snapkv_reference_scores,
 )
-from tests.tiny_models import random_model, tiny_config
+from tests.tiny_models import random_model, tiny_config, tiny_gemma3_config
 
 GQA_SHAPES = [(4, 4), (4, 2), (4, 1), (6, 2), (8, 2)]  # (query heads, kv heads)
 
@@ -154,6 +154,31 @@ def test_prefill_keeps_one_layer_uncompressed_at_a_time():
     # and the result is the whole-prompt compression's
     whole = engine.prefill(ids, policy, 8).cache
     assert torch.equal(recorder.cache(len(ids)).groups[0].positions, whole.groups[0].positions)
+
+
+@pytest.mark.parametrize("config", [tiny_config(num_layers=3), tiny_gemma3_config()],
+                         ids=["llama", "gemma3"])
+def test_the_final_layer_runs_for_the_last_position_alone(config):
+    """The prefill's recorder cuts the final layer to the last position (``outputs=1``): the
+    same cache (K/V and SnapKV's choice, bit for bit) and the same last hidden state as a
+    forward of every position."""
+    model = random_model(config)
+    engine = engine_for(model)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=10, n_recent=12, window=6)
+    ids = prompt(120, seed=7)
+    layout = engine.model_layout(policy.layout(len(ids), 8))
+    hidden, caches = {}, {}
+    for outputs in (None, 1):
+        recorder = PrefillRecorder(layout, torch.float32, window=policy.window,
+                                   kernel=policy.kernel, pooling=policy.pooling,
+                                   outputs=outputs)
+        hidden[outputs] = model(torch.tensor([ids]), torch.arange(len(ids))[None], recorder)
+        caches[outputs] = recorder.cache(len(ids))
+    assert hidden[None].shape[1] == len(ids) and hidden[1].shape[1] == 1
+    torch.testing.assert_close(hidden[1][:, -1], hidden[None][:, -1], atol=1e-5, rtol=1e-5)
+    for cut, whole in zip(caches[1].groups, caches[None].groups, strict=True):
+        for part in ("k", "v", "positions"):
+            assert torch.equal(getattr(cut, part), getattr(whole, part))
 
 
 @pytest.mark.parametrize(("num_heads", "num_kv_heads", "pooling", "kernel"),

@@ -212,3 +212,15 @@ def test_mismatched_inputs_are_refused(kv_shape, window, positions, message):
     k, v = torch.randn(kv_shape), torch.randn(kv_shape)
     with pytest.raises(RuntimeError, match=message):
         kernels.prompt_attention(q, k, v, window, positions)
+
+
+@pytest.mark.parametrize("outputs", [1, 7])
+@pytest.mark.parametrize(("window", "span"), [(None, None), (100, None), (64, 1000)],
+                         ids=["causal", "window", "window_kept_positions"])
+def test_the_last_queries_alone_get_the_full_results_last_rows(window, span, outputs):
+    q, k, v = case(2, 9, 3, 400, 64, seed=5)
+    positions = None if span is None else kept_positions(400, span, seed=2)
+    out = causal_attention(q, k, v, window, positions, outputs)
+    assert out.shape == (2, 9, outputs, 64)
+    expected = reference(q, k, v, window, positions)[:, :, -outputs:]
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)

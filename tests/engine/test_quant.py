@@ -125,12 +125,24 @@ def test_a_long_prefill_leaves_the_fingerprint_as_it_was(tiny_model_dir):
         Int8Linear.from_linear(nn.Linear(63, 32))
 
 
-def test_prefill_warm_up_makes_every_layers_gemm_weight(tiny_model_dir):
+def test_prefill_warm_up_makes_every_gemm_weight_a_prompt_uses(tiny_model_dir):
     engine = Engine.from_pretrained(tiny_model_dir, dtype="int4")
     layers = [m for m in engine.model.model.layers.modules() if isinstance(m, QuantizedLinear)]
     assert layers and not any("gemm_weight" in m.__dict__ for m in layers)
+
+    def made() -> list[bool]:
+        return ["gemm_weight" in m.__dict__ for m in layers]
+
     assert engine.warm_up_prefill() > 0
-    assert all("gemm_weight" in m.__dict__ for m in layers)  # a first prompt finds them made
+    warmed = made()
+    ids = [i % engine.config.vocab_size for i in range(3 * GEMM_MIN_ROWS)]
+    engine.prefill(ids, CachePolicy(kind="full"), 4)
+    assert made() == warmed  # a first prompt finds them made
+    # every layer's but the final one's output projection and MLP, which run for the last
+    # position alone (the int4 kernel, no GEMM copy)
+    final = engine.model.model.layers[-1]
+    alone = {id(final.self_attn.o_proj), id(final.mlp.gate_up_proj), id(final.mlp.down_proj)}
+    assert warmed == [id(m) not in alone for m in layers]
 
 def test_int8_embedding_reads_the_heads_rows():
     head = Int8Linear.from_linear(spread_linear(50, 64))
