@@ -148,7 +148,7 @@ class Engine:
     def warm_up_prefill(self) -> float:
         """Pays at start-up what the first prompt of a prefill worker would pay otherwise: the
         cached GEMM weights of the quantized layers (made on a layer's first input of
-        ``GEMM_MIN_ROWS`` rows or more; 202 MiB for SmolLM2 in bfloat16, 405 MiB in float32 on
+        ``GEMM_MIN_ROWS`` rows or more; 197 MiB for SmolLM2 in bfloat16, 394 MiB in float32 on
         CPUs without bfloat16 instructions) and the kernels' first use. A
         prompt of ``WARM_UP_TOKENS`` tokens (the context's, if shorter), after setting the
         process's malloc to keep freed memory (:func:`snapstream.memory.keep_freed_memory`);
