@@ -87,14 +87,31 @@ class PrefillBenchConfig:
 
 
 def prefill_flops(engine: Engine, prompt_len: int) -> tuple[float, float]:
-    """(linear, attention) FLOPs of one prompt: 2 per weight per token in the layers (the LM
-    head runs on the last token only), 4 * D per query head per (query, key) pair attended
-    (causal; a sliding layer's window)."""
+    """(linear, attention) FLOPs of one prompt: 2 per weight per token in the layers, 4 * D per
+    query head per (query, key) pair attended (causal; a sliding layer's window). The final
+    layer runs its QKV projection for every token (its K/V and SnapKV's window queries) and the
+    rest for the last one alone, its attention included (``PrefillRecorder(outputs=1)``), as
+    does the LM head."""
     config = engine.config
-    weights = sum(_shape(m)[0] * _shape(m)[1] for m in engine.model.model.layers.modules()
-                  if isinstance(m, (nn.Linear, QuantizedLinear)))
-    pairs = sum(_pairs(prompt_len, window) for window in config.attention_windows)
-    return 2.0 * weights * prompt_len, 4.0 * config.head_dim * config.num_heads * pairs
+    layers = engine.model.model.layers
+    linear = 0.0
+    for idx, layer in enumerate(layers):
+        for name, module in layer.named_modules():
+            if isinstance(module, (nn.Linear, QuantizedLinear)):
+                every = idx < len(layers) - 1 or name == FINAL_LAYER_WHOLE
+                linear += 2.0 * _weights(module) * (prompt_len if every else 1)
+    *windows, last = config.attention_windows
+    pairs = sum(_pairs(prompt_len, window) for window in windows) + min(prompt_len,
+                                                                         last or prompt_len)
+    return linear, 4.0 * config.head_dim * config.num_heads * pairs
+
+
+FINAL_LAYER_WHOLE = "self_attn.qkv_proj"  # the final layer's one projection of every token
+
+
+def _weights(module: nn.Module) -> int:
+    out_features, in_features = _shape(module)
+    return out_features * in_features
 
 
 def _shape(module: nn.Module) -> tuple[int, int]:

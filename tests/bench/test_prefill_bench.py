@@ -41,10 +41,13 @@ def test_the_split_adds_up_and_the_flops_count_every_layer(results, tiny_model_d
     config = Engine.from_pretrained(tiny_model_dir).config
     hidden, inner = config.hidden_size, config.intermediate_size
     q_dim, kv_dim = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
-    weights = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * inner
-    assert row["linear_flops"] == 2 * 200 * config.num_layers * weights
+    qkv = hidden * (q_dim + 2 * kv_dim)
+    weights = qkv + q_dim * hidden + 3 * hidden * inner
+    # the final layer: QKV for every token, the rest (attention included) for the last one
+    final = 2 * 200 * qkv + 2 * (weights - qkv)
+    assert row["linear_flops"] == 2 * 200 * (config.num_layers - 1) * weights + final
     assert row["attention_flops"] == (4 * config.head_dim * config.num_heads
-                                      * config.num_layers * 200 * 201 // 2)
+                                      * ((config.num_layers - 1) * 200 * 201 // 2 + 200))
     for split in (s for later in results["rows"] for s in later["split"].values()):
         # only the prefill timed: not the greedy decode after the previous length's
         assert 0 < split["linear"] < split["total"] and 0 < split["attention"] < split["total"]
@@ -53,7 +56,7 @@ def test_the_split_adds_up_and_the_flops_count_every_layer(results, tiny_model_d
         assert parts == pytest.approx(split["total"])
     assert set(row["split"]) == set(results["variants"])
     width = {"bfloat16": 2, "float32": 4}[results["gemm_dtype"]]  # the CPU's GEMM dtype
-    assert results["gemm_cache_bytes"] == width * config.num_layers * weights
+    assert results["gemm_cache_bytes"] == width * ((config.num_layers - 1) * weights + qkv)
     assert 0 < row["kept_overlap_min"] <= row["kept_overlap_mean"] <= 1
     assert 0 <= row["greedy_same_prefix"] <= 3
 
