@@ -3,9 +3,9 @@
 // two passes over strided halves and a temporary: 3-4x the time on a 4k-token prompt of
 // SmolLM2 in bfloat16, docs/benchmarks.md). Both activations are x * sigmoid(z(x)): SiLU with
 // z = x, GELU's tanh form with z = 2 sqrt(2/pi) (x + 0.044715 x^3), as 0.5 (1 + tanh(y)) =
-// sigmoid(2y). float32 and bfloat16 by AVX-512 where the CPU has it (the sigmoid from 2^-|z| log2(e), no libm call),
-// plain C++ (libm's exp) elsewhere and under SNAPSTREAM_GENERIC_KERNELS=1; other dtypes
-// through ATen (act(gate) * up).
+// sigmoid(2y). float32 and bfloat16 by AVX-512 where the CPU has it (the sigmoid from
+// 2^(-|z| log2(e)), no libm call), plain C++ (libm's exp) elsewhere and under
+// SNAPSTREAM_GENERIC_KERNELS=1; other dtypes through ATen (act(gate) * up).
 
 #include <torch/extension.h>
 

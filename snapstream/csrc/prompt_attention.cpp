@@ -172,7 +172,8 @@ KERNEL inline float softmax_row(const float* s, E* p, int64_t n, float scale, fl
   const __m512 shift = _mm512_set1_ps(m_new), factor = _mm512_set1_ps(scale);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
-    const __m512 e = snapstream::exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), factor, shift));
+    const __m512 e =
+        snapstream::exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), factor, shift));
     store16(p + i, e);
     sum = _mm512_add_ps(sum, e);
   }
