@@ -78,6 +78,12 @@ def compress_kv(
     out_k = k.new_zeros(*shape, width, dtype=codec.dtype)  # (L, Hkv, S, W)
     out_v = v.new_zeros(*shape, width, dtype=codec.dtype)
     out_pos = torch.full(shape, EMPTY, dtype=torch.int32, device=k.device)  # (L, Hkv, S)
+    if rows is None and not layout.compresses(prompt_len):
+        # a prompt that fits: position p in slot p (p < n_kept <= budget), k and v whole
+        as_bits(out_k)[:, :, :prompt_len] = as_bits(codec.encode(k))
+        as_bits(out_v)[:, :, :prompt_len] = as_bits(codec.encode(v))
+        out_pos[:, :, :prompt_len] = torch.arange(prompt_len, dtype=torch.int32, device=k.device)
+        return out_k, out_v, out_pos
     if layout.compresses(prompt_len):
         keep = kept_positions(layout, prompt_len, scores).to(k.device)  # (L, Hkv, n_kept)
         keep = keep.expand(num_layers, num_kv_heads, -1)

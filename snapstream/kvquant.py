@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+import snapstream._kernels  # noqa: F401  (defines snapstream::int8_rows, runs it on the CPU)
+
 SCALE_BYTES = 4  # a float32 scale after each int8 row's codes
 
 
@@ -59,16 +61,31 @@ class Int8KV:
         return head_dim + SCALE_BYTES
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., D) float -> rows (..., D + 4) int8: codes, then the scale's bytes."""
-        x = x.float()
-        scale = x.abs().amax(dim=-1, keepdim=True) / 127  # (..., 1)
-        codes = torch.where(scale > 0, x / scale, 0.0).round_().clamp_(-127, 127)  # (..., D)
-        return torch.cat((codes.to(torch.int8), scale.view(torch.int8)), dim=-1)
+        """x (..., D) float -> rows (..., D + 4) int8: codes, then the scale's bytes (one pass
+        per row on the CPU: snapstream/csrc/int8_rows.h, the decode kernel's own rows)."""
+        return torch.ops.snapstream.int8_rows(x)
 
     def decode(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (..., D + 4) int8 -> (..., D) float32."""
         scale = rows[..., -SCALE_BYTES:].contiguous().view(torch.float32)  # (..., 1)
         return rows[..., :-SCALE_BYTES].float() * scale
+
+
+def _int8_rows_elsewhere(x: torch.Tensor) -> torch.Tensor:
+    """``int8_rows`` off the CPU, the same arithmetic in torch ops."""
+    x = x.float()
+    scale = x.abs().amax(dim=-1, keepdim=True) / 127  # (..., 1)
+    codes = torch.where(scale > 0, x / scale, 0.0).round_().clamp_(-127, 127)  # (..., D)
+    return torch.cat((codes.to(torch.int8), scale.view(torch.int8)), dim=-1)
+
+
+_ELSEWHERE = torch.library.Library("snapstream", "IMPL")  # kept: it holds the registration
+_ELSEWHERE.impl("int8_rows", _int8_rows_elsewhere, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("snapstream::int8_rows")
+def _int8_rows_shape(x):
+    return x.new_empty((*x.shape[:-1], x.shape[-1] + SCALE_BYTES), dtype=torch.int8)
 
 
 def hadamard(x: torch.Tensor) -> torch.Tensor:

@@ -106,8 +106,7 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
   TORCH_CHECK(params.size() == 10 || params.size() == 14,
               "decode_layer: want 10 params (Llama: 2 norms, 4 linears' weight and scales) or "
               "14 (Gemma 3: and 4 more norms), got ", params.size());
-  TORCH_CHECK(activation == "silu" || activation == "gelu_tanh",
-              "decode_layer: activation must be silu or gelu_tanh");
+  check_activation(std::string(activation), "decode_layer");  // before the cache is written
   const bool gemma = params.size() == 14;
   const at::Tensor &input_norm = params[0], &qkv_w = params[1], &qkv_s = params[2];
   const at::Tensor &o_w = params[3], &o_s = params[4], &post_norm = params[5];

@@ -67,7 +67,7 @@ void gate_rows_generic(const T* in, T* out, int64_t first, int64_t last, int64_t
 AVX512_ROWS inline __m512 times_sigmoid(__m512 x, __m512 z) {
   const __m512 magnitude = _mm512_abs_ps(z);
   const __m512 e = snapstream::exp2_nonpositive(
-      _mm512_mul_ps(magnitude, _mm512_set1_ps(-1.44269504088896341f)));
+      _mm512_mul_ps(magnitude, _mm512_set1_ps(-snapstream::kLog2e)));
   const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.f), _mm512_add_ps(_mm512_set1_ps(1.f), e));
   const __mmask16 negative = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
   return _mm512_mul_ps(x, _mm512_mask_mul_ps(inv, negative, inv, e));
@@ -126,10 +126,14 @@ const std::unordered_map<std::string, Activation>& activations() {
 
 namespace snapstream {
 
+void check_activation(const std::string& activation, const char* op) {
+  TORCH_CHECK(activations().count(activation), op,
+              ": activation must be silu or gelu_tanh, got ", activation);
+}
+
 at::Tensor gated_activation(const at::Tensor& x, const std::string& activation) {
-  const auto found = activations().find(activation);
-  TORCH_CHECK(found != activations().end(),
-              "gated_activation: activation must be silu or gelu_tanh, got ", activation);
+  check_activation(activation, "gated_activation");
+  const Activation& act = activations().at(activation);
   TORCH_CHECK(x.device().is_cpu() && x.dim() >= 1 && x.size(-1) % 2 == 0,
               "gated_activation: want a CPU tensor (..., 2I) holding [gate | up]");
   const int64_t inner = x.size(-1) / 2;
@@ -143,7 +147,6 @@ at::Tensor gated_activation(const at::Tensor& x, const std::string& activation) 
   shape.back() = inner;
   at::Tensor out = at::empty(shape, x.options());
   if (rows == 0) return out;
-  const Activation& act = found->second;
   (x.scalar_type() == at::kFloat ? act.float32 : act.bfloat16)(xc, out, rows, inner);
   return out;
 }

@@ -13,6 +13,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // activation "silu" or "gelu_tanh" (gated_activation.cpp).
 at::Tensor gated_activation(const at::Tensor& x, const std::string& activation);
 
+// Raises naming ``op`` unless gated_activation takes ``activation`` (gated_activation.cpp).
+void check_activation(const std::string& activation, const char* op);
+
 // x (M, K) bfloat16 -> (M, n) float32 through packed int4 / int8 codes (quant_matmul.cpp).
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
                        int64_t n);

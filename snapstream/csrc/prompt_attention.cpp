@@ -50,7 +50,6 @@ constexpr int kRows = 6;              // query rows per register tile
 constexpr int64_t kPanel = 64;        // keys per register tile (4 vectors)
 constexpr int64_t kKeyBlock = 256;    // keys per softmax step
 constexpr int64_t kPositions = 32;    // query positions per work item
-constexpr float kLog2e = 1.44269504088896341f;
 
 #if SNAPSTREAM_PROMPT_AVX512
 
@@ -266,7 +265,7 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
   const int64_t batch = q.size(0), q_heads = q.size(1), tokens = q.size(2), dim = q.size(3);
   const int64_t kv_heads = k.size(1), group = q_heads / kv_heads, heads = batch * kv_heads;
   const int64_t panels = (tokens + kPanel - 1) / kPanel;
-  const float scale = kLog2e / std::sqrt(static_cast<float>(dim));
+  const float scale = snapstream::kLog2e / std::sqrt(static_cast<float>(dim));
   // qs (B*Hkv, T*G, D): a KV head's query rows, position-major; kp, vp (B*Hkv, panels*64, D)
   const at::Tensor qs =
       q.reshape({heads, group, tokens, dim}).transpose(1, 2).contiguous();

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "generic_kernels.h"
+#include "int8_rows.h"
 #include "ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -105,9 +106,7 @@ inline float exp_nonpositive(float x) {
 // -> chunk_max (G), chunk_sum (G), acc (G, D).
 constexpr int64_t kUnroll = 4;  // slots at a time: independent dot products, fewer stores
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SNAPSTREAM_AVX512 1
+#if SNAPSTREAM_AVX512
 
 // 16 vectors -> one vector of their 16 horizontal sums, in order (a shuffle tree: ~3 operations
 // per sum instead of a reduction each).
@@ -515,20 +514,6 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
   });
 }
 
-// An int8 row of D codes and its scale from D float values, as kvquant.py's Int8KV.encode:
-// scale = absmax / 127, code = round half to even (x / scale), 0 for an all-zero row.
-template <typename In>
-void quantize_row(const In* in, int64_t dim, int8_t* out) {
-  float absmax = 0.f;
-  for (int64_t d = 0; d < dim; ++d) absmax = std::max(absmax, std::fabs(static_cast<float>(in[d])));
-  const float scale = absmax / 127.f;
-  for (int64_t d = 0; d < dim; ++d) {
-    const float code = scale > 0.f ? std::nearbyint(static_cast<float>(in[d]) / scale) : 0.f;
-    out[d] = static_cast<int8_t>(std::clamp(code, -127.f, 127.f));
-  }
-  std::memcpy(out + dim, &scale, sizeof(scale));
-}
-
 template <typename KV, typename In>
 void write_slots(const at::Tensor& cache, const at::Tensor& fresh, const at::Tensor& slots) {
   const int64_t batch = cache.size(0), kv_heads = cache.size(1), width = cache.size(2);
@@ -543,7 +528,7 @@ void write_slots(const at::Tensor& cache, const at::Tensor& fresh, const at::Ten
       KV* out = dst + ((row * kv_heads + head) * width + slot[row]) * stride;
       const In* in = src + (row * kv_heads + head) * dim;
       if constexpr (is_quantized<KV>()) {
-        quantize_row(in, dim, out);
+        snapstream::quantize_row(in, dim, out);
       } else {
         for (int64_t d = 0; d < dim; ++d) out[d] = static_cast<KV>(static_cast<float>(in[d]));
       }

@@ -1,11 +1,17 @@
 // AVX-512 helpers shared by the element-wise kernels and the prompt attention: 16 lanes of
-// float32 or bfloat16 (raw bits) in and out, and 2^x. Callers check the CPU at run time
+// float32 or bfloat16 (raw bits) in and out, 2^x and log2(e). Callers check the CPU at run time
 // (``avx512_rows()``) and keep a plain C++ path for the rest.
 #pragma once
 
 #include <cstdint>
 
 #include "generic_kernels.h"
+
+namespace snapstream {
+
+constexpr float kLog2e = 1.44269504088896341f;
+
+}  // namespace snapstream
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from snapstream.attention import PrefillRecorder
+from snapstream.compress import compress_kv
+from snapstream.kvquant import as_bits
 from snapstream.policy import CachePolicy
 from snapstream.snapkv import snapkv_scores
 from tests.engine.helpers import engine_for, greedy_with_logits
@@ -27,6 +29,23 @@ GQA_SHAPES = [(4, 4), (4, 2), (4, 1), (6, 2), (8, 2)]  # (query heads, kv heads)
 def prompt(length: int, seed: int, vocab: int = 256) -> list[int]:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (length,), generator=generator).tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8,
+                                   torch.float8_e4m3fn])
+@pytest.mark.parametrize("prompt_len", [1, 40, 64])  # n_kept = 64
+@pytest.mark.parametrize("kind", ["snapstream", "snapkv", "streaming", "full"])
+def test_a_prompt_that_fits_is_placed_as_the_indexed_path_places_it(kind, prompt_len, dtype):
+    """A prompt of at most n_kept tokens is copied whole into slots 0..P-1 (no index); the
+    indexed path, taken when the keys come with their rows, places it the same."""
+    layout = CachePolicy(kind=kind, n_sink=4, n_topk=28, n_recent=32).layout(prompt_len, 8)
+    k, v = torch.randn(2, 3, 2, prompt_len, 64).unbind()  # (L, Hkv, P, D) each
+    rows = torch.arange(prompt_len).expand(3, 2, -1)  # (L, Hkv, P): row p holds position p
+    whole = compress_kv(layout, k, v, None, dtype)
+    indexed = compress_kv(layout, k, v, None, dtype, rows=rows)
+    for got, want in zip(whole, indexed, strict=True):  # K, V, positions
+        assert got.dtype == want.dtype and torch.equal(as_bits(got), as_bits(want))
+    assert bool((whole[2][..., :prompt_len] == torch.arange(prompt_len)).all())
 
 
 @pytest.mark.parametrize("kind", ["snapstream", "snapkv", "streaming"])

@@ -11,7 +11,7 @@ from snapstream import kernels
 from snapstream.attention import slot_attention
 from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache
-from snapstream.kvquant import KV_CODECS, SCALE_BYTES, Int8KV
+from snapstream.kvquant import KV_CODECS, SCALE_BYTES, Int8KV, _int8_rows_elsewhere
 from snapstream.policy import CachePolicy
 from snapstream.weight_formats import KV_DTYPES
 from tests.engine.helpers import engine_for, greedy_with_logits
@@ -40,6 +40,42 @@ def test_round_trip_error_is_at_most_half_a_step(spread):
     assert torch.equal(back[7], torch.zeros(64))
     assert bool((rows[:, :-SCALE_BYTES].abs().amax(-1)[x.abs().amax(-1) > 0] == 127).all())
     assert torch.equal(INT8.encode(back), rows)
+
+
+def rows_with_ties(dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """(40, dim) rows of ``dtype`` across spreads, an all-zero row, a row whose values divide
+    by its scale to exact halves (ties, rounded to even) and a row of tiny values."""
+    generator = torch.Generator().manual_seed(dim)
+    spread = torch.logspace(-4, 4, 40, dtype=torch.float64)[:, None]
+    x = (torch.randn(40, dim, generator=generator, dtype=torch.float64) * spread).to(dtype)
+    x[3] = 0
+    x[5] = (torch.arange(dim) % 16 - 8) * 0.5 + 0.25  # odd quarters
+    x[5, 0] = 63.5  # absmax 63.5: scale 0.5, so x / scale = k + 0.5
+    x[7] = -1e-30
+    return x
+
+
+@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 rows where the CPU has them
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("dim", [1, 8, 15, 16, 20, 64, 100, 256])  # tails of 16 lanes
+def test_the_cpu_rows_are_the_torch_formulas_bytes(monkeypatch, dim, dtype, generic):
+    """The CPU op (one pass per row, shared with the decode kernel's writes) gives the bytes of
+    the torch formula used off the CPU: the same scale, the same ties rounded to even."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    x = rows_with_ties(dim, dtype)
+    got = torch.ops.snapstream.int8_rows(x)
+    assert got.shape == (40, dim + SCALE_BYTES) and got.dtype == torch.int8
+    assert torch.equal(got, _int8_rows_elsewhere(x))
+    strided = torch.ops.snapstream.int8_rows(x.t().contiguous().t())  # same rows, column-major
+    assert torch.equal(strided, got)
+
+
+def test_int8_rows_refuses_what_it_cannot_quantize():
+    with pytest.raises(RuntimeError, match="floating-point CPU tensor"):
+        torch.ops.snapstream.int8_rows(torch.ones(4, 8, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="D > 0"):
+        torch.ops.snapstream.int8_rows(torch.ones(4, 0))
+    assert torch.ops.snapstream.int8_rows(torch.ones(0, 8)).shape == (0, 8 + SCALE_BYTES)
 
 
 def int8_case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: int, seed: int):
