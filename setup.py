@@ -14,7 +14,8 @@ setup(
         ["snapstream/csrc/module.cpp", "snapstream/csrc/slot_attention.cpp",
          "snapstream/csrc/rms_norm.cpp", "snapstream/csrc/quant_matmul.cpp",
          "snapstream/csrc/decode_layer.cpp", "snapstream/csrc/prompt_attention.cpp",
-         "snapstream/csrc/gated_activation.cpp", "snapstream/csrc/int8_rows.cpp"],
+         "snapstream/csrc/gated_activation.cpp", "snapstream/csrc/int8_rows.cpp",
+         "snapstream/csrc/rotary.cpp"],
         extra_compile_args=["-O3", "-fopenmp"], extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": BuildExtension},
 )

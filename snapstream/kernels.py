@@ -5,6 +5,8 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``slot_attention(q, k, v, k_new, v_new, slots, empty)``: writes each row's new key and value
   into its slot of the cache (in place), then one query per row attends over every slot.
 - ``rms_norm(x, weight, eps)``: ``F.rms_norm`` in one pass per row.
+- ``rotary(x, cos, sin, factor)``: RoPE of (B, T, H, D) heads (rope.py's ``apply_rotary``), times
+  a query scale, in one pass; the heads come out contiguous in the same (B, T, H, D) order.
 - ``gated_activation(x, activation)``: a gated MLP's ``act(gate) * up`` from its [gate | up]
   projection in one pass (activation ``silu`` or ``gelu_tanh``).
 - ``int4_matmul(x, weight, scales, n)``, ``int8_matmul(x, weight, scales, n)``:
@@ -33,9 +35,11 @@ import torch.nn.functional as F
 
 import snapstream._kernels  # noqa: F401  (loading it registers the CPU kernels)
 from snapstream.kvquant import kv_codec
+from snapstream.rope import apply_rotary
 
 slot_attention = torch.ops.snapstream.slot_attention
 rms_norm = torch.ops.snapstream.rms_norm
+rotary = torch.ops.snapstream.rotary
 gated_activation = torch.ops.snapstream.gated_activation
 int4_matmul = torch.ops.snapstream.int4_matmul
 int8_matmul = torch.ops.snapstream.int8_matmul
@@ -75,6 +79,14 @@ def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> to
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
+def _rotary_elsewhere(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, factor: float
+                      ) -> torch.Tensor:
+    rotated = apply_rotary(x.transpose(1, 2), cos, sin)  # (B, H, T, D)
+    if factor != 1.0:
+        rotated = rotated * factor
+    return rotated.transpose(1, 2).contiguous()  # (B, T, H, D)
+
+
 GATE_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
 
 
@@ -86,6 +98,7 @@ def _gated_activation_elsewhere(x: torch.Tensor, activation: str) -> torch.Tenso
 _ELSEWHERE = torch.library.Library("snapstream", "IMPL")  # kept: it holds the registrations
 _ELSEWHERE.impl("slot_attention", grouped_slot_attention, "CompositeExplicitAutograd")
 _ELSEWHERE.impl("rms_norm", _rms_norm_elsewhere, "CompositeExplicitAutograd")
+_ELSEWHERE.impl("rotary", _rotary_elsewhere, "CompositeExplicitAutograd")
 _ELSEWHERE.impl("gated_activation", _gated_activation_elsewhere, "CompositeExplicitAutograd")
 _ELSEWHERE.impl("prompt_attention_covers", _prompt_attention_covers_elsewhere,
                 "CompositeExplicitAutograd")
@@ -104,6 +117,11 @@ def _prompt_attention_shape(q, k, v, window=0, positions=None):
 @torch.library.register_fake("snapstream::rms_norm")
 def _rms_norm_shape(x, weight, eps):
     return torch.empty_like(x)
+
+
+@torch.library.register_fake("snapstream::rotary")
+def _rotary_shape(x, cos, sin, factor):
+    return x.new_empty(x.shape)
 
 
 @torch.library.register_fake("snapstream::gated_activation")

@@ -23,7 +23,7 @@ from torch import nn
 
 from snapstream import kernels
 from snapstream.config import ModelConfig
-from snapstream.rope import RotaryEmbedding, apply_rotary
+from snapstream.rope import RotaryEmbedding
 
 # fused projection -> the Hugging Face projections it stacks, in row order
 FUSED = {
@@ -108,14 +108,13 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         Hq, Hkv = self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(B, T, Hq + 2 * Hkv, self.head_dim).transpose(1, 2)
-        qk = qkv[:, : Hq + Hkv]  # (B, Hq + Hkv, T, D)
+        qkv = self.qkv_proj(x).view(B, T, Hq + 2 * Hkv, self.head_dim)
+        q, k, v = qkv.split((Hq, Hkv, Hkv), dim=2)  # (B, T, H*, D)
         if hasattr(self, "q_norm"):
-            qk = torch.cat((self.q_norm(qk[:, :Hq]), self.k_norm(qk[:, Hq:])), dim=1)
-        qk = apply_rotary(qk, cos, sin)  # one rotation for queries and keys
-        q, k, v = qk[:, :Hq], qk[:, Hq:], qkv[:, Hq + Hkv :]  # (B, H*, T, D)
-        if self.q_factor != 1.0:
-            q = q * self.q_factor
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = kernels.rotary(q, cos, sin, self.q_factor)
+        k = kernels.rotary(k, cos, sin, 1.0)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H*, T, D)
         out = attend(layer_idx, q, k, v)  # (B, Hq, T', D): the last T' positions
         return self.o_proj(out.transpose(1, 2).reshape(B, out.shape[2], -1))
 

@@ -1,6 +1,6 @@
-"""The row-wise ops of the prompt and decode forwards (snapstream.kernels): RMSNorm and the gated
-MLP's act(gate) * up, in float32 and bfloat16, on the CPU's AVX-512 path and on the plain C++
-one (SNAPSTREAM_GENERIC_KERNELS=1), against float64 references."""
+"""The row-wise ops of the prompt and decode forwards (snapstream.kernels): RMSNorm, RoPE and the
+gated MLP's act(gate) * up, in float32 and bfloat16, on the CPU's AVX-512 path and on the plain
+C++ one (SNAPSTREAM_GENERIC_KERNELS=1), against float64 references or torch's own ops."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from snapstream import kernels
+from snapstream.rope import apply_rotary
 
 PATHS = ["0", "1"]  # SNAPSTREAM_GENERIC_KERNELS: the CPU's own path, the plain C++ one
 REFERENCES = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
@@ -101,3 +102,47 @@ def test_gated_activation_refuses_what_it_cannot_compute():
         kernels.gated_activation(gate_up((2, 8), torch.float32), "relu")
     with pytest.raises(RuntimeError, match=r"\(\.\.\., 2I\)"):
         kernels.gated_activation(torch.zeros(2, 7), "silu")
+
+
+def heads_of_a_projection(batch: int, tokens: int, dim: int, dtype: torch.dtype, seed: int = 0
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The query heads of a fused QKV projection's output, (B, T, 3, D) of its (B, T, 6, D)
+    (rows strided as the model hands them over), and cos, sin (B, 1, T, D)."""
+    generator = torch.Generator().manual_seed(seed)
+    qkv = (torch.randn(batch, tokens, 6, dim, generator=generator) * 3).to(dtype)
+    angles = torch.rand(batch, 1, tokens, dim, generator=generator) * 100
+    return qkv[:, :, :3], angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@pytest.mark.parametrize("generic", PATHS)
+@pytest.mark.parametrize("factor", [1.0, 0.37])
+@pytest.mark.parametrize("dim", [2, 8, 20, 64, 256])  # halves with and without a lane tail
+def test_float32_rotary_is_torchs_bit_for_bit(dim, factor, generic, monkeypatch):
+    """float32 heads come out as rope.apply_rotary's products and sum (each rounded, none
+    fused) times the query factor: the decode step's module path and decode_layer.cpp agree
+    bit for bit only so."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    x, cos, sin = heads_of_a_projection(2, 19, dim, torch.float32)
+    got = kernels.rotary(x, cos, sin, factor)  # (B, T, H, D)
+    want = apply_rotary(x.transpose(1, 2), cos, sin)  # (B, H, T, D)
+    want = want * factor if factor != 1.0 else want
+    assert got.is_contiguous() and torch.equal(got.transpose(1, 2), want)
+
+
+@pytest.mark.parametrize("generic", PATHS)
+def test_bfloat16_rotary_is_rounded_once(generic, monkeypatch):
+    """bfloat16 heads: the float32 rotation of the same values, rounded once at the end."""
+    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    x, cos, sin = heads_of_a_projection(1, 33, 64, torch.bfloat16, seed=1)
+    got = kernels.rotary(x, cos, sin, 0.5)
+    want = apply_rotary(x.transpose(1, 2).float(), cos.float(), sin.float()) * 0.5
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got.transpose(1, 2), want.bfloat16())
+
+
+def test_rotary_refuses_what_it_cannot_rotate():
+    x, cos, sin = heads_of_a_projection(1, 4, 8, torch.float32)
+    with pytest.raises(RuntimeError, match="D even"):
+        kernels.rotary(x[..., :7], cos[..., :7], sin[..., :7], 1.0)
+    with pytest.raises(RuntimeError, match="B x T x D values"):
+        kernels.rotary(x, cos[:, :, :3], sin[:, :, :3], 1.0)
