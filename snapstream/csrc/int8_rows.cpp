@@ -6,6 +6,8 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
+#include <vector>
+
 #include "int8_rows.h"
 
 namespace snapstream {
@@ -16,15 +18,16 @@ at::Tensor int8_rows(const at::Tensor& x) {
               "int8_rows: want a floating-point CPU tensor (..., D), D > 0");
   const at::Tensor xc = x.contiguous();
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  const int64_t width = dim + static_cast<int64_t>(sizeof(float));  // codes, then the scale
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = dim + static_cast<int64_t>(sizeof(float));
+  shape.back() = width;
   at::Tensor out = at::empty(shape, x.options().dtype(at::kChar));
   int8_t* dst = out.data_ptr<int8_t>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "int8_rows", [&] {
     const scalar_t* src = xc.data_ptr<scalar_t>();
     at::parallel_for(0, rows, 64, [&](int64_t first, int64_t last) {
       for (int64_t row = first; row < last; ++row)
-        quantize_row(src + row * dim, dim, dst + row * (dim + 4));
+        quantize_row(src + row * dim, dim, dst + row * width);
     });
   });
   return out;

@@ -2,15 +2,15 @@
 // apply_rotary: x * cos + rotate_half(x) * sin with rotate_half(x) = (-x2, x1) for the halves
 // x1, x2 of each head, then times ``factor`` where it is not 1 (a query scale other than
 // head_dim ** -0.5). The arithmetic is float32, each product and the sum rounded as torch
-// rounds them in float32 (no fused multiply-add: the plain path is built for the baseline
-// x86-64, which has none, and the AVX-512 one multiplies with an explicit rounding mode, which
-// GCC does not contract into an FMA as it does a plain multiply and add, -ffp-contract=fast
-// being its C++ default), so float32 heads come out bit for bit as the torch ops give them,
-// and as decode_layer.cpp rotates them; a bfloat16 head is rounded once at the
-// end (torch's bfloat16 ops round each of their three steps). It reads the heads where the
-// QKV projection left them, (B, T, H, D) with any row strides, and writes them contiguous in
-// that order: torch's five passes (neg, cat, two products, the sum) and their temporaries in
-// one.
+// rounds them in float32 (x1 * cos - x2 * sin is x1 * cos + (-x2) * sin exactly, signed zeros
+// included). No fused multiply-add: the plain path is built for the baseline x86-64, which has
+// none, and the AVX-512 one multiplies with an explicit rounding mode, which GCC does not
+// contract into an FMA as it does a plain multiply and add (-ffp-contract=fast is its C++
+// default). So float32 heads come out bit for bit as the torch ops give them, and as
+// decode_layer.cpp rotates them; a bfloat16 head is rounded once at the end (torch's bfloat16
+// ops round each of their three steps). It reads the heads where the QKV projection left them,
+// (B, T, H, D) with any row strides, and writes them contiguous in that order: torch's five
+// passes (neg, cat, two products, the sum) and their temporaries in one.
 
 #include <torch/extension.h>
 
@@ -19,7 +19,6 @@
 
 #include <type_traits>
 
-#include "ops.h"
 #include "vector_math.h"
 
 namespace {
@@ -30,7 +29,7 @@ void rotate_head_generic(const T* in, T* out, const float* cos, const float* sin
   const int64_t half = dim / 2;
   for (int64_t d = 0; d < half; ++d) {
     const float x1 = static_cast<float>(in[d]), x2 = static_cast<float>(in[d + half]);
-    float first = x1 * cos[d] + -x2 * sin[d];
+    float first = x1 * cos[d] - x2 * sin[d];
     float second = x2 * cos[d + half] + x1 * sin[d + half];
     if (factor != 1.f) {
       first *= factor;
@@ -58,9 +57,8 @@ AVX512_ROWS void rotate_head_avx512(const Bits* in, Bits* out, const float* cos,
     const __mmask16 lanes = snapstream::first_lanes(half - d);
     const __m512 x1 = snapstream::load16(in + d, lanes);
     const __m512 x2 = snapstream::load16(in + d + half, lanes);
-    const __m512 minus_x2 = _mm512_sub_ps(_mm512_setzero_ps(), x2);  // -0 stays as torch's neg
-    __m512 first = _mm512_add_ps(mul(x1, _mm512_maskz_loadu_ps(lanes, cos + d)),
-                                 mul(minus_x2, _mm512_maskz_loadu_ps(lanes, sin + d)));
+    __m512 first = _mm512_sub_ps(mul(x1, _mm512_maskz_loadu_ps(lanes, cos + d)),
+                                 mul(x2, _mm512_maskz_loadu_ps(lanes, sin + d)));
     __m512 second = _mm512_add_ps(mul(x2, _mm512_maskz_loadu_ps(lanes, cos + d + half)),
                                   mul(x1, _mm512_maskz_loadu_ps(lanes, sin + d + half)));
     if (factor != 1.f) {
