@@ -81,8 +81,8 @@ def fused_forward(model: Transformer, layers: tuple[FusedLayer, ...],
     if model.config.embed_scale != 1.0:
         x = x * torch.tensor(model.config.embed_scale, dtype=x.dtype)
     sliding = set(model.config.sliding_layers)
-    rotation = model.rotary(positions[:, None], x.dtype)  # cos, sin (B, 1, 1, D)
-    local = model.local_rotary(positions[:, None], x.dtype) if sliding else rotation
+    rotation = model.rotary(positions[:, None])  # cos, sin (B, 1, 1, D) float32
+    local = model.local_rotary(positions[:, None]) if sliding else rotation
     for index, layer in enumerate(layers):
         cos, sin = local if index in sliding else rotation
         x = kernels.decode_layer(x, layer.params, cos, sin, *cache_of(index), layer.num_heads,

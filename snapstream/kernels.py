@@ -6,7 +6,8 @@ built by setup.py) and, registered here, what runs them on other devices and und
   into its slot of the cache (in place), then one query per row attends over every slot.
 - ``rms_norm(x, weight, eps)``: ``F.rms_norm`` in one pass per row.
 - ``rotary(x, cos, sin, factor)``: RoPE of (B, T, H, D) heads (rope.py's ``apply_rotary``), times
-  a query scale, in one pass; the heads come out contiguous in the same (B, T, H, D) order.
+  a query scale, in one pass, float32 arithmetic (cos and sin as the model makes them, float32)
+  rounded once to x's dtype; the heads come out contiguous in the same (B, T, H, D) order.
 - ``gated_activation(x, activation)``: a gated MLP's ``act(gate) * up`` from its [gate | up]
   projection in one pass (activation ``silu`` or ``gelu_tanh``).
 - ``int4_matmul(x, weight, scales, n)``, ``int8_matmul(x, weight, scales, n)``:
@@ -81,10 +82,10 @@ def _rms_norm_elsewhere(x: torch.Tensor, weight: torch.Tensor, eps: float) -> to
 
 def _rotary_elsewhere(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, factor: float
                       ) -> torch.Tensor:
-    rotated = apply_rotary(x.transpose(1, 2), cos, sin)  # (B, H, T, D)
+    rotated = apply_rotary(x.transpose(1, 2), cos, sin)  # (B, H, T, D) in x's and cos' dtype
     if factor != 1.0:
         rotated = rotated * factor
-    return rotated.transpose(1, 2).contiguous()  # (B, T, H, D)
+    return rotated.to(x.dtype).transpose(1, 2).contiguous()  # (B, T, H, D), rounded once
 
 
 GATE_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}

@@ -212,8 +212,8 @@ class Transformer(nn.Module):
         if self.config.embed_scale != 1.0:
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
         sliding = set(self.config.sliding_layers)
-        rotation = self.rotary(positions, x.dtype)  # cos, sin (B, 1, T, D)
-        local = self.local_rotary(positions, x.dtype) if sliding else rotation
+        rotation = self.rotary(positions)  # cos, sin (B, 1, T, D) float32
+        local = self.local_rotary(positions) if sliding else rotation
         for layer_idx, layer in enumerate(self.model.layers):
             x = layer(x, *(local if layer_idx in sliding else rotation), layer_idx, attend)
         return self.model.norm(x)

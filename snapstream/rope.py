@@ -50,11 +50,12 @@ class RotaryEmbedding(torch.nn.Module):
         self.inv_freq = inv_freq.to(self.inv_freq.device)
         return self
 
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-        """positions (B, T) int -> cos, sin (B, 1, T, D) in ``dtype``."""
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """positions (B, T) int -> cos, sin (B, 1, T, D) float32, whatever the activations' dtype
+        (``kernels.rotary`` rotates in float32 and rounds once)."""
         freqs = positions[..., None].float() * self.inv_freq  # (B, T, D/2)
         angles = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, T, D)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        return angles.cos(), angles.sin()
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

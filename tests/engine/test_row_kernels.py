@@ -107,11 +107,12 @@ def test_gated_activation_refuses_what_it_cannot_compute():
 def heads_of_a_projection(batch: int, tokens: int, dim: int, dtype: torch.dtype, seed: int = 0
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The query heads of a fused QKV projection's output, (B, T, 3, D) of its (B, T, 6, D)
-    (rows strided as the model hands them over), and cos, sin (B, 1, T, D)."""
+    (rows strided as the model hands them over), and cos, sin (B, 1, T, D) float32 (as
+    rope.RotaryEmbedding makes them)."""
     generator = torch.Generator().manual_seed(seed)
     qkv = (torch.randn(batch, tokens, 6, dim, generator=generator) * 3).to(dtype)
     angles = torch.rand(batch, 1, tokens, dim, generator=generator) * 100
-    return qkv[:, :, :3], angles.cos().to(dtype), angles.sin().to(dtype)
+    return qkv[:, :, :3], angles.cos(), angles.sin()
 
 
 @pytest.mark.parametrize("generic", PATHS)
@@ -139,9 +140,19 @@ def test_bfloat16_rotary_is_rounded_once(generic, monkeypatch):
     monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
     x, cos, sin = heads_of_a_projection(1, 33, 64, torch.bfloat16, seed=1)
     got = kernels.rotary(x, cos, sin, 0.5)
-    want = apply_rotary(x.transpose(1, 2).float(), cos.float(), sin.float()) * 0.5
+    want = apply_rotary(x.transpose(1, 2).float(), cos, sin) * 0.5
     assert got.dtype == torch.bfloat16
     assert torch.equal(got.transpose(1, 2), want.bfloat16())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_off_the_cpu_gives_the_cpu_bits(dtype):
+    """The op's torch form (what other devices run) rotates and rounds as the kernel does."""
+    x, cos, sin = heads_of_a_projection(2, 21, 64, dtype, seed=2)
+    for factor in (1.0, 0.37):
+        cpu = kernels.rotary(x, cos, sin, factor)
+        elsewhere = kernels._rotary_elsewhere(x, cos, sin, factor)
+        assert elsewhere.dtype == dtype and torch.equal(elsewhere, cpu)
 
 
 def test_rotary_refuses_what_it_cannot_rotate():
