@@ -67,7 +67,7 @@ void gate_rows_generic(const T* in, T* out, int64_t first, int64_t last, int64_t
 AVX512_ROWS inline __m512 times_sigmoid(__m512 x, __m512 z) {
   const __m512 magnitude = _mm512_abs_ps(z);
   const __m512 e = snapstream::exp2_nonpositive(
-      _mm512_mul_ps(magnitude, _mm512_set1_ps(-snapstream::kLog2e)));
+      _mm512_mul_ps(magnitude, _mm512_set1_ps(-snapstream::kLog2e)), snapstream::kExp2Float32);
   const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.f), _mm512_add_ps(_mm512_set1_ps(1.f), e));
   const __mmask16 negative = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
   return _mm512_mul_ps(x, _mm512_mask_mul_ps(inv, negative, inv, e));

@@ -6,15 +6,18 @@
 //   scores and P V by FMAs;
 // - bfloat16 on CPUs with AVX512-BF16 but no AMX: scores and P V by vdpbf16ps (pairs of
 //   dimensions, pairs of keys; float32 sums), the probabilities rounded to bfloat16 for P V as
-//   torch's flash SDPA does. On AMX CPUs torch's SDPA runs bfloat16 on AMX tiles and is kept
-//   (an AMX kernel of ours lost to it at 4k and 8k: docs/benchmarks.md, 2026-11-27).
+//   torch's flash SDPA does, their 2^x by a degree-3 polynomial (relative error < 7.7e-5, well
+//   under that rounding's 2^-9; float32's is degree 6). On AMX CPUs torch's SDPA runs
+//   bfloat16 on AMX tiles and is kept (an AMX kernel of ours lost to it at 4k and 8k:
+//   docs/benchmarks.md, 2026-11-27).
 // ``prompt_attention_covers`` says which inputs it takes, and the caller (snapstream/model.py)
 // runs torch's SDPA for the rest (other head sizes and CPUs, SNAPSTREAM_GENERIC_KERNELS=1).
 //
 // Work item = (sequence, KV head, block of kPositions query positions): its rows
 // (position-major, the G query heads of a position side by side) stream their key range in
 // blocks of kKeyBlock keys; within a block each tile of kRows rows computes its scores against
-// 64-key panels of K^T (24 accumulators in registers), updates its rows' max and sum, and adds
+// 64-key panels of K^T (24 accumulators in registers; the panel's masked keys set to -inf and
+// the rows' max kept as the scores leave the registers), updates its rows' max and sum, and adds
 // P V into its rows' output (the same 6 x 64 register tile). A block's K and V (128 KiB at
 // D = 64 in float32) stay in L2 while every tile of the item reads them. Items run from the
 // last positions back, dynamically scheduled: without a window that is longest first (the
@@ -69,7 +72,7 @@ KERNEL inline __m512bh load_bf16(const bf16* p) {
 // What a tile multiplies, per element type: vectors of 16 float32 lanes, or of 16 pairs of
 // bfloat16s; one element (float32) or pair (bfloat16) of a query or probability row broadcast;
 // the multiply-add into float32 sums (FMA, or vdpbf16ps over each lane's pair). kStep elements
-// per multiply along the summed axis.
+// per multiply along the summed axis. The probabilities' 2^x is as precise as they are kept.
 template <typename E>
 struct Lanes;
 
@@ -80,6 +83,9 @@ struct Lanes<float> {
   KERNEL static Vec load(const float* p) { return _mm512_loadu_ps(p); }
   KERNEL static Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
   KERNEL static __m512 madd(__m512 acc, Vec a, Vec b) { return _mm512_fmadd_ps(a, b, acc); }
+  KERNEL static __m512 exp2(__m512 x) {
+    return snapstream::exp2_nonpositive(x, snapstream::kExp2Float32);
+  }
 };
 
 template <>
@@ -89,20 +95,30 @@ struct Lanes<bf16> {
   KERNEL static Vec load(const bf16* p) { return load_bf16(p); }
   KERNEL static Vec broadcast(const bf16* p) { return broadcast_pair(p); }
   KERNEL static __m512 madd(__m512 acc, Vec a, Vec b) { return _mm512_dpbf16_ps(acc, a, b); }
+  KERNEL static __m512 exp2(__m512 x) {
+    return snapstream::exp2_nonpositive(x, snapstream::kExp2Bfloat16);
+  }
 };
 
+// The bits of lanes [0, n) of 64 (n clamped to 0..64).
+inline uint64_t low_lanes(int64_t n) {
+  return n >= 64 ? ~uint64_t{0} : n <= 0 ? uint64_t{0} : (uint64_t{1} << n) - 1;
+}
+
 // Scores of ROWS query rows (D each) against one 64-key panel of K^T: s (ROWS, s_stride), 64
-// per row. float32: panel (D, 64); bfloat16: panel (D/2, 64, 2), a key's dimension pair
-// adjacent.
+// per row, -inf outside row r's visible keys [begin[r], end[r]) (indices into the panel);
+// mx[r] keeps the largest visible score in 16 lanes. float32: panel (D, 64); bfloat16: panel
+// (D/2, 64, 2), a key's dimension pair adjacent.
 template <int ROWS, typename E>
-KERNEL inline void scores_tile(const E* q, int64_t dim, const E* panel, float* s,
-                               int64_t s_stride) {
+KERNEL inline void scores_tile(const E* q, int64_t dim, const E* panel, const int64_t* begin,
+                               const int64_t* end, float* s, int64_t s_stride, __m512* mx) {
   using L = Lanes<E>;
   constexpr int64_t kVec = 16 * L::kStep;  // elements per panel vector
   __m512 acc[ROWS][4];
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < dim; d += L::kStep) {
+  int64_t d = 0;  // dim > 0; without a zero-trip path gcc keeps the sums in registers
+  do {
     const E* keys = panel + d * kPanel;  // dimension d (or pair d / 2) of 64 keys
     const typename L::Vec k0 = L::load(keys), k1 = L::load(keys + kVec);
     const typename L::Vec k2 = L::load(keys + 2 * kVec), k3 = L::load(keys + 3 * kVec);
@@ -113,9 +129,18 @@ KERNEL inline void scores_tile(const E* q, int64_t dim, const E* panel, float* s
       acc[r][2] = L::madd(acc[r][2], qd, k2);
       acc[r][3] = L::madd(acc[r][3], qd, k3);
     }
+    d += L::kStep;
+  } while (d < dim);
+  const __m512 masked = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int r = 0; r < ROWS; ++r) {
+    const uint64_t visible = low_lanes(end[r]) & ~low_lanes(begin[r]);
+    for (int j = 0; j < 4; ++j) {
+      const __m512 x = _mm512_mask_blend_ps(static_cast<__mmask16>(visible >> (16 * j)), masked,
+                                            acc[r][j]);
+      _mm512_storeu_ps(s + r * s_stride + j * 16, x);
+      mx[r] = _mm512_max_ps(mx[r], x);
+    }
   }
-  for (int r = 0; r < ROWS; ++r)
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(s + r * s_stride + j * 16, acc[r][j]);
 }
 
 // o (ROWS, o_stride) += p (ROWS, p_stride) [:, :n] @ v (n, D), 64 output dimensions at a time.
@@ -154,31 +179,31 @@ KERNEL inline void store16(bf16* p, __m512 e) {
                       reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
 }
 
-// One row's raw scores s[:n] (n a multiple of 16, -inf where masked), times scale (log2(e) /
-// sqrt(D)) -> probabilities p[:n] against the running max m (updated, scaled), l (the running
-// sum, updated); returns the factor the row's output must be multiplied by before this block's
-// P V is added.
+// One row's raw scores s[:n] (n a multiple of 32, -inf where masked, s_max the largest),
+// times scale (log2(e) / sqrt(D)) -> probabilities p[:n] against the running max m (updated,
+// scaled), l (the running sum, updated); returns the factor the row's output must be
+// multiplied by before this block's P V is added.
 template <typename E>
-KERNEL inline float softmax_row(const float* s, E* p, int64_t n, float scale, float& m,
-                                float& l) {
-  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + i));
-  const float m_new = std::max(m, _mm512_reduce_max_ps(mx) * scale);
+KERNEL inline float softmax_row(const float* s, E* p, int64_t n, float scale, float s_max,
+                                float& m, float& l) {
+  const float m_new = std::max(m, s_max * scale);
   if (m_new == -std::numeric_limits<float>::infinity()) {  // no key seen yet: P = 0
     std::fill(p, p + n, E{0});
     return 1.f;
   }
   const __m512 shift = _mm512_set1_ps(m_new), factor = _mm512_set1_ps(scale);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 e =
-        snapstream::exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), factor, shift));
-    store16(p + i, e);
-    sum = _mm512_add_ps(sum, e);
+  __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};  // two chains of adds
+  for (int64_t i = 0; i < n; i += 32) {
+    for (int h = 0; h < 2; ++h) {
+      const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(s + i + 16 * h), factor, shift);
+      const __m512 e = Lanes<E>::exp2(x);
+      store16(p + i + 16 * h, e);
+      sum[h] = _mm512_add_ps(sum[h], e);
+    }
   }
   const float alpha = m == -std::numeric_limits<float>::infinity() ? 0.f : std::exp2(m - m_new);
   m = m_new;
-  l = l * alpha + _mm512_reduce_add_ps(sum);
+  l = l * alpha + _mm512_reduce_add_ps(_mm512_add_ps(sum[0], sum[1]));
   return alpha;
 }
 
@@ -189,16 +214,24 @@ KERNEL void tile_step(const E* q, const E* kt_panels, const E* v, int64_t key0, 
                       int64_t dim, float scale, const int64_t* first, const int64_t* last,
                       float* s, E* p, float* o, float* m, float* l) {
   const int64_t padded = (n + kPanel - 1) / kPanel * kPanel;
-  for (int64_t panel = 0; panel < padded; panel += kPanel)
-    scores_tile<ROWS>(q, dim, kt_panels + (key0 + panel) * dim, s + panel, kKeyBlock);
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  int64_t begin[ROWS], end[ROWS];  // row r's visible keys, indices into the panel in hand
+  __m512 mx[ROWS];
   for (int r = 0; r < ROWS; ++r) {
-    float* row = s + r * kKeyBlock;
-    const int64_t begin = std::clamp<int64_t>(first[r] - key0, 0, padded);
-    const int64_t end = std::clamp<int64_t>(last[r] - key0 + 1, begin, padded);
-    std::fill(row, row + begin, kNegInf);
-    std::fill(row + end, row + padded, kNegInf);
-    const float alpha = softmax_row(row, p + r * kKeyBlock, padded, scale, m[r], l[r]);
+    begin[r] = first[r] - key0;
+    end[r] = last[r] - key0 + 1;
+    mx[r] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  }
+  for (int64_t panel = 0; panel < padded; panel += kPanel) {
+    scores_tile<ROWS>(q, dim, kt_panels + (key0 + panel) * dim, begin, end, s + panel, kKeyBlock,
+                      mx);
+    for (int r = 0; r < ROWS; ++r) {
+      begin[r] -= kPanel;
+      end[r] -= kPanel;
+    }
+  }
+  for (int r = 0; r < ROWS; ++r) {
+    const float alpha = softmax_row(s + r * kKeyBlock, p + r * kKeyBlock, padded, scale,
+                                    _mm512_reduce_max_ps(mx[r]), m[r], l[r]);
     if (alpha != 1.f) {
       const __m512 a = _mm512_set1_ps(alpha);
       for (int64_t d = 0; d < dim; d += 16)

@@ -29,23 +29,32 @@ inline bool avx512_rows() {
   return supported && !generic_kernels_requested();
 }
 
-// 2^x for x <= 0 on 16 lanes: x = n + f, |f| <= 1/2, 2^f by its degree-6 Taylor polynomial in
-// f ln2 (relative error < 2e-7), times 2^n by vscalefps; 0 below -126 (no denormals) and for
-// -inf.
-AVX512F_ONLY inline __m512 exp2_nonpositive(__m512 x) {
+// 2^x for x <= 0 on 16 lanes: x = n + f, |f| <= 1/2, 2^f by a polynomial in f (coefficients
+// highest degree first), times 2^n by vscalefps; 0 below -126 (no denormals) and for -inf.
+template <int N>
+AVX512F_ONLY inline __m512 exp2_nonpositive(__m512 x, const float (&coefficients)[N]) {
   const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.f), _CMP_GE_OQ);
   const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-126.f));
   const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(clamped, n);
-  __m512 p = _mm512_set1_ps(1.5403530e-4f);  // ln2^6 / 720
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-3f));  // ln2^5 / 120
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));  // ln2^4 / 24
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));  // ln2^3 / 6
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));  // ln2^2 / 2
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));  // ln2
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  __m512 p = _mm512_set1_ps(coefficients[0]);
+  for (int i = 1; i < N; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(coefficients[i]));
   return _mm512_maskz_scalef_ps(live, p, n);
 }
+
+// For float32 results: 2^f's degree-6 Taylor polynomial in f ln2, relative error < 2e-7.
+constexpr float kExp2Float32[] = {
+    1.5403530e-4f,  // ln2^6 / 720
+    1.3333558e-3f,  // ln2^5 / 120
+    9.6181291e-3f,  // ln2^4 / 24
+    5.5504109e-2f,  // ln2^3 / 6
+    2.4022651e-1f,  // ln2^2 / 2
+    6.9314718e-1f,  // ln2
+    1.f};
+// For results rounded to bfloat16 (2^-9 relative): a degree-3 polynomial fitted to 2^f on
+// [-1/2, 1/2] for the least largest relative error, < 7.7e-5.
+constexpr float kExp2Bfloat16[] = {5.52226231e-2f, 2.42615268e-1f, 6.93251610e-1f,
+                                   9.99927580e-1f};
 
 // The lanes of ``mask`` from p (float32, or bfloat16 bits widened), 0 elsewhere.
 AVX512_ROWS inline __m512 load16(const float* p, __mmask16 mask) {

@@ -140,12 +140,19 @@ def test_the_bfloat16_kernel_keeps_each_query_within_its_window(shape):
 
 
 @needs_kernel
-def test_peaked_scores_keep_the_softmax_stable():
-    """Scores in the hundreds: the running max and the rescaling of earlier blocks must hold."""
-    q, k, v = case(1, 9, 3, 700, 64, seed=1, q_scale=40.0)
+@pytest.mark.parametrize("dtype", [torch.float32,
+                                   pytest.param(torch.bfloat16, marks=needs_bf16_kernel)],
+                         ids=["float32", "bfloat16"])
+def test_peaked_scores_keep_the_softmax_stable(dtype):
+    """Scores in the hundreds: the running max (kept as the scores leave the registers, masked
+    keys excluded) and the rescaling of earlier blocks must hold."""
+    q, k, v = case(1, 9, 3, 700, 64, seed=1, dtype=dtype, q_scale=40.0)
     out = kernels.prompt_attention(q, k, v, 200)
     assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.double(), reference(q, k, v, 200), atol=1e-4, rtol=1e-4)
+    if dtype == torch.bfloat16:
+        assert_bf16_close(out, reference(q, k, v, 200))
+    else:
+        torch.testing.assert_close(out.double(), reference(q, k, v, 200), atol=1e-4, rtol=1e-4)
 
 
 @needs_kernel
