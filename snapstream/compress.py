@@ -91,9 +91,9 @@ def compress_kv(
             torch.arange(layout.ring_start, device=k.device).expand(num_layers, num_kv_heads, -1),
             slot_indices(layout, keep[..., layout.ring_start:]),
         ), dim=-1)  # (L, Hkv, n_kept)
-    else:
+    else:  # rows given, a prompt that fits: position p in slot p
         keep = torch.arange(prompt_len, device=k.device).expand(num_layers, num_kv_heads, -1)
-        slots = slot_indices(layout, keep)
+        slots = keep
     taken = keep if rows is None else rows.gather(2, keep)  # (L, Hkv, n_kept): rows of k
     # whole rows by advanced indexing (3-4x faster than gather / scatter_ with their indices
     # expanded over D and W, which read an index per element)
