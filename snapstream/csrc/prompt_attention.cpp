@@ -274,20 +274,48 @@ std::vector<int64_t> first_keys(int64_t tokens, int64_t window, const int64_t* p
   return first;
 }
 
-// The element type's layouts of K^T and V, from k, v (B*Hkv, panels*64, D) zero past T:
-// float32 kt (B*Hkv, panels, D, 64), v as it is; bfloat16 pairs: kt (B*Hkv, panels, D/2, 64, 2)
-// and v (B*Hkv, panels*32, D, 2). Either way panel i starts at element i*64*D of its head and
-// key j's values at element j*D (j even for bfloat16).
+// k, v (B, Hkv, T, D) of element type E, any strides but D's 1, -> K^T and V in the element
+// type's layouts, zero past T, in one pass each: float32 kt (B*Hkv, panels, D, 64) and v
+// (B*Hkv, panels*64, D); bfloat16 pairs: kt (B*Hkv, panels, D/2, 64, 2) and v (B*Hkv,
+// panels*32, D, 2). Either way panel i starts at element i*64*D of its head and key j's values
+// at element j*D (j even for bfloat16).
 template <typename E>
 std::pair<at::Tensor, at::Tensor> pack_keys_values(const at::Tensor& k, const at::Tensor& v,
                                                    int64_t panels) {
-  const int64_t heads = k.size(0), dim = k.size(2);
-  if constexpr (std::is_same_v<E, float>) {
-    return {k.view({heads, panels, kPanel, dim}).transpose(2, 3).contiguous(), v};
-  } else {
-    return {k.view({heads, panels, kPanel, dim / 2, 2}).permute({0, 1, 3, 2, 4}).contiguous(),
-            v.view({heads, panels * kPanel / 2, 2, dim}).transpose(2, 3).contiguous()};
-  }
+  const int64_t kv_heads = k.size(1), tokens = k.size(2), dim = k.size(3);
+  const int64_t heads = k.size(0) * kv_heads, head_size = panels * kPanel * dim;
+  at::Tensor kt = at::empty({heads, head_size}, k.options());
+  at::Tensor vt = at::empty({heads, head_size}, v.options());
+  // a panel interleaves units of kPer elements: one float32, or a bfloat16 pair
+  constexpr int64_t kPer = std::is_same_v<E, float> ? 1 : 2;
+  const int64_t units = dim / kPer;
+  at::parallel_for(0, heads * panels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t head = item / panels, panel = item % panels;
+      const int64_t b = head / kv_heads, h = head % kv_heads;
+      const E* k_head = static_cast<const E*>(k.data_ptr()) + b * k.stride(0) + h * k.stride(1);
+      const E* v_head = static_cast<const E*>(v.data_ptr()) + b * v.stride(0) + h * v.stride(1);
+      const int64_t offset = head * head_size + panel * kPanel * dim;
+      E* kt_panel = static_cast<E*>(kt.data_ptr()) + offset;  // (D / kPer, 64, kPer)
+      E* v_panel = static_cast<E*>(vt.data_ptr()) + offset;   // (64 / kPer, D, kPer)
+      const int64_t keys = std::clamp<int64_t>(tokens - panel * kPanel, 0, kPanel);
+      for (int64_t j = 0; j < keys; ++j) {
+        const E* k_row = k_head + (panel * kPanel + j) * k.stride(2);
+        const E* v_row = v_head + (panel * kPanel + j) * v.stride(2);
+        E* v_dst = v_panel + (j / kPer) * kPer * dim + j % kPer;
+        for (int64_t u = 0; u < units; ++u)
+          std::memcpy(kt_panel + (u * kPanel + j) * kPer, k_row + u * kPer, kPer * sizeof(E));
+        for (int64_t d = 0; d < dim; ++d) v_dst[d * kPer] = v_row[d];
+      }
+      for (int64_t j = keys; j < kPanel; ++j) {  // past T: zero
+        E* v_dst = v_panel + (j / kPer) * kPer * dim + j % kPer;
+        for (int64_t u = 0; u < units; ++u)
+          std::memset(kt_panel + (u * kPanel + j) * kPer, 0, kPer * sizeof(E));
+        for (int64_t d = 0; d < dim; ++d) v_dst[d * kPer] = E{0};
+      }
+    }
+  });
+  return {kt, vt};
 }
 
 // q (B, Hq, T, D), k, v (B, Hkv, T, D) of element type E, D a multiple of 64 -> out (B, Hq, T,
@@ -299,14 +327,11 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
   const int64_t kv_heads = k.size(1), group = q_heads / kv_heads, heads = batch * kv_heads;
   const int64_t panels = (tokens + kPanel - 1) / kPanel;
   const float scale = snapstream::kLog2e / std::sqrt(static_cast<float>(dim));
-  // qs (B*Hkv, T*G, D): a KV head's query rows, position-major; kp, vp (B*Hkv, panels*64, D)
+  // qs (B*Hkv, T*G, D): a KV head's query rows, position-major
   const at::Tensor qs =
       q.reshape({heads, group, tokens, dim}).transpose(1, 2).contiguous();
-  at::Tensor kp = at::zeros({heads, panels * kPanel, dim}, q.options());
-  at::Tensor vp = at::zeros({heads, panels * kPanel, dim}, q.options());
-  kp.narrow(1, 0, tokens).copy_(k.reshape({heads, tokens, dim}));
-  vp.narrow(1, 0, tokens).copy_(v.reshape({heads, tokens, dim}));
-  const auto [kt, vt] = pack_keys_values<E>(kp, vp, panels);
+  const auto [kt, vt] = pack_keys_values<E>(k.stride(3) == 1 ? k : k.contiguous(),
+                                            v.stride(3) == 1 ? v : v.contiguous(), panels);
   const E* qs_ptr = static_cast<const E*>(qs.data_ptr());
   const E* kt_ptr = static_cast<const E*>(kt.data_ptr());
   const E* v_ptr = static_cast<const E*>(vt.data_ptr());
