@@ -119,6 +119,13 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, out.shape[2], -1))
 
 
+# A long prompt's MLP runs at most this many rows at a time, so its (rows, 2 * inner)
+# intermediate is bounded (16 MiB for Gemma 3 270M in bfloat16, where a 32k prompt's whole one
+# is 256 MiB): a Gemma 3 32k prefill peaks at 1,583 MiB RSS instead of 1,960, in the same time
+# (docs/benchmarks.md, session 35).
+MLP_CHUNK_ROWS = 2048
+
+
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -128,6 +135,17 @@ class MLP(nn.Module):
         self.activation = config.hidden_act  # a name kernels.gated_activation takes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., H) -> (..., H), at most MLP_CHUNK_ROWS rows at a time in chunks of equal size
+        (so none is small enough to leave the quantized layers' GEMM path)."""
+        rows = x.reshape(-1, x.shape[-1])  # (N, H)
+        chunks = -(-rows.shape[0] // MLP_CHUNK_ROWS)
+        if chunks <= 1:
+            return self._rows(x)
+        size = -(-rows.shape[0] // chunks)
+        out = torch.cat([self._rows(chunk) for chunk in rows.split(size)])  # (N, H)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)  # (..., 2 * inner): [gate | up]
         return self.down_proj(kernels.gated_activation(gate_up, self.activation))
 
