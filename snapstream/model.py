@@ -141,8 +141,7 @@ class MLP(nn.Module):
         chunks = -(-rows.shape[0] // MLP_CHUNK_ROWS)
         if chunks <= 1:
             return self._rows(x)
-        size = -(-rows.shape[0] // chunks)
-        out = torch.cat([self._rows(chunk) for chunk in rows.split(size)])  # (N, H)
+        out = torch.cat([self._rows(chunk) for chunk in rows.tensor_split(chunks)])  # (N, H)
         return out.view(*x.shape[:-1], out.shape[-1])
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ def mlp(activation: str) -> model.MLP:
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
-@pytest.mark.parametrize("rows", [1, 7, 8, 9, 17, 24])
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 17, 24, 57])
 def test_chunks_are_equal_and_give_the_whole_rows_result(monkeypatch, activation, rows):
     monkeypatch.setattr(model, "MLP_CHUNK_ROWS", 8)
     layer = mlp(activation)
