@@ -24,7 +24,10 @@ From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's GEMM is as fast or faster: a
 multiplies by its weight dequantized to the CPU's GEMM dtype (``snapstream.cpu.matmul_dtype_name``:
 bfloat16 where the CPU multiplies it in hardware, else float32), made on the first such call and
 kept outside the state dict: a decode worker never makes it, and it does not change the
-model's fingerprint.
+model's fingerprint. That weight is kept in oneDNN's own blocked layout (``torch.ops.mkldnn``'s
+prepacked linear, as torch.compile's CPU back end uses it), so no GEMM reorders it again: the
+same products in bfloat16 (bit-identical) at 0.89-0.96x ``F.linear``'s time on the models'
+shapes, 0.75-0.82x in float32 (docs/benchmarks.md, session 36).
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from snapstream.cpu import matmul_dtype_name
@@ -239,17 +241,20 @@ class QuantizedLinear(nn.Module):
 
     @cached_property
     def gemm_weight(self) -> torch.Tensor:
-        """(N, K) in the CPU's GEMM dtype: the dequantized weight, made in chunks of rows (an LM
-        head's float32 copy would be 4x the layer in bfloat16)."""
+        """(N, K) in the CPU's GEMM dtype, packed for oneDNN's GEMM (an opaque ``_mkldnn``
+        tensor): the dequantized weight, made in chunks of rows (an LM head's float32 copy would
+        be 4x the layer in bfloat16)."""
         dtype = getattr(torch, matmul_dtype_name())
         ids = torch.arange(self.out_features)
-        return torch.cat([self.rows(chunk).to(dtype) for chunk in ids.split(4096)])
+        plain = torch.cat([self.rows(chunk).to(dtype) for chunk in ids.split(4096)])  # (N, K)
+        return torch.ops.mkldnn._reorder_linear_weight(plain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., K) -> (..., N) in x's dtype."""
         flat = x.reshape(-1, x.shape[-1])  # (M, K)
         if len(flat) >= GEMM_MIN_ROWS:
-            out = F.linear(flat.to(self.gemm_weight.dtype), self.gemm_weight)
+            out = torch.ops.mkldnn._linear_pointwise(flat.to(self.gemm_weight.dtype),
+                                                     self.gemm_weight, None, "none", [], "")
         else:
             out = self.kernel(flat.to(KERNEL_DTYPE).contiguous())
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)

@@ -112,6 +112,19 @@ def test_many_rows_take_the_dequantized_gemm_with_the_kernels_weight(monkeypatch
     assert "gemm_weight" not in layer.state_dict()
 
 
+@pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
+def test_the_packed_gemm_weight_multiplies_as_the_plain_one(monkeypatch, layer_type):
+    # the GEMM weight is kept in oneDNN's blocked layout: the same bfloat16 products as F.linear
+    # on the plain dequantized weight, to the bit (float32: to its rounding), with a bias
+    monkeypatch.setenv(MATMUL_DTYPE_ENV, "bfloat16")
+    layer = layer_type.from_linear(spread_linear(48, 96, bias=True))
+    x = torch.randn(2, GEMM_MIN_ROWS, 96).bfloat16()
+    assert layer.gemm_weight.is_mkldnn
+    plain = layer.dequantized().bfloat16()  # (N, K)
+    want = F.linear(x, plain) + layer.bias.bfloat16()
+    assert torch.equal(layer(x), want)
+
+
 def test_a_long_prefill_leaves_the_fingerprint_as_it_was(tiny_model_dir):
     engine = Engine.from_pretrained(tiny_model_dir, dtype="int4")
     before = model_fingerprint(engine.model)
