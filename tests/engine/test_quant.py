@@ -114,8 +114,8 @@ def test_many_rows_take_the_dequantized_gemm_with_the_kernels_weight(monkeypatch
 
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
 def test_the_packed_gemm_weight_multiplies_as_the_plain_one(monkeypatch, layer_type):
-    # the GEMM weight is kept in oneDNN's blocked layout: the same bfloat16 products as F.linear
-    # on the plain dequantized weight, to the bit (float32: to its rounding), with a bias
+    # the GEMM weight is kept in oneDNN's blocked layout: in bfloat16 the same products as
+    # F.linear on the plain dequantized weight, to the bit, bias included
     monkeypatch.setenv(MATMUL_DTYPE_ENV, "bfloat16")
     layer = layer_type.from_linear(spread_linear(48, 96, bias=True))
     x = torch.randn(2, GEMM_MIN_ROWS, 96).bfloat16()
