@@ -6,13 +6,12 @@ every header field against what the reader expects and raises a specific :class:
 Encoding copies each tensor once into the output buffer; decoding makes no copy (the tensors view
 the buffer).
 
-Version 2 carried layer groups (a hybrid model's global layers in the policy's layout, its
-sliding-window layers in a ring of their window); version 3 adds the int8 KV dtype, whose K and V
-rows are D int8 codes + a float32 scale each (:mod:`snapstream.kvquant`), copied as they are;
-the fp8 e4m3 dtype needs no new version, a reader that does not know its code refuses the
-blob's dtype: code 6 is rows of D fp8 values of each row's Hadamard transform, no scale; code 5
-(the values themselves, before 2026-11-28) is retired and refused like any unknown code.
-Blobs of another version are refused with :class:`BlobVersionMismatch`.
+The format is version 3. A blob carries layer groups (a hybrid model's global layers in the
+policy's layout, its sliding-window layers in a ring of their window). K and V rows are stored
+in the cache's KV dtype (:mod:`snapstream.kvquant`) and copied as they are: float rows, int8 rows
+of D codes + a float32 scale, or fp8 e4m3 rows of D values of each row's Hadamard transform (no
+scale). A reader refuses a dtype code it does not know (code 5 is retired and refused like any
+unknown code), and a blob of another version with :class:`BlobVersionMismatch`.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def matmul_dtype_name(flags: frozenset[str] | None = None) -> str:
     """The dtype of a prompt's activations and GEMMs on a CPU with ``flags`` (None: this one):
     bfloat16 where it multiplies bfloat16 in hardware (AVX512-BF16 or AMX: oneDNN's bfloat16
     GEMM runs at ~3x its float32 rate there), else float32 (oneDNN emulates bfloat16 elsewhere:
-    ~0.25x its float32 rate on a Skylake-SP, docs/benchmarks.md). The environment variable
+    ~0.25x its float32 rate on a Skylake-SP, docs/benchmarks.md "Prefill"). The environment variable
     SNAPSTREAM_MATMUL_DTYPE (bfloat16 or float32) overrides it."""
     forced = os.environ.get(MATMUL_DTYPE_ENV)
     if forced:

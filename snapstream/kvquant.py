@@ -15,8 +15,8 @@ the stored tensors (sequence caches, blobs and decode pools alike).
   quarter of float32's bytes. The transform is orthogonal, so a query's dot products with the
   stored keys (rotated the same way) and a value row's norm are unchanged, but a key's few large
   channels, whose 1/16 relative rounding error dominated its dot products, are spread over all D
-  values: against float32 KV the decode's mean KL fell 2.8x (docs/benchmarks.md, "fp8 e4m3 KV
-  cache").
+  values: against float32 KV the decode's mean KL fell 2.8x (docs/benchmarks.md, "KV
+  dtypes").
   A row's rounding error is at most 1/16 of its norm (below 2^-6 per value, 2^-10). The decode
   kernel rotates the step's query, key and value and the attention's output with the same
   butterflies and writes the rows through torch's own conversion, so its bytes equal these.

@@ -13,7 +13,7 @@ def keep_freed_memory() -> bool:
     default glibc maps each large block afresh and unmaps it when freed, so a prompt's
     activations (tens of MB per op at 4k tokens) page-fault in again at every op: ~300k faults
     per 4k-token prefill of SmolLM2, and its MLP GEMMs ran 1.6-1.7x slower at 4k and 8k
-    (docs/benchmarks.md, the prefill notes). The process then holds its peak memory. Returns
+    (docs/benchmarks.md, "Prefill"). The process then holds its peak memory. Returns
     False where the C library has no ``mallopt`` (not glibc); nothing changes there."""
     mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt", None)
     if mallopt is None:

@@ -121,8 +121,8 @@ class Attention(nn.Module):
 
 # A long prompt's MLP runs at most this many rows at a time, so its (rows, 2 * inner)
 # intermediate is bounded (16 MiB for Gemma 3 270M in bfloat16, where a 32k prompt's whole one
-# is 256 MiB): a Gemma 3 32k prefill peaks at 1,583 MiB RSS instead of 1,960, in the same time
-# (docs/benchmarks.md, session 35).
+# is 256 MiB): a long prefill's peak memory falls and its time does not change
+# (docs/benchmarks.md, "Prefill").
 MLP_CHUNK_ROWS = 2048
 
 

@@ -13,7 +13,7 @@ The matmul is the project's kernel (``snapstream::int4_matmul``, ``int8_matmul``
 snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block of 16 outputs
 is read once per call for every row of the input, so a decode batch reads the weights once
 (torch's ``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 1.7x slower at 16
-rows, docs/benchmarks.md "Quantized matmul kernels"). int4 layers take the input rounded to
+rows, docs/benchmarks.md "Kernels"). int4 layers take the input rounded to
 bfloat16 and sum products in float32; int8 layers also round the input to 8 bits (codes per
 sub-group of up to 32 inputs with one scale each, as llama.cpp's Q8_0 activations) and sum
 code products exactly in int32 (AVX512-VNNI): widening int8 weights to bfloat16 cost more than
@@ -26,8 +26,8 @@ bfloat16 where the CPU multiplies it in hardware, else float32), made on the fir
 kept outside the state dict: a decode worker never makes it, and it does not change the
 model's fingerprint. That weight is kept in oneDNN's own blocked layout (``torch.ops.mkldnn``'s
 prepacked linear, as torch.compile's CPU back end uses it), so no GEMM reorders it again: the
-same products in bfloat16 (bit-identical) at 0.89-0.96x ``F.linear``'s time on the models'
-shapes, 0.75-0.82x in float32 (docs/benchmarks.md, session 36).
+same products (bit-identical in bfloat16) in less time than ``F.linear`` with the plain
+weight (docs/benchmarks.md, "Prefill").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ bfloat16 where the CPU multiplies it in hardware, else float32), whether the lin
 are quantized after loading (:mod:`snapstream.quant`), and what the KV cache holds: the quantized
 formats keep it in int8 (codes with a float32 scale per slot and head: ~a quarter of float32's
 bytes, blobs and decode pools alike), which answers as the bfloat16 cache does within one answer
-per task on the accuracy grid at 1/4 and 1/8 (docs/benchmarks.md, "8-bit KV cache").
+per task on the accuracy grid at 1/4 and 1/8 (docs/benchmarks.md, "KV dtypes").
 
 ``gguf`` serves a GGUF file's quantized blocks as they are: each linear weight held in Q4_0,
 Q4_1, Q4_K (int4 codes) or Q5_0, Q5_1, Q5_K, Q6_K, Q8_0 (int8 codes) becomes exact codes with

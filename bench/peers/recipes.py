@@ -19,8 +19,8 @@ LLAMA_BUILD_DIR = "llama.cpp"  # under the venv; its bin/ holds libllama.so and 
 # of SIGILL on its first token, and the flags are part of the venv's key, so a cache built on
 # another CPU is not reused), AMX left out: a CPU may report amx_tile, but in these VMs its first
 # tile load (ggml's AMX matmul, used for Q4_K/Q5_0/Q8_0 weights) dies of SIGILL, so
-# -march=native (GGML_NATIVE) built a llama.cpp that crashed on its first token (2026-11-26,
-# llama.cpp as vendored in llama-cpp-python 0.3.36). The web UI is left out: it would be
+# -march=native (GGML_NATIVE) built a llama.cpp that crashed on its first token (llama.cpp as
+# vendored in llama-cpp-python 0.3.36). The web UI is left out: it would be
 # fetched at build time.
 AVX512_OPTIONS = (("GGML_AVX512", "avx512f"), ("GGML_AVX512_VBMI", "avx512_vbmi"),
                   ("GGML_AVX512_VNNI", "avx512_vnni"), ("GGML_AVX512_BF16", "avx512_bf16"))

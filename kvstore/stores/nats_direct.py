@@ -6,7 +6,7 @@ nats-py reads 32 KiB at a time through the asyncio stream and copies a message's
 its parser's buffer and out into a new ``bytes`` before the store copies it into the blob, and
 joins every published payload with its protocol line into a new ``bytes``: a 64 MiB get stayed
 at ~250-440 MB/s on loopback, and puts depended on how malloc happened to recycle those
-megabyte buffers. Here the kernel copies each byte once (docs/benchmarks.md, "Notes").
+megabyte buffers. Here the kernel copies each byte once (docs/benchmarks.md, "Serving").
 Purges, manifests and stream management stay on nats-py.
 
 Protocol (NATS client protocol with headers): ``SUB <inbox>.* 1`` once per connection, then per

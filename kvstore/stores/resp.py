@@ -3,7 +3,7 @@
 redis-py (with hiredis) reads a bulk reply through the asyncio stream buffer, the parser's buffer
 and a new ``bytes`` before the store copies it into place, and buffers what a SET could not send
 at once: at 64 MiB that held both directions to ~330-370 MB/s on loopback. Here the kernel copies
-each byte once, straight into place (docs/benchmarks.md, "Notes"). Control commands (manifest,
+each byte once, straight into place (docs/benchmarks.md, "Serving"). Control commands (manifest,
 delete, scan) stay on redis-py; this module only moves chunks.
 """
 

@@ -21,7 +21,7 @@ prompt × prompt: 1 GiB at 32k tokens in one step). With a press the prompt goes
 every layer: on the sliding-window cache kvpress 0.5.5's SnapKVPress (transformers 5.2)
 compresses the sliding layers too and the first decode step dies ("RuntimeError: The size of
 tensor a (437) must match the size of tensor b (512) at non-singleton dimension 3", Gemma 3 270M,
-a 1,200-token prompt, 2026-11-26); on a plain cache it compresses every layer to the budget and
+a 1,200-token prompt); on a plain cache it compresses every layer to the budget and
 runs.
 
 ``generate_batch`` (no press) runs its prompts, all of one length, as one batch: rows
