@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from snapstream.attention import causal_attention
 from snapstream.compress import build_sequence_cache
 from snapstream.kvcache import ModelLayout, SequenceCache
-from snapstream.model import Transformer, causal_attention
+from snapstream.model import Transformer
 from snapstream.policy import CachePolicy
 from snapstream.snapkv import snapkv_scores
 

@@ -25,6 +25,7 @@ from snapstream.kvquant import kv_codec
 from snapstream.loader import load_model
 from snapstream.memory import keep_freed_memory
 from snapstream.model import Transformer
+from snapstream.placement import at_original_positions
 from snapstream.policy import CacheLayout, CachePolicy, load_default_policy
 from snapstream.prefix_cache import (
     OPENING_TOKENS,
@@ -37,7 +38,6 @@ from snapstream.prefix_scores import REPEAT_INSTRUCTION
 from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
-from snapstream.specprefill.placement import at_original_positions
 from snapstream.tokenizer import Tokenizer
 from snapstream.weight_formats import AUTO, WeightFormat, kv_dtype_name, weight_format
 

@@ -19,7 +19,7 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``prompt_attention(q, k, v, window, positions)``: causal attention over a prompt, GQA,
   optionally within a sliding window of positions: a flash kernel for float32 on AVX-512 CPUs
   and bfloat16 on AVX512-BF16 CPUs without AMX, where ``prompt_attention_covers(q)`` (False off
-  the CPU); the model runs torch's SDPA for the rest (snapstream.model.causal_attention).
+  the CPU); the model runs torch's SDPA for the rest (snapstream.attention.causal_attention).
 - ``int8_rows(x)``: K/V rows (..., D) -> int8 rows (..., D + 4) with their scales; defined
   with the KV codecs that use it (snapstream/kvquant.py, which registers its off-CPU form).
 - ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,

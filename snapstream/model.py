@@ -18,10 +18,10 @@ import re
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from snapstream import kernels
+from snapstream.attention import causal_attention
 from snapstream.config import ModelConfig
 from snapstream.rope import RotaryEmbedding
 
@@ -244,50 +244,3 @@ class Transformer(nn.Module):
         """hidden (..., hidden) -> float32 logits (..., vocab)."""
         return self.lm_head(hidden).float()
 
-
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     window: int | None = None, positions: torch.Tensor | None = None,
-                     outputs: int | None = None) -> torch.Tensor:
-    """q (B, Hq, T, D), k/v (B, Hkv, T, D) of one forward -> (B, Hq, T, D): each query over the
-    keys up to its own; with a ``window``, only the keys whose position lies within it
-    (q_pos - window < k_pos <= q_pos). ``positions`` (T,) ascending: the tokens' positions when
-    they are not 0..T-1 (kept tokens of a longer prompt). No (T, T) matrix is ever made: where
-    ``kernels.prompt_attention_covers`` (float32 on an AVX-512 CPU, bfloat16 on an AVX512-BF16
-    one without AMX) snapstream's flash kernel runs, windows included; elsewhere torch's flash
-    SDPA, a window block by block. ``outputs``: only the last ``outputs`` queries' results,
-    (B, Hq, outputs, D), by one masked SDPA over their keys (None: every query's)."""
-    if outputs is not None and outputs < q.shape[2]:
-        return last_queries_attention(q[:, :, -outputs:], k, v, window, positions)
-    if kernels.prompt_attention_covers(q):
-        return kernels.prompt_attention(q, k, v, window or 0, positions)
-    num_tokens = q.shape[2]
-    at = torch.arange(num_tokens, device=q.device) if positions is None else positions  # (T,)
-    if window is None or int(at[-1] - at[0]) < window:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    starts = torch.arange(0, num_tokens, window, device=q.device)  # (Nb,)
-    lows = torch.searchsorted(at, at[starts] - window + 1)  # first key in each block's window
-    out = torch.empty_like(q)
-    for start, low in zip(starts.tolist(), lows.tolist(), strict=True):
-        end = min(start + window, num_tokens)  # queries [start, end), keys [low, end)
-        query_pos, key_pos = at[start:end, None], at[None, low:end]  # (Tq, 1), (1, Tk)
-        mask = (key_pos <= query_pos) & (key_pos > query_pos - window)  # (Tq, Tk)
-        out[:, :, start:end] = F.scaled_dot_product_attention(
-            q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], attn_mask=mask,
-            enable_gqa=True)
-    return out
-
-
-def last_queries_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           window: int | None = None, positions: torch.Tensor | None = None
-                           ) -> torch.Tensor:
-    """q (B, Hq, Tq, D) of the last Tq of the T tokens of k/v (B, Hkv, T, D) -> (B, Hq, Tq, D):
-    causal attention, ``window`` and ``positions`` as in :func:`causal_attention`."""
-    num_queries, num_keys = q.shape[2], k.shape[2]
-    at = torch.arange(num_keys, device=q.device) if positions is None else positions  # (T,)
-    low = 0 if window is None else int(torch.searchsorted(at, at[-num_queries] - window + 1))
-    query_pos, key_pos = at[-num_queries:, None], at[None, low:]  # (Tq, 1), (1, T - low)
-    mask = key_pos <= query_pos
-    if window is not None:
-        mask &= key_pos > query_pos - window
-    return F.scaled_dot_product_attention(q, k[:, :, low:], v[:, :, low:], attn_mask=mask,
-                                          enable_gqa=True)

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from snapstream.attention import causal_attention
 from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
-from snapstream.model import Transformer, causal_attention
+from snapstream.model import Transformer
 from snapstream.policy import CacheLayout, CachePolicy
 from snapstream.prefix_config import DocumentCacheConfig
 from snapstream.prefix_scores import SCORERS, DocumentPass

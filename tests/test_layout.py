@@ -80,6 +80,15 @@ def test_the_blob_codec_does_not_import_the_engine(graph):
     assert runtime <= KVSTORE_MAY_IMPORT
 
 
+def test_the_runtime_core_does_not_import_speculative_prefill(graph):
+    # speculative prefill drives the engine (selector -> Engine), never the other way round
+    upward = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                    if module.startswith("snapstream.")
+                    and not module.startswith("snapstream.specprefill")
+                    for target in targets if target.startswith("snapstream.specprefill"))
+    assert not upward, "\n".join(upward)
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one node (Tarjan)."""
     index: dict[str, int] = {}

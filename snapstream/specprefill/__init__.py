@@ -5,6 +5,8 @@ Upasani et al.): a small draft model's attention picks the prompt chunks the tar
 - :mod:`.scoring`: the draft's prefill, look-ahead decode and token scores;
 - :mod:`.chunks`: chunk ranking;
 - :mod:`.mapping`: draft chunks -> target tokens through character offsets;
-- :mod:`.selector`: the whole selection for one prompt;
-- :mod:`.placement`: a target cache prefilled at original positions, laid out for decode.
+- :mod:`.selector`: the whole selection for one prompt.
+
+The target prefills the kept tokens at their original positions through
+:meth:`snapstream.engine.Engine.prefill` (``positions``; :mod:`snapstream.placement`).
 """

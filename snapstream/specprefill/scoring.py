@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from snapstream.model import Transformer, causal_attention
+from snapstream.attention import causal_attention
+from snapstream.model import Transformer
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from snapstream import CachePolicy, Engine, SamplingParams
+from snapstream.attention import causal_attention
 from snapstream.config import FULL, SLIDING, ModelConfig
 from snapstream.cpu import matmul_dtype_name
-from snapstream.model import causal_attention
 from tests.engine.helpers import greedy_with_logits
 from tests.engine.reference import cache_kept_mask, masked_logits
 from tests.tiny_models import TINY_VOCAB_SIZE, write_tokenizer_files

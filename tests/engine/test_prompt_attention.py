@@ -2,7 +2,7 @@
 AVX-512 CPUs, bfloat16 on AVX512-BF16 CPUs without AMX) against a float64 reference at the
 shapes of both model families, across its blocks (64-key panels, 256-key softmax steps,
 32-position work items, 6-row tiles) and within sliding windows of positions; and
-model.causal_attention, which runs it where ``prompt_attention_covers`` says so and torch's SDPA
+attention.causal_attention, which runs it where ``prompt_attention_covers`` says so and torch's SDPA
 elsewhere."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from snapstream import kernels
+from snapstream.attention import causal_attention
 from snapstream.cpu import cpu_flags
-from snapstream.model import causal_attention
 
 
 def reference(q, k, v, window=None, positions=None) -> torch.Tensor:

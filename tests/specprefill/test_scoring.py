@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from snapstream.attention import causal_attention
 from snapstream.config import FULL, SLIDING
 from snapstream.cpu import matmul_dtype_name
 from snapstream.engine import Engine
-from snapstream.model import causal_attention
 from snapstream.policy import CachePolicy
 from snapstream.specprefill.chunks import chunk_bounds, rank_chunks
 from snapstream.specprefill.scoring import score_prompt, voting_layers

@@ -1,5 +1,6 @@
-"""A target cache prefilled from kept tokens at their original positions, laid out so that
-decode continues as if the whole prompt had been there.
+"""A cache prefilled from the kept tokens of a longer prompt (speculative prefill's selection)
+at their original positions, laid out so that decode continues as if the whole prompt had been
+there.
 
 The prefill lays the K kept tokens out by their index (0..K-1), as any K-token prompt; their
 keys are rotated at their original positions. Here each slot takes its token's original
