@@ -36,13 +36,13 @@ from snapstream.snapkv import pool_votes
 
 RUN_KERNEL = 5  # min pooling of the surprisal: a run of 5 unpredictable tokens scores high
 EDGE_KERNEL = 15  # max pooling after it: a kept run keeps 7 tokens on each side (the words
-# that name a number: 5 answered 6 of 18 niah questions, 15 answered 11, docs/accuracy.md)
+# that name a number)
 LOGITS_CHUNK = 1024  # document positions per LM-head call (bounds the (chunk, V) logits)
 SENTENCE_BEFORE = 16  # ``sentence``: a run reaches this many tokens back in its sentence
 SENTENCE_AFTER = 12  # ... and this many on (a needle's name precedes its number)
 SENTENCE_ENDS = (".", "!", "?")
 REPEAT_CHUNK = 512  # document tokens repeated per forward of the repeat pass
-REPEAT_KERNEL = 7  # avg pooling of the repeat scores (kernel 31 lost needles: docs/accuracy.md)
+REPEAT_KERNEL = 7  # avg pooling of the repeat scores (a kernel of 31 lost needles)
 REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly.\n\n"
 
 
