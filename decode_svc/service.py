@@ -6,22 +6,18 @@ import asyncio
 import time
 from collections import deque
 
-import grpc
-
 from decode_svc.loop import DecodeLoop
 from decode_svc.sequence import DecodeEvent, Sequence, StreamSink
-from hwsim import DoesNotFitError
 from kvstore import BlobStore
-from kvstore.codec import BlobError, BlobSpec, decode_blob
+from kvstore.blob_errors import BlobError
+from kvstore.codec import BlobSpec, decode_blob
+from kvstore.stores.base import check_key
 from serving import metrics
 from serving.convert import FINISH_TO_PB, duration, sampling_from_pb
-from serving.errors import Unavailable, register_status
+from serving.errors import RequestError, Unavailable
 from snapstream.kvcache import SequenceCache
 from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
-
-register_status(BlobError, grpc.StatusCode.FAILED_PRECONDITION)
-register_status(DoesNotFitError, grpc.StatusCode.FAILED_PRECONDITION)
 
 
 class DecodeServicer(decode_pb2_grpc.DecodeServicer):
@@ -100,16 +96,20 @@ def _sequence(request: decode_pb2.DecodeRequest, sampling: SamplingParams,
 
 
 def _validate(request: decode_pb2.DecodeRequest, vocab_size: int) -> None:
-    if not request.blob_key:
-        raise ValueError("blob_key is empty")
+    try:
+        check_key(request.blob_key)
+    except ValueError as exc:
+        raise RequestError(f"blob_key: {exc}", field="blob_key") from None
     known = 1 + len(request.generated_token_ids)  # the first token and those already streamed
     if known > request.max_new_tokens:
-        raise ValueError(f"max_new_tokens={request.max_new_tokens} is less than the {known} "
-                         "tokens the request already has (first_token_id, generated_token_ids)")
+        raise RequestError(f"max_new_tokens={request.max_new_tokens} is less than the {known} "
+                           "tokens the request already has (first_token_id, "
+                           "generated_token_ids)", field="max_new_tokens")
     token_fields = {"first_token_id": (request.first_token_id,),
                     "generated_token_ids": request.generated_token_ids,
                     "sampling.stop_token_ids": request.sampling.stop_token_ids}
     for field, ids in token_fields.items():
         bad = [i for i in ids if i >= vocab_size]
         if bad:
-            raise ValueError(f"{field} {bad[:5]} are outside the vocabulary [0, {vocab_size})")
+            raise RequestError(f"{field} {bad[:5]} are outside the vocabulary "
+                               f"[0, {vocab_size})", field=field)

@@ -23,6 +23,13 @@ from dataclasses import dataclass
 
 import torch
 
+from kvstore.blob_errors import (
+    BlobCorrupted,
+    BlobLayoutMismatch,
+    BlobModelMismatch,
+    BlobTruncated,
+    BlobVersionMismatch,
+)
 from snapstream.config import ModelConfig
 from snapstream.kvcache import GroupKV, LayerGroup, ModelLayout, SequenceCache
 from snapstream.kvquant import kv_codec, kv_slot_bytes, to_kv
@@ -43,25 +50,6 @@ POSITION_BYTES = 4  # each slot's absolute position (int32), per layer and KV he
 DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.int8: 4,
                torch.float8_e4m3fn: 6}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
-
-
-class BlobError(ValueError):
-    """A blob that cannot be used; the subclass names the problem."""
-
-
-class BlobTruncated(BlobError): ...
-
-
-class BlobCorrupted(BlobError): ...
-
-
-class BlobVersionMismatch(BlobError): ...
-
-
-class BlobModelMismatch(BlobError): ...
-
-
-class BlobLayoutMismatch(BlobError): ...
 
 
 def header_size(layout: ModelLayout) -> int:

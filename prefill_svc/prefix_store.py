@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from kvstore import BlobStore
-from kvstore.codec import BlobError, BlobSpec, decode_blob, encode_blob
+from kvstore.blob_errors import BlobError
+from kvstore.codec import BlobSpec, decode_blob, encode_blob
 from kvstore.stores.errors import BlobNotFound, StoreCorrupted, StoreError
 from serving import metrics
 from snapstream.kvcache import SequenceCache

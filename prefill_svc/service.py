@@ -14,7 +14,7 @@ from prefill_svc import speculative
 from prefill_svc.prefix_store import PrefixStore, PrefixStoreConfig, prefix_key
 from serving import metrics
 from serving.convert import PREFIX_CACHE_TO_PB, duration, policy_from_pb, sampling_from_pb
-from serving.errors import QueueFull
+from serving.errors import QueueFull, RequestError
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
@@ -53,7 +53,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
             raise QueueFull(f"prefill queue is full ({self.max_queue} waiting); retry later")
         ids, policy, sampling = self._resolve(request)
         job = speculative.job_from_request(request, self.selector, self.speculative_defaults)
-        key = check_key(request.blob_key) if request.blob_key else new_blob_key()
+        key = _blob_key(request.blob_key) if request.blob_key else new_blob_key()
         self.outstanding += 1
         metrics.WAITING.labels("prefill").set(self.outstanding)
         try:
@@ -102,18 +102,20 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         """The request as domain types. Its fields were validated by the router; what the
         model needs to run safely, the engine checks when it prefills."""
         if request.prefix_tokens and request.HasField("speculative"):
-            raise ValueError("prefix_tokens and speculative cannot be combined: a reusable "
-                             "document is prefilled whole; send one of them")
+            raise RequestError("prefix_tokens and speculative cannot be combined: a reusable "
+                               "document is prefilled whole; send one of them",
+                               field="speculative")
         if request.prefix_tokens and request.prefix_tokens >= len(request.prompt_token_ids):
-            raise ValueError(f"prefix_tokens ({request.prefix_tokens}) must be less than the "
-                             f"prompt's {len(request.prompt_token_ids)} tokens")
+            raise RequestError(f"prefix_tokens ({request.prefix_tokens}) must be less than the "
+                               f"prompt's {len(request.prompt_token_ids)} tokens",
+                               field="prefix_tokens")
         return (list(request.prompt_token_ids),
                 policy_from_pb(request.policy, self.engine.default_policy),
                 sampling_from_pb(request.sampling, SamplingParams()))
 
     async def Release(self, request: prefill_pb2.ReleaseRequest, context
                       ) -> prefill_pb2.ReleaseResponse:
-        await self.store.delete(request.blob_key)  # a malformed key is a ValueError
+        await self.store.delete(_blob_key(request.blob_key))
         return prefill_pb2.ReleaseResponse()
 
     def _run_model(self, ids: list[int], policy: CachePolicy, sampling: SamplingParams,
@@ -124,7 +126,8 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         token."""
         with metrics.prefill_turn(submitted):
             capacity = self.engine.context_len
-            selection = job and speculative.select(self.selector, job, self.engine.tokenizer, ids)
+            selection = job and speculative.select(self.selector, job, self.engine.tokenizer,
+                                                   ids, capacity)
             kept, positions = (selection.ids, selection.positions) if selection else (ids, None)
             result = (self.engine.prefill(kept, policy, max_new_tokens, capacity=capacity,
                                           positions=positions)
@@ -143,3 +146,10 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+
+
+def _blob_key(key: str) -> str:
+    try:
+        return check_key(key)
+    except ValueError as exc:
+        raise RequestError(f"blob_key: {exc}", field="blob_key") from None

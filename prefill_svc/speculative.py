@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from serving import metrics
 from serving.convert import duration
-from serving.errors import DraftMissing
+from serving.errors import DraftMissing, RequestError
 from serving.speculative import POSITIONS_TO_PB, speculative_from_pb
 from snapstream.chat import ChatMessage
 from snapstream.specprefill.pieces import Piece, Rendering, Request
-from snapstream.specprefill.selector import DraftSelector, Selection
+from snapstream.specprefill.selector import DraftSelector, PromptTooLongForDraft, Selection
 from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.tokenizer import Tokenizer
 from snapstream.v1 import common_pb2, prefill_pb2
@@ -37,7 +37,8 @@ def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelecto
                            "start it with --draft-model NAME (or send no speculative settings)")
     prompt = request.speculative_prompt
     if not prompt.text:
-        raise ValueError("speculative_prompt.text is empty: speculative prefill reads the text")
+        raise RequestError("speculative_prompt.text is empty: speculative prefill reads the "
+                           "text", field="speculative_prompt.text")
     keep_from = prompt.keep_from_char if prompt.HasField("keep_from_char") else None
     settings = speculative_from_pb(request.speculative, defaults)
     return SpeculativeJob(settings, *_request_from_pb(prompt), keep_from)
@@ -45,31 +46,41 @@ def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelecto
 
 def _request_from_pb(prompt: prefill_pb2.SpeculativePrompt) -> tuple[Request, Rendering]:
     """The request (a text prompt when no pieces come) and the target's rendering of it;
-    ValueError when a piece is not where it says in the text."""
+    RequestError when a piece is not where it says in the text."""
     if not prompt.pieces:
         request = Request.completion(prompt.text)
         return request, Rendering(prompt.text, (Piece(0, 0, len(prompt.text)),))
     for i, piece in enumerate(prompt.pieces):
         if prompt.text[piece.offset:piece.offset + len(piece.content)] != piece.content:
-            raise ValueError(f"speculative_prompt.pieces[{i}]: its content is not at offset "
-                             f"{piece.offset} of the text")
+            raise RequestError(f"speculative_prompt.pieces[{i}]: its content is not at offset "
+                               f"{piece.offset} of the text",
+                               field=f"speculative_prompt.pieces[{i}]")
     try:
         messages = tuple(ChatMessage(p.role, p.content) for p in prompt.pieces)
     except ValueError as exc:
-        raise ValueError(f"speculative_prompt.pieces: {exc}") from None
+        raise RequestError(f"speculative_prompt.pieces: {exc}",
+                           field="speculative_prompt.pieces") from None
     return Request(messages, is_chat=True), Rendering(
         prompt.text, tuple(Piece(p.offset, 0, len(p.content)) for p in prompt.pieces))
 
 
 def select(selector: DraftSelector, job: SpeculativeJob, tokenizer: Tokenizer,
-           prompt_ids: list[int]) -> Selection:
+           prompt_ids: list[int], context_len: int) -> Selection:
     """On the model thread: the draft's pick among ``prompt_ids`` (the router's tokens of the
-    same text)."""
-    selection = selector.select(job.request, job.target_view, tokenizer, job.settings,
-                                job.keep_from_char)
+    same text), at most ``context_len`` (the target's) tokens."""
+    try:
+        selection = selector.select(job.request, job.target_view, tokenizer, job.settings,
+                                    job.keep_from_char)
+    except PromptTooLongForDraft as exc:
+        raise RequestError(f"speculative: {exc}", field="speculative") from None
     if selection.num_prompt_tokens != len(prompt_ids):
-        raise ValueError(f"speculative_prompt.text has {selection.num_prompt_tokens} tokens, "
-                         f"prompt_token_ids {len(prompt_ids)}: send the text they came from")
+        raise RequestError(f"speculative_prompt.text has {selection.num_prompt_tokens} tokens, "
+                           f"prompt_token_ids {len(prompt_ids)}: send the text they came from",
+                           field="speculative_prompt.text")
+    if len(selection.ids) > context_len:
+        raise RequestError(f"speculative: the draft keeps {len(selection.ids)} tokens, more than "
+                           f"the model's context of {context_len}: lower keep or keep_tokens",
+                           field="speculative")
     metrics.DRAFT_TIME.observe(selection.draft_s)
     metrics.KEPT_SHARE.observe(selection.kept_share)
     return selection

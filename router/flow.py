@@ -23,7 +23,8 @@ from router.text import TextStream
 from router.workers import WorkerPool
 from serving import metrics
 from serving.convert import FINISH_FROM_PB, PREFIX_CACHE_FROM_PB, policy_to_pb, sampling_to_pb
-from serving.errors import QueueFull, Unavailable, status_for
+from serving.errors import QueueFull, RequestError, Unavailable, status_for
+from snapstream.finish import finish_reason
 from snapstream.v1 import common_pb2, decode_pb2, generation_pb2, prefill_pb2
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,13 @@ class RequestFlow:
         self.releasing: set[asyncio.Task] = set()
 
     async def generate(self, request: generation_pb2.GenerateRequest, *, api: str,
-                       deadline: float | None = None) -> AsyncIterator[Event]:
-        """Raises ValueError (before any event) for a request that does not resolve;
+                       request_id: str, deadline: float | None = None) -> AsyncIterator[Event]:
+        """Raises RequestError (before any event) for a request that does not resolve;
         ``deadline`` is a ``time.monotonic()`` time, None for none."""
         received = time.monotonic()
         try:
-            req = resolve(request, self.model)
-        except ValueError:
+            req = resolve(request, self.model, request_id)
+        except RequestError:
             metrics.REQUESTS.labels("router", api, "invalid_argument").inc()
             raise
         self.active += 1
@@ -315,6 +316,4 @@ def until_stop(tokens: list[int], text: TextStream) -> TextChunk:
 def _finish_after_prefill(req: ResolvedRequest, first: int, text: TextStream) -> str | None:
     if text.stopped:
         return "stop_string"
-    if first in req.sampling.stop_token_ids:
-        return "stop_token"
-    return "length" if req.max_new_tokens == 1 else None
+    return finish_reason(first, 1, req.sampling.stop_token_ids, req.max_new_tokens)

@@ -1,18 +1,18 @@
 """GenerateRequest -> ResolvedRequest: every field checked, every default applied.
 
-Raises ValueError whose message names the field and says what to change (INVALID_ARGUMENT).
+Raises RequestError whose message names the field and says what to change (INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
 
 import secrets
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from serving.convert import policy_from_pb, sampling_from_pb
+from serving.errors import RequestError
 from serving.speculative import speculative_from_pb
-from snapstream.chat import ChatMessage
+from snapstream.chat import ChatMessage, TemplateError
 from snapstream.config import ModelConfig
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -54,27 +54,32 @@ class ResolvedRequest:
     speculative_prompt: prefill_pb2.SpeculativePrompt | None = None
 
 
-def resolve(request: generation_pb2.GenerateRequest, model: ServedModel) -> ResolvedRequest:
+def resolve(request: generation_pb2.GenerateRequest, model: ServedModel,
+            request_id: str) -> ResolvedRequest:
     speculative_prompt, is_compact = _speculative(request, model)
     ids, prefix_tokens = _prompt_ids(request, model, check_context=not is_compact)
     if prefix_tokens and speculative_prompt:
-        raise ValueError("cache_prefix and speculative cannot be combined: a reusable document "
-                         "is prefilled whole; send one of them")
+        raise RequestError("cache_prefix and speculative cannot be combined: a reusable "
+                           "document is prefilled whole; send one of them", field="speculative")
     max_new = request.max_new_tokens if request.HasField("max_new_tokens") else (
         model.default_max_new_tokens)
     if not 1 <= max_new <= model.context_len:
-        raise ValueError(f"max_new_tokens must be in [1, {model.context_len}], got {max_new}")
+        raise RequestError(f"max_new_tokens must be in [1, {model.context_len}], got {max_new}",
+                           field="max_new_tokens")
     policy = policy_from_pb(request.policy, model.default_policy)
-    policy.check_context(model.context_len)
+    try:
+        policy.check_context(model.context_len)
+    except ValueError as exc:
+        raise RequestError(f"policy: {exc}", field="policy") from None
     if prefix_tokens and not policy.spec.is_sized:
-        raise ValueError(f"cache_prefix needs a policy that bounds the cache (snapstream, "
-                         f"snapkv, streaming), not {policy.kind!r}")
+        raise RequestError(f"cache_prefix needs a policy that bounds the cache (snapstream, "
+                           f"snapkv, streaming), not {policy.kind!r}", field="policy")
     if not (policy.is_fixed_size or is_compact) and len(ids) + max_new > model.context_len:
-        raise ValueError(
+        raise RequestError(
             f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the context of "
             f"{model.context_len} for the growing policy {policy.kind!r}: lower max_new_tokens "
-            "or use a fixed-size policy (snapstream, streaming)")
-    return ResolvedRequest(request_id=uuid.uuid4().hex, prompt_ids=tuple(ids),
+            "or use a fixed-size policy (snapstream, streaming)", field="max_new_tokens")
+    return ResolvedRequest(request_id=request_id, prompt_ids=tuple(ids),
                            max_new_tokens=max_new, sampling=_sampling(request, model),
                            stop=_stop_strings(request), policy=policy,
                            prefix_tokens=prefix_tokens,
@@ -94,10 +99,13 @@ def _speculative(request: generation_pb2.GenerateRequest, model: ServedModel
     if which == "prompt":
         return prefill_pb2.SpeculativePrompt(text=request.prompt), settings.positions == "compact"
     if which != "messages":
-        raise ValueError("speculative: send prompt or messages, not prompt_token_ids (the draft "
-                         "model reads the text)")
+        raise RequestError("speculative: send prompt or messages, not prompt_token_ids (the "
+                           "draft model reads the text)", field="speculative")
     chat = _chat_messages(request.messages)
-    view = render_served(model.tokenizer, Request(tuple(chat), is_chat=True))
+    try:
+        view = render_served(model.tokenizer, Request(tuple(chat), is_chat=True))
+    except ValueError as exc:  # the template rewrites a message's content
+        raise RequestError(f"speculative: {exc}", field="speculative") from None
     prompt = prefill_pb2.SpeculativePrompt(text=view.text, pieces=[
         prefill_pb2.SpeculativePiece(
             role=message.role, offset=piece.text_start,
@@ -114,40 +122,41 @@ def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel,
     """The prompt's ids and how many of the first are its reusable document (0: none)."""
     which = request.WhichOneof("input")
     if which is None:
-        raise ValueError("input: set prompt, prompt_token_ids or messages")
+        raise RequestError("input: set prompt, prompt_token_ids or messages", field="input")
     _check_prefix_fields(request, which)
     prefix_tokens = 0
     if which == "prompt":
         if not request.prompt:
-            raise ValueError("prompt is empty: give some text")
+            raise RequestError("prompt is empty: give some text", field="prompt")
         ids, prefix_tokens = _text_ids(request, model)
     elif which == "messages":
         ids, prefix_tokens = _chat_ids(request, model)
     else:
         ids = list(request.prompt_token_ids.ids)
         if not ids:
-            raise ValueError("prompt_token_ids is empty: give at least one token id")
+            raise RequestError("prompt_token_ids is empty: give at least one token id",
+                               field="prompt_token_ids")
         bad = [i for i in ids if i >= model.config.vocab_size]
         if bad:
-            raise ValueError(f"prompt_token_ids {bad[:5]} are outside the vocabulary "
-                             f"[0, {model.config.vocab_size})")
+            raise RequestError(f"prompt_token_ids {bad[:5]} are outside the vocabulary "
+                               f"[0, {model.config.vocab_size})", field="prompt_token_ids")
     if prefix_tokens > model.context_len:
         field = "cache_prefix" if which == "messages" else "cache_prefix_chars"
-        raise ValueError(f"{field} marks a document of {prefix_tokens} tokens; the model's "
-                         f"context is {model.context_len}: shorten it")
+        raise RequestError(f"{field} marks a document of {prefix_tokens} tokens; the model's "
+                           f"context is {model.context_len}: shorten it", field=field)
     if check_context and len(ids) > model.context_len:
-        raise ValueError(f"{which} has {len(ids)} tokens; the model's context is "
-                         f"{model.context_len}: shorten it")
+        raise RequestError(f"{which} has {len(ids)} tokens; the model's context is "
+                           f"{model.context_len}: shorten it", field=which)
     return ids, prefix_tokens
 
 
 def _check_prefix_fields(request: generation_pb2.GenerateRequest, which: str) -> None:
     if request.cache_prefix and which != "messages":
-        raise ValueError("cache_prefix applies to messages; for a text prompt give "
-                         "cache_prefix_chars")
+        raise RequestError("cache_prefix applies to messages; for a text prompt give "
+                           "cache_prefix_chars", field="cache_prefix")
     if request.cache_prefix_chars and which != "prompt":
-        raise ValueError("cache_prefix_chars applies to a text prompt; for messages give "
-                         "cache_prefix")
+        raise RequestError("cache_prefix_chars applies to a text prompt; for messages give "
+                           "cache_prefix", field="cache_prefix_chars")
 
 
 def _text_ids(request: generation_pb2.GenerateRequest, model: ServedModel
@@ -156,8 +165,9 @@ def _text_ids(request: generation_pb2.GenerateRequest, model: ServedModel
     if not num_chars:
         return model.tokenizer.encode(request.prompt), 0
     if num_chars >= len(request.prompt):
-        raise ValueError(f"cache_prefix_chars ({num_chars}) must be less than the prompt's "
-                         f"{len(request.prompt)} characters: the question follows the document")
+        raise RequestError(f"cache_prefix_chars ({num_chars}) must be less than the prompt's "
+                           f"{len(request.prompt)} characters: the question follows the "
+                           "document", field="cache_prefix_chars")
     return model.tokenizer.encode_prefixed(request.prompt[:num_chars],
                                            request.prompt[num_chars:])
 
@@ -173,28 +183,32 @@ PREFIX_MESSAGES = {
 def _chat_ids(request: generation_pb2.GenerateRequest, model: ServedModel
               ) -> tuple[list[int], int]:
     chat = _chat_messages(request.messages)
-    if not request.cache_prefix:
-        return model.tokenizer.encode(model.tokenizer.render_chat(chat)), 0
-    if request.cache_prefix not in PREFIX_MESSAGES:
-        raise ValueError(f"cache_prefix must be one of {', '.join(PREFIX_MESSAGES)}, got "
-                         f"{request.cache_prefix!r}")
-    count = PREFIX_MESSAGES[request.cache_prefix](chat)
-    if count is None:
-        raise ValueError(f"cache_prefix {request.cache_prefix!r}: the messages have no "
-                         f"{request.cache_prefix.replace('_', ' ')} message to cache")
-    head, rest = model.tokenizer.render_chat_split(chat, count)
+    try:
+        if not request.cache_prefix:
+            return model.tokenizer.encode(model.tokenizer.render_chat(chat)), 0
+        if request.cache_prefix not in PREFIX_MESSAGES:
+            raise RequestError(f"cache_prefix must be one of {', '.join(PREFIX_MESSAGES)}, "
+                               f"got {request.cache_prefix!r}", field="cache_prefix")
+        count = PREFIX_MESSAGES[request.cache_prefix](chat)
+        if count is None:
+            raise RequestError(f"cache_prefix {request.cache_prefix!r}: the messages have no "
+                               f"{request.cache_prefix.replace('_', ' ')} message to cache",
+                               field="cache_prefix")
+        head, rest = model.tokenizer.render_chat_split(chat, count)
+    except TemplateError as exc:  # the model's template refuses the conversation
+        raise RequestError(f"messages: {exc}", field="messages") from None
     return model.tokenizer.encode_prefixed(head, rest)
 
 
 def _chat_messages(messages: generation_pb2.ChatMessages) -> list[ChatMessage]:
     if not messages.messages:
-        raise ValueError("messages is empty: give at least one message")
+        raise RequestError("messages is empty: give at least one message", field="messages")
     chat = []
     for i, message in enumerate(messages.messages):
         try:
             chat.append(ChatMessage(message.role, message.content))
         except ValueError as exc:
-            raise ValueError(f"messages[{i}].{exc}") from None
+            raise RequestError(f"messages[{i}].{exc}", field=f"messages[{i}]") from None
     return chat
 
 
@@ -202,7 +216,8 @@ def _sampling(request: generation_pb2.GenerateRequest, model: ServedModel) -> Sa
     sampling = sampling_from_pb(request.sampling, SamplingParams())
     bad = [i for i in sampling.stop_token_ids if i >= model.config.vocab_size]
     if bad:
-        raise ValueError(f"sampling.stop_token_ids {bad[:5]} are outside the vocabulary")
+        raise RequestError(f"sampling.stop_token_ids {bad[:5]} are outside the vocabulary",
+                           field="sampling.stop_token_ids")
     stop_ids = tuple(dict.fromkeys((*sampling.stop_token_ids, *model.tokenizer.eos_token_ids)))
     seed = sampling.seed
     if seed is None and not sampling.is_greedy:
@@ -213,7 +228,9 @@ def _sampling(request: generation_pb2.GenerateRequest, model: ServedModel) -> Sa
 def _stop_strings(request: generation_pb2.GenerateRequest) -> tuple[str, ...]:
     stop = tuple(request.sampling.stop)
     if len(stop) > MAX_STOP_STRINGS:
-        raise ValueError(f"sampling.stop has {len(stop)} strings; at most {MAX_STOP_STRINGS}")
+        raise RequestError(f"sampling.stop has {len(stop)} strings; at most "
+                           f"{MAX_STOP_STRINGS}", field="sampling.stop")
     if any(not s or len(s) > MAX_STOP_LENGTH for s in stop):
-        raise ValueError(f"sampling.stop strings must be 1..{MAX_STOP_LENGTH} characters")
+        raise RequestError(f"sampling.stop strings must be 1..{MAX_STOP_LENGTH} characters",
+                           field="sampling.stop")
     return stop

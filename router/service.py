@@ -9,6 +9,7 @@ from contextlib import aclosing
 
 from router.flow import Event, Finished, RequestFlow
 from serving.convert import FINISH_TO_PB, PREFIX_CACHE_TO_PB, duration, policy_to_pb
+from serving.errors import current_request_id
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
 
 
@@ -28,7 +29,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
     async def Generate(self, request, context) -> AsyncIterator[generation_pb2.GenerateResponse]:
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
-        events = self.generation.generate(request, api="grpc", deadline=deadline)
+        events = self.generation.generate(request, api="grpc", request_id=current_request_id(),
+                                          deadline=deadline)
         async with aclosing(events):
             async for event in events:
                 yield event_to_pb(event)

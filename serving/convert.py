@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from google.protobuf.duration_pb2 import Duration
 
+from serving.errors import RequestError
 from snapstream.policy import SIZE_FIELDS, CachePolicy, resolve_policy
 from snapstream.sampling_params import SamplingParams
 from snapstream.v1 import common_pb2
@@ -29,11 +30,12 @@ PREFIX_CACHE_FROM_PB = {v: k for k, v in PREFIX_CACHE_TO_PB.items()}
 
 def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePolicy:
     """Unset fields take ``default``'s (:func:`~snapstream.policy.resolve_policy`); raises
-    ValueError naming a bad field."""
+    RequestError naming a bad field."""
     if msg.kind not in KIND_FROM_PB and msg.kind != common_pb2.POLICY_KIND_UNSPECIFIED:
-        raise ValueError(f"policy.kind: unknown value {msg.kind}")
+        raise RequestError(f"policy.kind: unknown value {msg.kind}", field="policy.kind")
     if msg.pooling not in POOLING_FROM_PB and msg.pooling != common_pb2.POOLING_UNSPECIFIED:
-        raise ValueError(f"policy.pooling: unknown value {msg.pooling}")
+        raise RequestError(f"policy.pooling: unknown value {msg.pooling}",
+                           field="policy.pooling")
     given = {name: getattr(msg, name) for name in SIZE_FIELDS if msg.HasField(name)}
     if msg.kind in KIND_FROM_PB:
         given["kind"] = KIND_FROM_PB[msg.kind]
@@ -42,7 +44,7 @@ def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePo
     try:
         return resolve_policy(default, given)
     except ValueError as exc:
-        raise ValueError(f"policy: {exc}") from None
+        raise RequestError(f"policy: {exc}", field="policy") from None
 
 
 def policy_to_pb(policy: CachePolicy) -> common_pb2.CachePolicy:
@@ -51,6 +53,7 @@ def policy_to_pb(policy: CachePolicy) -> common_pb2.CachePolicy:
 
 
 def sampling_from_pb(msg: common_pb2.SamplingParams, default: SamplingParams) -> SamplingParams:
+    """Unset fields take ``default``'s; raises RequestError naming a bad field."""
     try:
         return SamplingParams(
             temperature=msg.temperature if msg.HasField("temperature") else default.temperature,
@@ -59,7 +62,7 @@ def sampling_from_pb(msg: common_pb2.SamplingParams, default: SamplingParams) ->
             seed=msg.seed if msg.HasField("seed") else default.seed,
             stop_token_ids=tuple(msg.stop_token_ids) or default.stop_token_ids)
     except ValueError as exc:
-        raise ValueError(f"sampling: {exc}") from None
+        raise RequestError(f"sampling: {exc}", field="sampling") from None
 
 
 def sampling_to_pb(params: SamplingParams, stop: tuple[str, ...] = ()) -> common_pb2.SamplingParams:

@@ -68,7 +68,8 @@ async def serve(
     HEALTH_INTERVAL_S; the server's overall status ("", what liveness probes ask) stays
     SERVING, so that a router is not restarted for its workers' absence."""
     auth = [] if spec.api_keys is None else [ApiKeyInterceptor(spec.api_keys)]
-    server = grpc.aio.server(interceptors=[*auth, StatusInterceptor()], options=SERVER_OPTIONS)
+    server = grpc.aio.server(interceptors=[*auth, StatusInterceptor(spec.name)],
+                             options=SERVER_OPTIONS)
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from serving.errors import RequestError
 from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.v1 import common_pb2
 
@@ -14,9 +15,10 @@ POSITIONS_FROM_PB = {v: k for k, v in POSITIONS_TO_PB.items()}
 
 def speculative_from_pb(msg: common_pb2.SpeculativeSettings, default: SpeculativeSettings
                         ) -> SpeculativeSettings:
-    """Unset fields take ``default``'s; raises ValueError naming a bad field."""
+    """Unset fields take ``default``'s; raises RequestError naming a bad field."""
     if msg.positions not in POSITIONS_FROM_PB and msg.positions != 0:
-        raise ValueError(f"speculative.positions: unknown value {msg.positions}")
+        raise RequestError(f"speculative.positions: unknown value {msg.positions}",
+                           field="speculative.positions")
     given: dict = {name: getattr(msg, name) for name in ("chunk_size", "look_ahead")
                    if msg.HasField(name)}
     size = msg.WhichOneof("size")
@@ -25,7 +27,10 @@ def speculative_from_pb(msg: common_pb2.SpeculativeSettings, default: Speculativ
         given |= {size: getattr(msg, size), other: None}
     if msg.positions in POSITIONS_FROM_PB:
         given["positions"] = POSITIONS_FROM_PB[msg.positions]
-    return replace(default, **given)
+    try:
+        return replace(default, **given)
+    except ValueError as exc:
+        raise RequestError(str(exc), field="speculative") from None
 
 
 def speculative_to_pb(settings: SpeculativeSettings) -> common_pb2.SpeculativeSettings:

@@ -24,6 +24,7 @@ from router.openai_api.frames import CHAT, TEXT, Flavor, Framer
 from router.openai_api.responses import GenerationResponse, error_response
 from router.openai_api.schemas import ChatCompletionBody, CompletionBody, GenerationBody
 from serving.auth import ApiKeys
+from serving.errors import REQUEST_ID, new_request_id
 
 MAX_BODY_BYTES = 4 * 2**20
 
@@ -68,6 +69,8 @@ class OpenAIApi:
 
     def generate_endpoint(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
+            request_id = new_request_id()
+            REQUEST_ID.set(request_id)  # this task's: an internal error's answer names it
             try:
                 body = endpoint.schema.model_validate_json(await _read_body(request))
                 self._check_model(body.model)
@@ -79,7 +82,7 @@ class OpenAIApi:
             framer = Framer.new(endpoint.flavor, self.model_id,
                                 self.generation.decode.model_fingerprint(),
                                 body.options.return_token_ids)
-            events = self.generation.generate(native, api="openai")
+            events = self.generation.generate(native, api="openai", request_id=request_id)
             return GenerationResponse(events, framer, body.stream, body.include_usage)
 
         return handle

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from router.openai_api.errors import InvalidField
 from router.openai_api.schemas import (
     ChatCompletionBody,
     ChatMessageBody,
@@ -17,6 +16,7 @@ from router.openai_api.schemas import (
     SpeculativeOptions,
 )
 from serving.convert import KIND_TO_PB, POOLING_TO_PB
+from serving.errors import RequestError
 from serving.speculative import POSITIONS_TO_PB
 from snapstream.policy import SIZE_FIELDS
 from snapstream.v1 import common_pb2, generation_pb2
@@ -46,8 +46,9 @@ def chat_request(body: ChatCompletionBody) -> generation_pb2.GenerateRequest:
     request.messages.messages.extend(_message(m) for m in body.messages)
     request.cache_prefix = body.options.cache_prefix or ""
     if body.options.cache_prefix_chars is not None:
-        raise InvalidField("snapstream", "snapstream.cache_prefix_chars applies to completions; "
-                           "a chat request marks its document with cache_prefix")
+        raise RequestError("snapstream.cache_prefix_chars applies to completions; a chat "
+                           "request marks its document with cache_prefix",
+                           field="snapstream.cache_prefix_chars")
     return request
 
 
@@ -61,20 +62,21 @@ def completion_request(body: CompletionBody) -> generation_pb2.GenerateRequest:
     elif len(prompt) == 1:
         request.prompt = prompt[0]
     else:
-        raise InvalidField("prompt", "prompt: give one prompt (a string or a list of token "
-                           f"ids); got a list of {len(prompt)}")
+        raise RequestError("prompt: give one prompt (a string or a list of token "
+                           f"ids); got a list of {len(prompt)}", field="prompt")
     request.cache_prefix_chars = body.options.cache_prefix_chars or 0
     if body.options.cache_prefix is not None:
-        raise InvalidField("snapstream", "snapstream.cache_prefix applies to chat completions; "
-                           "a completion marks its document with cache_prefix_chars")
+        raise RequestError("snapstream.cache_prefix applies to chat completions; a "
+                           "completion marks its document with cache_prefix_chars",
+                           field="snapstream.cache_prefix")
     return request
 
 
 def _common(body: GenerationBody) -> generation_pb2.GenerateRequest:
     for name, is_noop in UNSUPPORTED.items():
         if not is_noop(getattr(body, name)):
-            raise InvalidField(name, f"{name} is not supported by this server: leave it out"
-                               + (" (n must be 1)" if name == "n" else ""))
+            raise RequestError(f"{name} is not supported by this server: leave it out"
+                               + (" (n must be 1)" if name == "n" else ""), field=name)
     request = generation_pb2.GenerateRequest(sampling=_sampling(body),
                                              policy=_policy(body.options))
     if body.options.speculative is not None:
@@ -87,7 +89,8 @@ def _common(body: GenerationBody) -> generation_pb2.GenerateRequest:
 
 def _max_new_tokens(body: GenerationBody) -> int | None:
     if body.max_tokens is not None and body.max_completion_tokens is not None:
-        raise InvalidField("max_tokens", "give max_completion_tokens or max_tokens, not both")
+        raise RequestError("give max_completion_tokens or max_tokens, not both",
+                           field="max_tokens")
     return body.max_completion_tokens if body.max_tokens is None else body.max_tokens
 
 
@@ -112,8 +115,8 @@ def _policy(options: SnapstreamOptions) -> common_pb2.CachePolicy:
 
 def _speculative(options: SpeculativeOptions) -> common_pb2.SpeculativeSettings:
     if options.keep is not None and options.keep_tokens is not None:
-        raise InvalidField("snapstream", "snapstream.speculative: give keep or keep_tokens, "
-                                         "not both")
+        raise RequestError("snapstream.speculative: give keep or keep_tokens, not both",
+                           field="snapstream.speculative")
     msg = common_pb2.SpeculativeSettings(
         positions=POSITIONS_TO_PB[options.positions] if options.positions else 0)
     for name in ("keep", "keep_tokens", "chunk_size", "look_ahead"):

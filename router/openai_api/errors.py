@@ -1,17 +1,15 @@
 """Errors as OpenAI error objects with the HTTP status that matches the gRPC status code the
-native API gives for the same failure (one mapping: exception -> gRPC code -> HTTP status)."""
+native API gives for the same failure (one mapping: exception -> gRPC code -> HTTP status).
+An internal fault is a 500 that names the request's id, never the fault."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import grpc
 import pydantic
 
-from serving.errors import RETRY_AFTER_S, status_for
-
-log = logging.getLogger(__name__)
+from serving.errors import RETRY_AFTER_S, RequestError, internal_error_message, status_for
 
 
 class ApiError(Exception):
@@ -21,14 +19,6 @@ class ApiError(Exception):
                  param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.param = status, code, param
-
-
-class InvalidField(ValueError):
-    """A field of the body that cannot be served as given: 400 naming ``param``."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -43,6 +33,10 @@ HTTP_BY_GRPC: dict[grpc.StatusCode, HttpStatus] = {
     grpc.StatusCode.UNAUTHENTICATED: HttpStatus(401, "authentication_error"),
     grpc.StatusCode.PERMISSION_DENIED: HttpStatus(403, "permission_error"),
     grpc.StatusCode.NOT_FOUND: HttpStatus(404, "not_found_error"),
+    # the server was not started with what the request needs (a draft model): its message
+    # says which setting
+    grpc.StatusCode.FAILED_PRECONDITION: HttpStatus(412, "invalid_request_error",
+                                                    "failed_precondition"),
     grpc.StatusCode.RESOURCE_EXHAUSTED: HttpStatus(429, "rate_limit_error", "overloaded"),
     grpc.StatusCode.UNIMPLEMENTED: HttpStatus(501, "server_error", "not_implemented"),
     grpc.StatusCode.UNAVAILABLE: HttpStatus(503, "server_error", "unavailable"),
@@ -79,10 +73,10 @@ def error_body(exc: BaseException) -> ErrorBody:
     else:
         code, message = status_for(exc), str(exc) or type(exc).__name__
     http = HTTP_BY_GRPC.get(code, INTERNAL)
-    if http is INTERNAL:
-        log.error("unhandled error", exc_info=exc)
-        message = "internal error; the router's log has the details"
-    return ErrorBody(http.status, message, http.type, http.code, getattr(exc, "param", None))
+    if http is INTERNAL and code != grpc.StatusCode.INTERNAL:  # a worker's names its own id
+        message = internal_error_message(exc, "router")
+    field = exc.field if isinstance(exc, RequestError) else None
+    return ErrorBody(http.status, message, http.type, http.code, field)
 
 
 def _invalid_body(exc: pydantic.ValidationError) -> ErrorBody:

@@ -5,18 +5,14 @@ import dataclasses
 import pytest
 import torch
 
-from kvstore.codec import (
-    VERSION,
+from kvstore.blob_errors import (
     BlobCorrupted,
     BlobLayoutMismatch,
     BlobModelMismatch,
-    BlobSpec,
     BlobTruncated,
     BlobVersionMismatch,
-    decode_blob,
-    encode_blob,
-    header_size,
 )
+from kvstore.codec import VERSION, BlobSpec, decode_blob, encode_blob, header_size
 from snapstream.config import FULL, SLIDING
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvquant import kv_float

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from prefill_svc.service import PrefillServicer
+from serving.errors import RequestError
 from snapstream.chat import ChatMessage, render_plain
 from snapstream.engine import Engine
 from snapstream.specprefill.pieces import Request, render_served
@@ -219,7 +220,7 @@ def test_the_router_marks_a_chat_prompts_final_user_turn(model_dir):
         generation_pb2.ChatMessage(role="assistant", content="Noted."),
         generation_pb2.ChatMessage(role="user", content="What does item 7 cost?")])
     resolved = resolve(generation_pb2.GenerateRequest(
-        messages=chat, speculative=common_pb2.SpeculativeSettings(keep=0.3)), model)
+        messages=chat, speculative=common_pb2.SpeculativeSettings(keep=0.3)), model, "r1")
     text = resolved.speculative_prompt.text
     assert text[resolved.speculative_prompt.keep_from_char:].startswith("What does item 7 cost?")
     pieces = resolved.speculative_prompt.pieces
@@ -227,7 +228,7 @@ def test_the_router_marks_a_chat_prompts_final_user_turn(model_dir):
     assert all(text[p.offset:p.offset + len(p.content)] == p.content for p in pieces)
     assert model.tokenizer.encode(text) == list(resolved.prompt_ids)
     assert resolved.speculative.keep == pytest.approx(0.3)
-    plain = resolve(generation_pb2.GenerateRequest(messages=chat), model)
+    plain = resolve(generation_pb2.GenerateRequest(messages=chat), model, "r1")
     assert plain.speculative is None and plain.speculative_prompt is None
 
 
@@ -268,7 +269,7 @@ def test_the_worker_refuses_pieces_that_are_not_where_they_say():
         prefill_pb2.SpeculativePiece(role="user", content="hello", offset=4)])
     request = prefill_pb2.PrefillRequest(speculative=common_pb2.SpeculativeSettings(),
                                          speculative_prompt=prompt)
-    with pytest.raises(ValueError, match=r"pieces\[0\]: its content is not at offset 4"):
+    with pytest.raises(RequestError, match=r"pieces\[0\]: its content is not at offset 4"):
         job_from_request(request, DraftSelector.__new__(DraftSelector), SpeculativeSettings())
     request.speculative_prompt.pieces[0].offset = 3
     job = job_from_request(request, DraftSelector.__new__(DraftSelector), SpeculativeSettings())

@@ -3,6 +3,7 @@
 import pytest
 
 from serving.convert import policy_from_pb, policy_to_pb
+from serving.errors import RequestError
 from snapstream.policy import CachePolicy
 from snapstream.v1 import common_pb2
 
@@ -26,5 +27,5 @@ def test_streaming_with_its_sinks_unset_is_streamingllm():
 
 def test_a_bad_field_is_named():
     msg = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_STREAMING, kernel=4)
-    with pytest.raises(ValueError, match="policy: kernel"):
+    with pytest.raises(RequestError, match="policy: kernel"):
         policy_from_pb(msg, SINKLESS)

@@ -1,0 +1,25 @@
+"""The errors of a blob that cannot be used (torch-free: the services' status table names them).
+
+:func:`kvstore.codec.decode_blob` raises the subclass that names the problem.
+"""
+
+from __future__ import annotations
+
+
+class BlobError(ValueError):
+    """A blob that cannot be used; the subclass names the problem."""
+
+
+class BlobTruncated(BlobError): ...
+
+
+class BlobCorrupted(BlobError): ...
+
+
+class BlobVersionMismatch(BlobError): ...
+
+
+class BlobModelMismatch(BlobError): ...
+
+
+class BlobLayoutMismatch(BlobError): ...
