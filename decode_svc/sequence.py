@@ -6,6 +6,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 
+from snapstream.finish import finish_reason
 from snapstream.sampling_params import SamplingParams
 
 
@@ -72,11 +73,8 @@ class Sequence:
         return bool(self.replay)
 
     def finish_reason(self, token: int) -> str | None:
-        if token in self.stop_ids:
-            return "stop_token"
-        if self.emitted >= self.max_new_tokens:
-            return "length"
-        return None
+        """:func:`snapstream.finish.finish_reason` of ``token``, the ``emitted``-th."""
+        return finish_reason(token, self.emitted, self.stop_ids, self.max_new_tokens)
 
 
 class SlotTable:

@@ -24,6 +24,7 @@ from router.workers import WorkerPool
 from serving import metrics
 from serving.convert import FINISH_FROM_PB, PREFIX_CACHE_FROM_PB, policy_to_pb, sampling_to_pb
 from serving.errors import QueueFull, RequestError, Unavailable, status_for
+from snapstream.finish import finish_reason
 from snapstream.v1 import common_pb2, decode_pb2, generation_pb2, prefill_pb2
 
 log = logging.getLogger(__name__)
@@ -315,6 +316,4 @@ def until_stop(tokens: list[int], text: TextStream) -> TextChunk:
 def _finish_after_prefill(req: ResolvedRequest, first: int, text: TextStream) -> str | None:
     if text.stopped:
         return "stop_string"
-    if first in req.sampling.stop_token_ids:
-        return "stop_token"
-    return "length" if req.max_new_tokens == 1 else None
+    return finish_reason(first, 1, req.sampling.stop_token_ids, req.max_new_tokens)

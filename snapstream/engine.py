@@ -20,6 +20,7 @@ from snapstream.attention import PrefillRecorder
 from snapstream.checkpoints import open_checkpoint
 from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
+from snapstream.finish import STOP_TOKEN, finish_reason
 from snapstream.kvcache import BatchCache, ModelLayout, SequenceCache
 from snapstream.kvquant import kv_codec
 from snapstream.loader import load_model
@@ -253,8 +254,8 @@ class Engine:
         ids = self.encode(prompt)
         out = list(self._stream(ids, max_new_tokens, policy, sampling, forced_ids, positions))
         stop = self.stop_ids(sampling or SamplingParams())
-        reason = "stop_token" if out[-1] in stop else "length"
-        text_ids = out[:-1] if reason == "stop_token" else out
+        reason = finish_reason(out[-1], len(out), stop, max_new_tokens)
+        text_ids = out[:-1] if reason == STOP_TOKEN else out
         return GenerationResult(token_ids=out, text=self.tokenizer.decode(text_ids),
                                 finish_reason=reason, prompt_tokens=len(ids))
 
@@ -294,7 +295,7 @@ class Engine:
         for count in range(1, max_new_tokens + 1):
             token = sample_batch(logits, [sampling], [position])[0]
             yield token
-            if token in stop or count == max_new_tokens:
+            if finish_reason(token, count, stop, max_new_tokens):
                 return
             logits = self._step(decoder, token, position)
             position += 1
