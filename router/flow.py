@@ -13,14 +13,16 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import grpc
 
 from kvstore import new_blob_key
+from router.failover import DecodeAttempts
 from router.request import ResolvedRequest, ServedModel, resolve
 from router.text import TextStream
-from router.workers import WorkerPool
+from router.workers import Worker, WorkerPool
 from serving import metrics
 from serving.convert import FINISH_FROM_PB, PREFIX_CACHE_FROM_PB, policy_to_pb, sampling_to_pb
 from serving.errors import QueueFull, RequestError, Unavailable, status_for
@@ -28,14 +30,7 @@ from snapstream.finish import finish_reason
 from snapstream.v1 import common_pb2, decode_pb2, generation_pb2, prefill_pb2
 
 log = logging.getLogger(__name__)
-# a decode stream that ends with one of these is resumed on another decode worker
-FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
-                  grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED}
 RELEASE_TIMEOUT_S = 5.0
-# every decode worker left to try is full or gone (it refused the sequence for a full queue,
-# or died and may be restarted): wait, then try them again; each wait doubles, and past the
-# last one (~30 s in all) the request ends RESOURCE_EXHAUSTED (or UNAVAILABLE)
-DECODE_RETRY_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8, *(1.0,) * 28)
 
 
 @dataclass(frozen=True)
@@ -213,77 +208,48 @@ class RequestFlow:
 
     async def _decode(self, req: ResolvedRequest, prefilled, progress: Progress,
                       deadline: float | None) -> AsyncIterator[list[int]]:
-        """Yields the new tokens of each chunk; resumes on another worker when a stream breaks.
-        When no worker can be picked (all full, dead or in their failure backoff, as right after
-        a kill), it waits and tries again, up to ~30 s within the deadline: the blob is made,
-        and a restarted worker takes the stream."""
-        tried: set[str] = set()
-        full: set[str] = set()  # refused for a full queue: their blob stays, try again later
-        # unreachable or died mid-stream: may be back after a restart, so tried again after
-        # each wait (while the pool's failure backoff keeps it out, the stream waits on)
-        gone: set[str] = set()
-        waits = iter(DECODE_RETRY_WAITS_S)
+        """Yields the new tokens of each chunk; resumes on another worker when a stream breaks
+        (:class:`router.failover.DecodeAttempts`). When no worker can be picked (all full, dead
+        or in their failure backoff, as right after a kill), it waits and tries again, up to
+        ~30 s within the deadline: the blob is made, and a restarted worker takes the stream."""
+        attempts = DecodeAttempts(req.request_id)
         while progress.complete is None:
             try:
-                worker = self.decode.pick(exclude=tried)
+                worker = self.decode.pick(exclude=attempts.tried)
             except Unavailable:
-                await _wait_before_retry(next(waits, None), deadline, full)
-                tried -= full | gone
-                full.clear()
+                await attempts.wait(deadline)
                 continue
-            call = worker.stub.Decode(decode_pb2.DecodeRequest(
-                request_id=req.request_id, blob_key=prefilled.blob_key,
-                first_token_id=progress.tokens[0], generated_token_ids=progress.tokens[1:],
-                sampling=sampling_to_pb(req.sampling), max_new_tokens=req.max_new_tokens),
-                timeout=_remaining(deadline))
-            with self.decode.track(worker):
-                try:
-                    async for message in call:
-                        if message.HasField("complete"):
-                            progress.complete = message.complete
-                        elif message.chunk.token_ids:
-                            tokens = list(message.chunk.token_ids)
-                            progress.tokens += tokens
-                            yield tokens
-                    if progress.complete is None:
-                        raise _broken(worker.address)
-                except grpc.aio.AioRpcError as err:
-                    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        full.add(worker.address)
-                        tried.add(worker.address)
-                        continue
-                    if err.code() == grpc.StatusCode.NOT_FOUND:
-                        # the store lost the blob (a restart without persistence, its TTL):
-                        # nothing the client asked for is missing, so it may retry
-                        raise Unavailable(f"the request's KV cache is gone from the store "
-                                          f"({err.details()}); retry the request") from err
-                    if err.code() not in FAILOVER_CODES:
-                        raise
-                    log.warning("decode worker %s failed (%s); resuming %s after %d tokens",
-                                worker.address, err.code().name, req.request_id,
-                                len(progress.tokens))
-                    metrics.FAILOVERS.inc()
-                    worker.mark_failed()
-                    tried.add(worker.address)
-                    if err.code() == grpc.StatusCode.UNAVAILABLE:
-                        gone.add(worker.address)
-                finally:
-                    call.cancel()
+            try:
+                stream = self._stream(worker, req, prefilled.blob_key, progress, deadline)
+                async with aclosing(stream) as chunks:
+                    async for tokens in chunks:
+                        yield tokens
+            except grpc.aio.AioRpcError as err:
+                attempts.broke(worker, err, len(progress.tokens))
 
-
-async def _wait_before_retry(wait_s: float | None, deadline: float | None,
-                             full: set[str]) -> None:
-    """Sleeps ``wait_s`` before the full and gone decode workers are tried again. When the
-    waits are used up or the deadline would pass first: QueueFull if some were full, else
-    Unavailable."""
-    if wait_s is None or (deadline is not None and time.monotonic() + wait_s >= deadline):
-        total_s = sum(DECODE_RETRY_WAITS_S)
-        if full:
-            raise QueueFull(f"every decode worker's queue is full ({len(full)} tried, for "
-                            f"{total_s:.0f} s); retry later")
-        raise Unavailable(f"no decode worker could take the stream within {total_s:.0f} s; "
-                          "retry later")
-    await asyncio.sleep(wait_s)
+    async def _stream(self, worker: Worker, req: ResolvedRequest, blob_key: str,
+                      progress: Progress, deadline: float | None) -> AsyncIterator[list[int]]:
+        """One Decode call on ``worker``, from the tokens the client has (``progress``, which
+        records each chunk and the complete message): yields each chunk's tokens; AioRpcError
+        when the stream breaks, or ends without its complete message."""
+        call = worker.stub.Decode(decode_pb2.DecodeRequest(
+            request_id=req.request_id, blob_key=blob_key,
+            first_token_id=progress.tokens[0], generated_token_ids=progress.tokens[1:],
+            sampling=sampling_to_pb(req.sampling), max_new_tokens=req.max_new_tokens),
+            timeout=_remaining(deadline))
+        with self.decode.track(worker):
+            try:
+                async for message in call:
+                    if message.HasField("complete"):
+                        progress.complete = message.complete
+                    elif message.chunk.token_ids:
+                        tokens = list(message.chunk.token_ids)
+                        progress.tokens += tokens
+                        yield tokens
+                if progress.complete is None:
+                    raise _broken(worker.address)
+            finally:
+                call.cancel()
 
 
 def _outcome(exc: BaseException, deadline: float | None) -> str:
