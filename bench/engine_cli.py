@@ -61,7 +61,7 @@ def _decode_table(results: dict, kv_token: int, budget: int) -> str:
 
 
 def target_lines(results: dict) -> list[str]:
-    """The issue's four targets, each judged on same-run figures."""
+    """The engine's four targets, each judged on same-run figures."""
     points = results["decode"]
     longest = max(p["context"] for p in points)
     const = [p["snapstream_s"] / p["snapstream_ref_s"] for p in points if p["context"] == longest]

@@ -1,4 +1,4 @@
-"""`bench serve` results as markdown (tables with the issue's targets marked) and a figure."""
+"""`bench serve` results as markdown (tables with the serving targets marked) and a figure."""
 
 from __future__ import annotations
 

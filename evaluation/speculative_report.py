@@ -2,7 +2,7 @@
 --draft-model`` output directories (one per draft -> target pair); and the kept tokens of
 one prompt drawn as strips.
 
-Target (issue 31): at keep 0.25 the target keeps >= 90% of its full-prompt accuracy on every
+Target: at keep 0.25 the target keeps >= 90% of its full-prompt accuracy on every
 task where the full prompt answers >= 50%.
 """
 
