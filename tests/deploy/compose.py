@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from cli.serve import SERVICES
+from cli.main import COMMANDS, build_parser
 from serving.settings import env_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,17 +114,15 @@ def serve_settings(service: str) -> dict[str, str]:
     """Environment twin -> flag of every setting of ``snapstream serve <service>``."""
     parser = argparse.ArgumentParser()
     with only_environment({}):
-        importlib.import_module(SERVICES[service][0]).register(parser)
+        importlib.import_module(COMMANDS["serve"].commands[service].module).register(parser)
     return {env_name(option): option for action in parser._actions
             for option in action.option_strings if option.startswith("--") and option != "--help"}
 
 
 def parse_serve(command: list[str], env: Mapping[str, str]) -> argparse.Namespace:
     """``command`` (e.g. ``["serve", "decode"]``) parsed as the CLI does with ``env`` set."""
-    from cli.main import build_parser
-
     with only_environment(env):
-        return build_parser(command[0]).parse_args(command)
+        return build_parser(command).parse_args(command)
 
 
 @contextlib.contextmanager
