@@ -74,6 +74,7 @@ COMMANDS: dict[str, Command | Group] = {
                           "slot pool"),
     }),
     "eval": Command("evaluation.cli", "retrieval accuracy per cache policy and budget"),
+    "models": Command("cli.models", "the named models: list them, pull (install) one"),
 }
 
 

