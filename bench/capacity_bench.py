@@ -28,8 +28,18 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
+import torch
+
+from bench.kv_cli import llama_cpp_kv_bytes
+from bench.limits import model_bytes
+from bench.peers import recipes
+from bench.peers.venvs import find_venv
 from bench.report import command_line, machine_line, markdown_table, publish
 from serving.settings import add_model_setting
+from snapstream.checkpoints import open_checkpoint
+from snapstream.checkpoints.registry import model_path
+from snapstream.engine import Engine
+from snapstream.kvcache import pool_row_bytes
 
 GIB = 2**30
 MIB = 2**20
@@ -67,8 +77,6 @@ class Row:
 
 
 def run(args: argparse.Namespace) -> int:
-    from snapstream.checkpoints.registry import model_path
-
     model = model_path(args.model)
     budget = round(args.budget_gib * GIB)
     rows = [_snapstream_row(model, dtype, args, budget)
@@ -90,12 +98,6 @@ def _hold(model: str, kv_dtype: str, prompt_len: int, new_tokens: int, budget: i
     """In a fresh process: the engine as a decode worker loads it, and a pool of the streams
     that fit in ``budget`` (times ``fraction``), each row holding one prefilled prompt's
     compressed cache, after ``steps`` decode steps over all of them. -> the fields of a Row."""
-    import torch
-
-    from bench.limits import model_bytes
-    from snapstream.engine import Engine
-    from snapstream.kvcache import pool_row_bytes
-
     engine = Engine.from_pretrained(model, kv_dtype=kv_dtype)
     vocab = engine.config.vocab_size
     ids = [(7 * i) % (vocab - 3) + 3 for i in range(prompt_len)]  # any tokens: one row size
@@ -125,9 +127,6 @@ def _rss(pid: int | str = "self") -> int:
 
 
 def _llama_row(model: Path, args: argparse.Namespace, budget: int) -> Row:
-    from bench.kv_cli import llama_cpp_kv_bytes
-    from snapstream.checkpoints import open_checkpoint
-
     config = open_checkpoint(str(model)).config
     token_bytes = 2 * config.num_kv_heads * config.head_dim * F16_BYTES  # K and V, one layer
     per_stream = llama_cpp_kv_bytes(config.attention_windows, token_bytes, args.n_ctx)
@@ -142,8 +141,6 @@ def _llama_row(model: Path, args: argparse.Namespace, budget: int) -> Row:
 
 def _llama_server_rss(model: Path, parallel: int, n_ctx: int) -> int:
     """RSS of ``llama-server --parallel parallel`` once it answers /health."""
-    from bench.peers import recipes
-    from bench.peers.venvs import find_venv
     venv = find_venv(recipes.LLAMACPP)
     if venv is None:
         raise SystemExit("the llama.cpp peer venv is not built: run `snapstream bench peers` "

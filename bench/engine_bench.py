@@ -3,6 +3,7 @@ through transformers on the same weights, for the served model (default SmolLM2-
 
 from __future__ import annotations
 
+import json
 import statistics
 import tempfile
 import time
@@ -123,8 +124,6 @@ def fits(config: ModelConfig, batch: int, slots: int, factor: float,
 
 def load_transformers(model: Transformer):
     """The same weights in transformers' own Llama implementation."""
-    import json
-
     from transformers import AutoModelForCausalLM
 
     config = model.config

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import torch
+
+from bench.engine_bench import EngineBenchConfig, kv_bytes_per_token, run_engine_bench
 from bench.report import (
     command_line,
     fmt_ms,
@@ -14,6 +17,7 @@ from bench.report import (
     publish,
 )
 from serving.settings import add_model_setting
+from snapstream.engine import Engine
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -29,9 +33,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.engine_bench import EngineBenchConfig, run_engine_bench
-    from snapstream.engine import Engine
-
     cfg = EngineBenchConfig(
         contexts=tuple(int(c) for c in args.contexts.split(",")),
         batches=tuple(int(b) for b in args.batches.split(",")), steps=args.steps,
@@ -91,10 +92,6 @@ def target_lines(results: dict) -> list[str]:
 
 
 def render(results: dict, cfg, model_config) -> str:
-    import torch
-
-    from bench.engine_bench import kv_bytes_per_token
-
     kv_token = kv_bytes_per_token(model_config, torch.float32)
     pre, comp = results["prefill"], results["compile"]
     hf_pre = pre.get("transformers_prefill_s")

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.quant_bench import interleaved
 from bench.report import (
     command_line,
     fmt_ms,
@@ -31,6 +32,10 @@ from bench.report import (
     publish,
 )
 from serving.settings import add_model_setting
+from snapstream.checkpoints import open_checkpoint
+from snapstream.cpu import matmul_dtype_name
+from snapstream.loader import load_model
+from snapstream.quant import Int4Linear, Int8Linear, quantize_int4_groups, quantize_int8_rows
 
 WAYS = ("ours", "torch", "GEMM")
 
@@ -47,8 +52,6 @@ class KernelBenchConfig:
 def layer_calls(linears: list[nn.Linear], head: nn.Linear
                 ) -> dict[str, dict[str, list[Callable[[torch.Tensor], torch.Tensor]]]]:
     """part ("layers", "head") -> way -> one callable per weight, x (M, K) bfloat16 -> (M, N)."""
-    from snapstream.quant import Int4Linear, Int8Linear, quantize_int4_groups, quantize_int8_rows
-
     parts: dict[str, dict[str, list]] = {"layers": {w: [] for w in WAYS},
                                          "head": {w: [] for w in WAYS}}
     for linear in linears:
@@ -76,11 +79,6 @@ def layer_calls(linears: list[nn.Linear], head: nn.Linear
 
 
 def run_kernel_bench(cfg: KernelBenchConfig, path: str | None) -> dict:
-    from bench.quant_bench import interleaved
-    from snapstream.checkpoints import open_checkpoint
-    from snapstream.cpu import matmul_dtype_name
-    from snapstream.loader import load_model
-
     torch.set_num_threads(cfg.threads)
     checkpoint = open_checkpoint(path)
     model = load_model(checkpoint, dtype=torch.float32)

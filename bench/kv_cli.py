@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import torch
 
 from bench.report import command_line, markdown_table, parse_ints, publish
+from kvstore.codec import POSITION_BYTES
 from serving.settings import add_model_setting
+from snapstream.checkpoints import open_checkpoint
+from snapstream.kvcache import ModelLayout, pool_row_bytes
+from snapstream.kvquant import kv_codec, kv_slot_bytes
+from snapstream.policy import CachePolicy, load_default_policy
 from snapstream.weight_formats import KV_DTYPES
-
-if TYPE_CHECKING:
-    from snapstream.policy import CachePolicy
 
 LLAMA_CPP_UBATCH = 512  # llama.cpp's default n_ubatch
 LLAMA_CPP_SWA_PAD = 256  # "the SWA cache is always padded to 256"
@@ -53,9 +56,6 @@ def kv_rows(windows: tuple[int | None, ...], default: CachePolicy, slot_bytes: i
     """(system, bytes per sequence at each length). ``windows``: per layer, None for a global
     one; ``slot_bytes``: a snapstream slot of one layer (K, V, position); ``token_bytes``: one
     token's K and V in one layer (in llama.cpp's f16 too: both 2-byte elements)."""
-    from snapstream.kvcache import ModelLayout
-    from snapstream.policy import CachePolicy
-
     def snapstream(policy: CachePolicy, length: int) -> int:
         layout = ModelLayout.build(windows, policy.layout(length, 0))
         return layout.num_slots * slot_bytes
@@ -71,14 +71,6 @@ def kv_rows(windows: tuple[int | None, ...], default: CachePolicy, slot_bytes: i
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from kvstore.codec import POSITION_BYTES
-    from snapstream.checkpoints import open_checkpoint
-    from snapstream.kvcache import ModelLayout, pool_row_bytes
-    from snapstream.kvquant import kv_codec, kv_slot_bytes
-    from snapstream.policy import load_default_policy
-
     checkpoint = open_checkpoint(args.model)
     config = checkpoint.config
     token = config.num_kv_heads * 2 * config.head_dim * 2  # K and V in f16

@@ -14,8 +14,15 @@ import argparse
 import random
 from pathlib import Path
 
+import torch
+
+from bench.engine_bench import interleaved_medians, ours_stepper
 from bench.report import command_line, markdown_table, parse_ints, publish
+from evaldata import corpus
 from serving.settings import add_model_setting
+from snapstream.decode import Decoder
+from snapstream.engine import Engine
+from snapstream.kvcache import BatchCache
 from snapstream.weight_formats import KV_DTYPES
 
 
@@ -45,10 +52,6 @@ def _dtypes(text: str) -> list[str]:
 
 
 def timing_rows(engine, names: list[str], args) -> list[list[str]]:
-    import torch
-
-    from bench.engine_bench import interleaved_medians, ours_stepper
-
     layout = engine.default_policy.layout(args.context, 0)
     rows = []
     for batch in args.batches:
@@ -63,8 +66,6 @@ def timing_rows(engine, names: list[str], args) -> list[list[str]]:
 
 
 def prose_prompts(engine, count: int, tokens: int, seed: int) -> list[list[int]]:
-    from evaldata import corpus
-
     prose, rng = corpus("prose"), random.Random(seed)
     prompts = []
     for _ in range(count):
@@ -76,11 +77,6 @@ def prose_prompts(engine, count: int, tokens: int, seed: int) -> list[list[int]]
 
 def _decoder(engine, result, name: str):
     """A batch-1 pool in KV dtype ``name`` holding ``result``'s cache (converted on insert)."""
-    import torch
-
-    from snapstream.decode import Decoder
-    from snapstream.kvcache import BatchCache
-
     pool = BatchCache(engine.config, result.cache.layout, 1, getattr(torch, name))
     pool.insert(0, result.cache)
     return Decoder(engine.model, pool)
@@ -89,8 +85,6 @@ def _decoder(engine, result, name: str):
 def _greedy(decoder, result, steps: int, forced: list[int] | None):
     """-> greedy tokens (steps,) and their logits (steps, V); ``forced``: feed these tokens
     instead of the decoder's own (teacher forcing)."""
-    import torch
-
     logits, tokens = [result.logits], [int(result.logits.argmax())]
     position = result.cache.next_position
     with torch.no_grad():
@@ -105,8 +99,6 @@ def _greedy(decoder, result, steps: int, forced: list[int] | None):
 def parity_rows(engine, names: list[str], args) -> list[list[str]]:
     """Per dtype: top-1 agreement and KL(float32 || dtype) along float32's greedy tokens, and how
     many prompts' free-running greedy continuations equal float32's."""
-    import torch
-
     stats = {name: {"agree": 0, "steps": 0, "kl": [], "same": 0} for name in names}
     for ids in prose_prompts(engine, args.prompts, args.prompt_tokens, args.seed):
         result = engine.prefill(ids, engine.default_policy, args.new_tokens)
@@ -129,10 +121,6 @@ def parity_rows(engine, names: list[str], args) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from snapstream.engine import Engine
-
     names = _dtypes(args.kv_dtypes)
     torch.manual_seed(args.seed)
     engine = Engine.from_pretrained(args.model, kv_dtype="float32")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.quant_bench import QuantBenchConfig, run_quant_bench
 from bench.report import (
     command_line,
     fmt_ms,
@@ -31,8 +32,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.quant_bench import QuantBenchConfig, run_quant_bench
-
     defaults = QuantBenchConfig()
     decode = tuple(d for d in defaults.decode if not (args.no_8k and d.context > 4096))
     cfg = QuantBenchConfig(formats=tuple(args.formats.split(",")), threads=args.threads,

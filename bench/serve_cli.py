@@ -7,7 +7,14 @@ import argparse
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from bench.report import parse_ints, parse_names
+from bench import serve_compare, serve_report
+from bench.blob_bench import BlobBenchConfig, run_blob_bench
+from bench.report import command_line, parse_ints, parse_names, publish
+from bench.serve_bench import run_serve_bench
+from bench.serve_doccache import render, run_doccache_bench
+from bench.serve_report import image_name, plot
+from bench.serve_workload import DEFAULT_SYSTEMS, ServeBenchConfig, Slo
+from cluster import STORE_SERVERS
 from serving.settings import add_model_setting
 
 PARTS = ("serve", "blob")
@@ -60,14 +67,10 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(args.parts) - set(PARTS)
     if unknown or not args.parts:
         raise ValueError(f"--parts: choose from {', '.join(PARTS)}, got {','.join(args.parts)}")
-    from cluster import STORE_SERVERS
 
     if not args.stores or set(args.stores) - set(STORE_SERVERS):
         raise ValueError(f"--stores: choose from {', '.join(STORE_SERVERS)}, got "
                          f"{','.join(args.stores)}")
-    from bench.report import publish
-    from bench.serve_report import image_name, plot
-    from bench.serve_workload import DEFAULT_SYSTEMS
 
     cfg = serve_config(args)
     if args.workload == "doccache":
@@ -79,13 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
     results = {}
     if "serve" in args.parts:
-        from bench.serve_bench import run_serve_bench
-
         results["serve"] = [run_serve_bench(replace(cfg, store=store), args.model)
                             for store in args.stores]
     if "blob" in args.parts:
-        from bench.blob_bench import BlobBenchConfig, run_blob_bench
-
         points = run_blob_bench(BlobBenchConfig(
             stores=args.blob_stores, sizes=tuple(s * 2**20 for s in args.blob_sizes_mib),
             repeats=args.blob_repeats))
@@ -98,9 +97,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_doccache(args: argparse.Namespace, cfg) -> int:
-    from bench.report import command_line, publish
-    from bench.serve_doccache import render, run_doccache_bench
-
     if args.parts != ("serve",) or args.systems not in (None, ("router",)):
         raise ValueError("--workload doccache measures the router's document cache: give "
                          "--parts serve and no --systems other than router")
@@ -115,8 +111,6 @@ def _run_doccache(args: argparse.Namespace, cfg) -> int:
 def _render(results: dict, systems: tuple[str, ...], is_default: bool) -> tuple[str, str]:
     """-> (section of docs/benchmarks.md, its text): the default systems and the blob
     transfer in ``serve``; other systems in a section named after them."""
-    from bench import serve_compare, serve_report
-
     is_default = is_default or "serve" not in results
     section = "serve" if is_default else serve_compare.section_name(systems)
     if is_default:
@@ -125,8 +119,6 @@ def _render(results: dict, systems: tuple[str, ...], is_default: bool) -> tuple[
 
 
 def serve_config(args: argparse.Namespace):
-    from bench.serve_workload import ServeBenchConfig, Slo
-
     return ServeBenchConfig(
         concurrency=args.concurrency, requests=args.requests, prompt_len=args.prompt_len,
         max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.stores[0],

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.report import markdown_table
 from bench.serve_router import serving_cluster
 from bench.serve_workload import ServeBenchConfig, run_level
 from evaldata import PromptSpec, TaskConfig, generate
@@ -123,8 +124,6 @@ async def _measure(cfg: ServeBenchConfig, model: str | None, cluster, num_docume
 
 
 def render(results: dict, command: str) -> str:
-    from bench.report import markdown_table
-
     rows = [[level["concurrency"], level["requests"], results["documents"], level["stored"],
              level["hit"], level["bypass"], f"{level['hit_rate']:.0%}",
              f"{level['ttft_p50_stored_s']:.2f}", f"{level['ttft_p50_hit_s']:.2f}",

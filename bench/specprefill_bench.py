@@ -17,6 +17,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench.report import command_line, machine_line, markdown_table, parse_ints, publish
+from evaldata import PromptSpec, TaskConfig, generate
+from hwsim.policy import PolicyConfig, PolicyKind
+from hwsim.sim import SimTarget
+from hwsim.speculative import speculative_ttft
+from snapstream.engine import Engine
+from snapstream.policy import CachePolicy
+from snapstream.specprefill.pieces import Request, render_served
+from snapstream.specprefill.selector import DraftSelector
+from snapstream.specprefill.settings import SpeculativeSettings
 
 WARM_UP_TOKENS = 512
 
@@ -52,13 +61,6 @@ def measure(cfg: SpecPrefillBenchConfig) -> list[dict]:
     """Per length (passkey prompts, raw, target tokens): median seconds of the target's full
     prefill, the draft's ranking and the target's prefill of the kept tokens, after one
     untimed pass of all three on a short prompt."""
-    from evaldata import PromptSpec, TaskConfig, generate
-    from snapstream.engine import Engine
-    from snapstream.policy import CachePolicy
-    from snapstream.specprefill.pieces import Request, render_served
-    from snapstream.specprefill.selector import DraftSelector
-    from snapstream.specprefill.settings import SpeculativeSettings
-
     target, draft = Engine.from_pretrained(cfg.target), Engine.from_pretrained(cfg.draft)
     selector, full = DraftSelector(draft), CachePolicy(kind="full")
     settings = replace(SpeculativeSettings.defaults_for(target.config), keep=cfg.keep)
@@ -97,10 +99,6 @@ def measure(cfg: SpecPrefillBenchConfig) -> list[dict]:
 
 
 def project(cfg: SpecPrefillBenchConfig) -> list[dict]:
-    from hwsim.policy import PolicyConfig, PolicyKind
-    from hwsim.sim import SimTarget
-    from hwsim.speculative import speculative_ttft
-
     full = PolicyConfig(PolicyKind.FULL)
     target, draft = (SimTarget.load(name, sockets=cfg.sim_sockets, policy=full)
                      for name in (cfg.sim_target, cfg.sim_draft))

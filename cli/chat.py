@@ -12,14 +12,17 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from cli.generate import (
+from cli.flags import (
     POLICY_FLAGS,
     add_policy_flags,
     add_sampling_flags,
     policy_from_args,
     sampling_from_args,
 )
+from snapstream.chat import ChatMessage
 from snapstream.checkpoints.registry import MODEL_HELP
+from snapstream.client import SnapstreamClient
+from snapstream.tokenizer import IncrementalDetokenizer
 
 PROMPT = "you> "
 
@@ -60,9 +63,6 @@ class LocalChat:
         self.max_new_tokens = args.max_new_tokens
 
     def answer(self, messages: list[dict[str, str]]) -> Iterator[str]:
-        from snapstream.chat import ChatMessage
-        from snapstream.tokenizer import IncrementalDetokenizer
-
         tokenizer = self.engine.tokenizer
         prompt = tokenizer.render_chat([ChatMessage(**m) for m in messages])
         stop = self.engine.stop_ids(self.sampling)
@@ -77,8 +77,6 @@ class RemoteChat:
     """A router, through the client SDK; leaving an answer early cancels its call."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from snapstream.client import SnapstreamClient
-
         self.client = SnapstreamClient(args.addr)
         if not self.client.info().has_chat_template:
             raise ValueError(f"the model served at {args.addr} has no chat template")

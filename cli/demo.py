@@ -12,10 +12,10 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from snapstream.checkpoints import Checkpoint
+from snapstream.checkpoints import Checkpoint, open_checkpoint
+from snapstream.client import SnapstreamClient
+from snapstream.weight_formats import AUTO, kv_dtype_name, weight_format
 
 MODULE = "statistics"
 FACT = "The statistics module was reviewed by the team in room 5820."
@@ -95,8 +95,6 @@ class DemoReport:
 def served_kv_dtype(checkpoint: Checkpoint, kv_dtype: str | None) -> str:
     """The KV dtype the workers serve ``checkpoint`` with: ``kv_dtype`` (their --kv-dtype),
     or when None the one of the checkpoint's own weight format (bfloat16 for a GGUF)."""
-    from snapstream.weight_formats import AUTO, kv_dtype_name, weight_format
-
     return kv_dtype_name(kv_dtype, weight_format(AUTO, checkpoint.native_format))
 
 
@@ -105,9 +103,6 @@ def run_demo(router_address: str, model: str | None, kv_dtype: str | None,
     """Sends the demo request through the router and measures it. ``model``: the served
     checkpoint, read here (torch-free) for the prompt's length in tokens; ``kv_dtype``: the
     workers' ``--kv-dtype`` (None: the checkpoint's format's own)."""
-    from snapstream.checkpoints import open_checkpoint
-    from snapstream.client import SnapstreamClient
-
     prompt = demo_prompt()
     checkpoint = open_checkpoint(model)
     kv_dtype = served_kv_dtype(checkpoint, kv_dtype)

@@ -7,9 +7,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from cli.flags import add_policy_flags, add_sampling_flags, policy_from_args, sampling_from_args
+from snapstream.chat import ChatMessage
 from snapstream.checkpoints.registry import MODEL_HELP
-from snapstream.policy import POLICY_KINDS, POOLINGS, SIZE_FIELDS, CachePolicy, resolve_policy
-from snapstream.sampling_params import SamplingParams
+from snapstream.engine import Engine
+from snapstream.specprefill.pieces import Request, render_served
+from snapstream.specprefill.selector import DraftSelector
 from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
 
@@ -20,36 +23,6 @@ def parse_ids(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--prompt-ids must be comma-separated integers, got {text!r}") from None
-
-
-POLICY_FLAGS = ("policy", *SIZE_FIELDS, "pooling")
-
-
-def add_policy_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per CachePolicy field; an unset flag keeps the model's default policy."""
-    parser.add_argument("--policy", choices=sorted(POLICY_KINDS), default=None)
-    for name in SIZE_FIELDS:
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
-    parser.add_argument("--pooling", choices=POOLINGS, default=None)
-
-
-def policy_from_args(args: argparse.Namespace, defaults: CachePolicy) -> CachePolicy:
-    given = {name: getattr(args, name) for name in POLICY_FLAGS if getattr(args, name) is not None}
-    if "policy" in given:
-        given["kind"] = given.pop("policy")
-    return resolve_policy(defaults, given)
-
-
-def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None)
-
-
-def sampling_from_args(args: argparse.Namespace, stop_token_ids=()) -> SamplingParams:
-    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                          seed=args.seed, stop_token_ids=tuple(stop_token_ids))
 
 
 SPECULATIVE_FLAGS = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")
@@ -121,9 +94,6 @@ def _prompt_text(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from snapstream.chat import ChatMessage
-    from snapstream.engine import Engine
-
     text = _prompt_text(args)
     if args.chat and text is None:
         raise ValueError("--chat needs --prompt or --prompt-file (a user message), not "
@@ -141,9 +111,6 @@ def run(args: argparse.Namespace) -> int:
         prompt = engine.tokenizer.render_chat([ChatMessage("user", text)])
     positions, report = None, None
     if settings is not None:
-        from snapstream.specprefill.pieces import Request, render_served
-        from snapstream.specprefill.selector import DraftSelector
-
         draft = Engine.from_pretrained(args.draft_model, dtype=args.dtype, device=args.device)
         request = (Request((ChatMessage("user", text),), is_chat=True) if args.chat
                    else Request.completion(text))

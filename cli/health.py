@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cluster.health import health_statuses
+from snapstream.client.tls import TlsConfig
+
 
 def _address(text: str) -> str:
     host, _, port = text.rpartition(":")
@@ -34,9 +37,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cluster.health import health_statuses
-    from snapstream.client.tls import TlsConfig
-
     tls = None
     if args.tls_ca or args.tls_cert:
         tls = TlsConfig(root_certificates=args.tls_ca, certificate_chain=args.tls_cert,

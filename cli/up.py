@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from cli.demo import QUESTION, demo_prompt, run_demo
 from cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCluster
-from snapstream.checkpoints.registry import MODEL_HELP
+from kvstore.stores.base import redact_url
+from snapstream.checkpoints.registry import MODEL_HELP, model_path
 from snapstream.client import SnapstreamError
 from snapstream.weight_formats import KV_DTYPE_HELP, KV_DTYPES
 
@@ -65,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--exit-after-demo needs --demo")
     if args.demo and (args.tls or args.api_key):
         raise ValueError("--demo speaks plaintext without a key: leave out --tls and --api-key")
-    from snapstream.checkpoints.registry import model_path
 
     model = model_path(args.model)  # fails fast, in one line, when not installed
     draft = model_path(args.draft_model) if args.draft_model else None
@@ -124,8 +125,6 @@ def _print_endpoints(cluster: LocalCluster) -> None:
     """Every member's address (the store's without its password, which is in its
     configuration file) and metrics URL; worker and metrics ports are free ones picked at
     start."""
-    from kvstore.stores.base import redact_url
-
     metrics = cluster.metrics
     print(f"snapstream cluster is up; logs in {cluster.log_dir}")
     for name, address in cluster.endpoints.items():
@@ -156,8 +155,6 @@ def _watch(cluster: LocalCluster) -> int:
 
 
 def _demo(router_address: str, model: Path, kv_dtype: str | None) -> None:
-    from cli.demo import QUESTION, demo_prompt, run_demo
-
     print(f"demo: a {len(demo_prompt())}-character document (the statistics module's "
           f"documentation) with a fact in its middle; the question at its end: {QUESTION!r}",
           flush=True)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hwsim import PolicyConfig, PolicyKind, SimTarget
+from hwsim.config_loader import parse_config
 from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 
@@ -34,9 +36,6 @@ class TorchBackend:
 
 class SN40LSimBackend:
     def __init__(self, config: BackendConfig, model: ModelConfig) -> None:
-        from hwsim import PolicyConfig, PolicyKind, SimTarget
-        from hwsim.config_loader import parse_config
-
         target = config.sim_target or parse_config("served model", model.to_hf_dict())
         # the worker knows exactly how many slots a step reads: cost them as a plain cache
         self.target = SimTarget.load(target, sockets=config.sim_sockets,

@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from decode_svc.backends import BackendConfig, make_backend
+from decode_svc.loop import DecodeLoop
+from decode_svc.service import DecodeServicer
+from serving.server import ServerSpec, serve, wait_until_idle
+from serving.server import run as run_service
 from serving.settings import add_server_settings, add_setting, add_worker_settings
 from serving.tls import TlsFiles, add_tls_settings, tls_from_args
+from serving.worker import open_worker
+from snapstream.policy import CachePolicy
+from snapstream.v1 import decode_pb2_grpc
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -23,21 +31,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from serving.server import run as run_service
-
     if args.slots < 1 or args.max_queue < 0:
         raise ValueError("--slots must be >= 1 and --max-queue >= 0")
     return run_service(_serve(args, tls_from_args(args)))
 
 
 async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
-    from decode_svc.backends import BackendConfig, make_backend
-    from decode_svc.loop import DecodeLoop
-    from decode_svc.service import DecodeServicer
-    from serving.server import ServerSpec, serve, wait_until_idle
-    from serving.worker import open_worker
-    from snapstream.v1 import decode_pb2_grpc
-
     worker = await open_worker(args)
     engine, store = worker.engine, worker.store
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
@@ -69,6 +68,4 @@ def _busy(loop) -> bool:
 
 def _warm(engine) -> None:
     """One prefill + decode step so the first request does not pay for lazy initialisation."""
-    from snapstream.policy import CachePolicy
-
     engine.generate([1, 2, 3], max_new_tokens=2, policy=CachePolicy(kind="full"))

@@ -20,7 +20,16 @@ from pathlib import Path
 from evaldata import PROMPT_FORMATS, model_format
 from evaluation.budget import Budget, SplitRule
 from evaluation.config import EvalConfig, SpeculativeGrid
+from evaluation.plots import (
+    plot_accuracy_vs_budget,
+    plot_accuracy_vs_gap,
+    plot_heatmaps,
+)
+from evaluation.results import summarize, summary_table, write_csv
+from evaluation.runner import evaluate
+from evaluation.speculative_runs import evaluate_speculative
 from snapstream.checkpoints.registry import MODEL_HELP
+from snapstream.engine import Engine
 from snapstream.policy import POOLINGS, CachePolicy
 from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
@@ -129,9 +138,6 @@ def speculative_from_args(args: argparse.Namespace, model_positions: str
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluation.runner import evaluate
-    from snapstream.engine import Engine
-
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
                                     kv_dtype=args.kv_dtype)
     cfg = config_from_args(args, engine.default_policy, model_format(engine.tokenizer),
@@ -144,8 +150,6 @@ def run(args: argparse.Namespace) -> int:
     rows = evaluate(engine, cfg, samples, progress=not args.no_progress)
     config = cfg.to_json()
     if cfg.speculative is not None:
-        from evaluation.speculative_runs import evaluate_speculative
-
         draft = Engine.from_pretrained(cfg.speculative.draft, dtype=args.dtype,
                                        device=args.device)
         drafted, skipped = evaluate_speculative(engine, draft, cfg, samples,
@@ -161,13 +165,6 @@ def run(args: argparse.Namespace) -> int:
 
 def write_outputs(rows: list, config: dict, model: str, out: Path) -> None:
     """results.csv, summary.json and the figures into ``out``; prints the summary table."""
-    from evaluation.plots import (
-        plot_accuracy_vs_budget,
-        plot_accuracy_vs_gap,
-        plot_heatmaps,
-    )
-    from evaluation.results import summarize, summary_table, write_csv
-
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
     summary = summarize(rows, config=config, model=model)

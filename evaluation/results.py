@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
+from bench.report import markdown_table
+
 RUN_KEYS = ("policy", "budget_label")
 GROUPINGS: dict[str, tuple[str, ...]] = {
     "overall": ("placement", "gap"),
@@ -118,8 +120,6 @@ def summary_table(summary: dict) -> str:
     """Markdown: a row per (policy, budget), a column per task and ``all``; each cell lists the
     accuracy per condition (placement, and the gap where there are several), e.g.
     ``0.95/0.40`` for after/before."""
-    from bench.report import markdown_table
-
     conditions = list(dict.fromkeys((e["placement"], e["gap"]) for e in summary["overall"]))
     by_task = {(e["task"], e["placement"], e["gap"], e["policy"], e["budget_label"]):
                e["accuracy"] for e in summary["by_task"]}

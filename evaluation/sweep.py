@@ -25,11 +25,18 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from bench.report import parse_ints
 from evaldata import PROMPT_FORMATS, model_format
 from evaluation.budget import Budget, SplitRule
+from evaluation.cli import write_outputs
 from evaluation.config import EvalConfig, Run
 from evaluation.results import Row, accuracy_table
+from evaluation.runner import evaluate
+from evaluation.sweep_plot import plot_sweep
+from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.registry import MODEL_HELP
+from snapstream.engine import Engine
+from snapstream.policy import CachePolicy
 
 BASE = SplitRule(n_sink=4, window=32, recent_fraction=0.25, kernel=7, pooling="avg")
 AXES: dict[str, tuple] = {
@@ -97,8 +104,6 @@ def _rows_of(rows: list[Row], rule: SplitRule, label: str) -> list[Row]:
 
 
 def _policy_of(row: Row):
-    from snapstream.policy import CachePolicy
-
     return CachePolicy(kind=row.policy, n_sink=row.n_sink, n_topk=row.n_topk,
                        n_recent=row.n_recent, window=row.window, kernel=row.kernel,
                        pooling=row.pooling)
@@ -170,13 +175,6 @@ def policy_fields(rule: SplitRule) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.report import parse_ints
-    from evaluation.cli import write_outputs
-    from evaluation.runner import evaluate
-    from evaluation.sweep_plot import plot_sweep
-    from snapstream.checkpoints import open_checkpoint
-    from snapstream.engine import Engine
-
     args = _parser().parse_args(argv)
     engine = Engine.from_pretrained(args.model)
     cfg = EvalConfig(tasks=tuple(args.tasks.split(",")), context_lens=parse_ints(args.context_lens),

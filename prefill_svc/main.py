@@ -6,9 +6,17 @@ import argparse
 import asyncio
 import logging
 
+from prefill_svc.prefix_store import PrefixStore, PrefixStoreConfig
+from prefill_svc.service import PrefillServicer
+from serving.server import ServerSpec, serve, wait_until_idle
+from serving.server import run as run_service
 from serving.settings import add_server_settings, add_setting, add_worker_settings
 from serving.tls import TlsFiles, add_tls_settings, tls_from_args
+from serving.worker import open_worker
+from snapstream.engine import Engine
 from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
+from snapstream.specprefill.selector import DraftSelector
+from snapstream.v1 import prefill_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +53,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from serving.server import run as run_service
-
     if args.blob_ttl_s <= 0 or args.max_queue < 0:
         raise ValueError("--blob-ttl-s must be > 0 and --max-queue >= 0")
     return run_service(_serve(args, tls_from_args(args)))
 
 
 async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
-    from prefill_svc.prefix_store import PrefixStore, PrefixStoreConfig
-    from prefill_svc.service import PrefillServicer
-    from serving.server import ServerSpec, serve, wait_until_idle
-    from serving.worker import open_worker
-    from snapstream.engine import Engine
-    from snapstream.specprefill.selector import DraftSelector
-    from snapstream.v1 import prefill_pb2_grpc
-
     worker = await open_worker(args)
     engine, store = worker.engine, worker.store
     prefixes = PrefixStore(store, worker.spec, PrefixStoreConfig(

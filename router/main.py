@@ -6,9 +6,17 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from router.flow import RequestFlow
+from router.openai_api.app import create_app
+from router.openai_api.server import HttpServer
+from router.request import ServedModel
+from router.service import GenerationServicer
+from router.workers import WorkerPool, poll_decode_stats
 from serving.auth import ApiKeys, add_api_key_settings, api_keys_from_args
+from serving.server import ServerSpec, serve, wait_until_idle
+from serving.server import run as run_service
 from serving.settings import (
     add_model_setting,
     add_server_settings,
@@ -16,6 +24,9 @@ from serving.settings import (
     address_list,
 )
 from serving.tls import TlsFiles, add_tls_settings, tls_from_args
+from snapstream.checkpoints import open_checkpoint
+from snapstream.policy import load_default_policy
+from snapstream.v1 import decode_pb2_grpc, generation_pb2_grpc, prefill_pb2_grpc
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -39,19 +50,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from serving.server import run as run_service
-
     return run_service(_serve(args, Security(tls_from_args(args), api_keys_from_args(args))))
 
 
 def load_served_model(path, default_policy: str, default_max_new_tokens: int):
     """The router's view of the model: config, tokenizer and defaults, no weights."""
-    from dataclasses import replace
-
-    from router.request import ServedModel
-    from snapstream.checkpoints import open_checkpoint
-    from snapstream.policy import load_default_policy
-
     checkpoint = open_checkpoint(path)
     config = checkpoint.config
     policy = replace(load_default_policy(checkpoint.policy_file), kind=default_policy)
@@ -75,12 +78,6 @@ class Security:
 
 
 async def _serve(args: argparse.Namespace, security: Security) -> None:
-    from router.flow import RequestFlow
-    from router.service import GenerationServicer
-    from router.workers import WorkerPool, poll_decode_stats
-    from serving.server import ServerSpec, serve, wait_until_idle
-    from snapstream.v1 import decode_pb2_grpc, generation_pb2_grpc, prefill_pb2_grpc
-
     model = load_served_model(args.model, args.default_policy, args.default_max_new_tokens)
     prefill = WorkerPool("prefill", args.prefill_addrs, prefill_pb2_grpc.PrefillStub,
                          "least_outstanding", security.tls)
@@ -129,8 +126,6 @@ def _http_server(args: argparse.Namespace, security: Security, generation,
     """The OpenAI API's server (not yet listening), or None with ``--http-port 0``."""
     if not args.http_port:
         return None
-    from router.openai_api.app import create_app
-    from router.openai_api.server import HttpServer
 
     app = create_app(generation, can_serve, security.api_keys)
     return HttpServer(app, args.host, args.http_port, security.tls)

@@ -12,9 +12,14 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from bench.faults.load import reference
 from bench.faults.scenarios import SCENARIOS, FaultConfig, FaultRun, Result, leaks
 from bench.report import command_line, markdown_table, write_section
+from cluster import ClusterSpec, LocalCluster
+from cluster.restarts import RestartPolicy
 from serving.settings import add_model_setting
+from snapstream.checkpoints.registry import model_path
+from snapstream.client import AsyncSnapstreamClient
 
 DOC = Path("docs/reliability.md")
 
@@ -41,10 +46,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cluster import ClusterSpec, LocalCluster
-    from cluster.restarts import RestartPolicy
-    from snapstream.checkpoints.registry import model_path
-
     config = FaultConfig(**{f.name: getattr(args, f.name) for f in fields(FaultConfig)})
     spec = ClusterSpec(store=args.store, model=model_path(args.model),
                        router_port=0, slots=args.slots, torch_threads=args.torch_threads,
@@ -63,9 +64,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...]) -> list[Result]:
-    from bench.faults.load import reference
-    from snapstream.client import AsyncSnapstreamClient
-
     async with AsyncSnapstreamClient(cluster.endpoints["router"]) as client:
         run = FaultRun(cluster, client, await reference(client, config.max_new_tokens), config,
                   random.Random(config.seed))

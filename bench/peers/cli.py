@@ -12,7 +12,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
+from dataclasses import replace
 from pathlib import Path
+
+from bench.peers.batch import PeersBatchConfig, render_batch, run_peers_batch
+from bench.peers.bench import PeersBenchConfig, _stderr, run_peers_bench
+from bench.peers.passkey import (
+    PeersPasskeyConfig,
+    render_passkey,
+    run_peers_passkey,
+)
+from bench.peers.peer_model import peer_model
+from bench.peers.report import render
+from bench.peers.serve import PeersServeConfig, render_serve, run_peers_serve
+from bench.report import command_line, write_section
+from serving.settings import add_model_setting
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -30,11 +46,6 @@ PARTS = ("batch1", "serve", "batch", "passkey")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from bench.peers.batch import PeersBatchConfig
-    from bench.peers.bench import PeersBenchConfig
-    from bench.peers.serve import PeersServeConfig
-    from serving.settings import add_model_setting
-
     defaults, serve, batch = PeersBenchConfig(), PeersServeConfig(), PeersBatchConfig()
     add_model_setting(parser)
     parser.add_argument("--parts", default=",".join(PARTS), help=",".join(PARTS))
@@ -68,22 +79,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
-    import sys
-    from dataclasses import replace
-
-    from bench.peers.batch import PeersBatchConfig, render_batch, run_peers_batch
-    from bench.peers.bench import PeersBenchConfig, _stderr, run_peers_bench
-    from bench.peers.passkey import (
-        PeersPasskeyConfig,
-        render_passkey,
-        run_peers_passkey,
-    )
-    from bench.peers.peer_model import peer_model
-    from bench.peers.report import render
-    from bench.peers.serve import PeersServeConfig, render_serve, run_peers_serve
-    from bench.report import command_line, write_section
-
     parts = tuple(args.parts.split(","))
     if not parts or set(parts) - set(PARTS):
         raise ValueError(f"--parts: choose from {','.join(PARTS)}, got {args.parts}")

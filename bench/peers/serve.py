@@ -16,6 +16,7 @@ from bench.peers.runners import RUNNERS
 from bench.peers.systems import get_system
 from bench.peers.venvs import Echo, ensure_venv, peers_root
 from bench.report import markdown_table
+from bench.serve_bench import run_serve_bench
 from bench.serve_workload import ServeBenchConfig
 
 SLOT_MARGIN = 64  # tokens beyond prompt + new tokens in each llama-server slot
@@ -47,8 +48,6 @@ class PeersServeConfig:
 
 def run_peers_serve(cfg: PeersServeConfig, echo: Echo) -> dict:
     """-> ``run_serve_bench``'s results plus ``llama_server`` (its argv)."""
-    from bench.serve_bench import run_serve_bench
-
     system = get_system("llama.cpp")
     venv = ensure_venv(recipes.LLAMACPP, echo)
     gguf = peer_model(cfg.model).gguf
