@@ -11,15 +11,8 @@ from evaldata.filler import CORPORA, Corpus, corpus
 from evaldata.layout import PromptSpec
 from evaldata.phrasing import PHRASES, Phrases
 from evaldata.prompt import PROMPT_FORMATS, model_format
-from evaldata.sample import (
-    LENGTH_SLACK,
-    Needle,
-    Placement,
-    Sample,
-    TaskConfig,
-    exact_match,
-    verdict,
-)
+from evaldata.sample import LENGTH_SLACK, Needle, Placement, Sample, TaskConfig
+from evaldata.scoring import SCORERS, exact_match, score, verdict
 from evaldata.tasks import TASKS, generate
 
 __all__ = [
@@ -27,6 +20,7 @@ __all__ = [
     "LENGTH_SLACK",
     "PHRASES",
     "PROMPT_FORMATS",
+    "SCORERS",
     "TASKS",
     "Corpus",
     "Needle",
@@ -40,5 +34,6 @@ __all__ = [
     "exact_match",
     "generate",
     "model_format",
+    "score",
     "verdict",
 ]

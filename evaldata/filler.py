@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, chain, groupby
 from pathlib import Path
+from typing import Protocol
 
 MIN_SENTENCE_LEN = 40
 MAX_SENTENCE_LEN = 240
@@ -50,10 +51,25 @@ _DIGIT = re.compile(r"\d")
 @dataclass(frozen=True)
 class FillerWindow:
     """A run of filler; ``boundaries`` are the offsets where a needle may go: 0, every
-    sentence start, and ``len(text)``."""
+    sentence start (a source file's start in code), and ``len(text)``; ``joiner`` separates a
+    needle from the filler around it."""
 
     text: str
     boundaries: tuple[int, ...]
+    joiner: str = " "
+
+
+class Filler(Protocol):
+    """What a sample's filler is cut from: a :class:`Corpus`, or a haystack drawn for one sample
+    (evaldata.codebase)."""
+
+    def draw_start(self, rng: random.Random) -> int:
+        """Where the sample's windows start, drawn from its generator."""
+        ...
+
+    def window(self, start: int, length: int) -> FillerWindow:
+        """At most ``length`` (up to ``MAX_WINDOW_CHARS``) characters from ``start``."""
+        ...
 
 
 @dataclass(frozen=True)

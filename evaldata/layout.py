@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from evaldata.filler import MAX_WINDOW_CHARS, FillerWindow, corpus
+from evaldata.filler import MAX_WINDOW_CHARS, Filler, FillerWindow, corpus
 from evaldata.prompt import PromptParts, TokenizerLike, render
 from evaldata.sample import LENGTH_SLACK, Needle, Sample, TaskConfig
 
@@ -32,16 +32,22 @@ class Insert:
     is_target: bool = False
 
 
+def _prose() -> Filler:
+    return corpus("prose")
+
+
 @dataclass(frozen=True)
 class Draft:
-    """What a task draws: everything of a sample but the filler."""
+    """What a task draws: everything of a sample but the filler's length, and what it is cut
+    from (``filler``); ``scoring`` names the sample's scorer (evaldata.scoring.SCORERS)."""
 
     intro: str
     inserts: tuple[Insert, ...]
     question: str
     cue: str
     answers: tuple[str, ...]
-    corpus: str = "prose"
+    filler: Filler = field(default_factory=_prose)
+    scoring: str = "values"
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class PromptSpec:
 def build_sample(task: str, draft: Draft, rng: random.Random, cfg: TaskConfig,
                  spec: PromptSpec) -> Sample:
     """Lay out ``draft`` in filler drawn from ``rng``, fitted to ``cfg.context_len`` tokens."""
-    source = corpus(draft.corpus)
+    source = draft.filler
     start = source.draw_start(rng)
 
     def parts_for(num_chars: int) -> tuple[PromptParts, list[int]]:
@@ -81,7 +87,7 @@ def build_sample(task: str, draft: Draft, rng: random.Random, cfg: TaskConfig,
     return Sample(task=task, prompt=prompt, answers=draft.answers, question=draft.question,
                   cue=draft.cue, context_len=cfg.context_len, depth=cfg.depth,
                   placement=cfg.placement, needles=needles, num_tokens=num_tokens,
-                  body=parts.body)
+                  body=parts.body, scoring=draft.scoring)
 
 
 def _fit(count: Callable[[int], int], target: int, task: str) -> tuple[int, int]:
@@ -108,7 +114,8 @@ def _fit(count: Callable[[int], int], target: int, task: str) -> tuple[int, int]
 
 
 def _insert(window: FillerWindow, inserts: Sequence[Insert]) -> tuple[str, list[int]]:
-    """The filler with every insert joined by one space; returns it and each insert's offset."""
+    """The filler with every insert joined by the window's joiner; returns it and each
+    insert's offset."""
     slots = [_nearest(window.boundaries, insert.depth * len(window.text)) for insert in inserts]
     order = sorted(range(len(inserts)), key=lambda i: (slots[i], inserts[i].depth, i))
     pieces: list[str] = []
@@ -118,8 +125,9 @@ def _insert(window: FillerWindow, inserts: Sequence[Insert]) -> tuple[str, list[
         filler = window.text[cursor : slots[i]]
         cursor = slots[i]
         at_end = cursor == len(window.text) and cursor > 0
-        piece = f" {inserts[i].text}" if at_end else f"{inserts[i].text} "
-        offsets[i] = written + len(filler) + int(at_end)
+        joiner = window.joiner
+        piece = joiner + inserts[i].text if at_end else inserts[i].text + joiner
+        offsets[i] = written + len(filler) + (len(joiner) if at_end else 0)
         pieces += [filler, piece]
         written += len(filler) + len(piece)
     pieces.append(window.text[cursor:])

@@ -1,7 +1,10 @@
 """Wordings of each task: the classic passkey test's, RULER's (Hsieh et al., 2024) for the
-needle tasks, and a documentation sentence for the real-text task.
+needle tasks, a documentation sentence for the real-text task, and the wordings of the
+workloads on real text (code search, paraphrased needle, multi-needle, multi-question).
 
-Templates are ``str.format`` patterns over ``{key}``, ``{value}``, ``{name}`` and ``{src}``.
+Templates are ``str.format`` patterns over ``{key}``, ``{value}``, ``{name}``, ``{src}``,
+``{keys}``, ``{path}`` and ``{description}``. ``KEYED_FACTS``: the multi-needle and
+multi-question facts, one wording per needle of a prompt, so that its needles differ in form.
 ``cue`` starts the answer when the question comes after the context; ``blind_cue`` does so when
 it comes before, and names no key, so the end of the prompt (SnapKV's observation window) does
 not tell which needle is asked for.
@@ -10,6 +13,8 @@ not tell which needle is asked for.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from evaldata.sample import Placement
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,10 @@ class Phrases:
         for name in ("intro", "fact", "question", "cue", "blind_cue"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must not be empty")
+
+    def cue_for(self, placement: Placement, **names: str) -> str:
+        """The answer cue for a question ``placement``d after or before the context."""
+        return (self.cue if placement is Placement.AFTER else self.blind_cue).format(**names)
 
 
 _RULER_INTRO = ("Some special magic numbers are hidden within the following text. Make sure "
@@ -79,4 +88,40 @@ PHRASES: dict[str, Phrases] = {
               "on a slow connection."),
         question="How many milliseconds does {name}() wait before it gives up?",
         cue="{name}() waits", blind_cue="It waits"),
+}
+
+KEYED_FACTS = (
+    "One of the special magic numbers for {key} is: {value}.",
+    "The access code for the {key} vault is {value}.",
+    "Parcel {key} was shipped under tracking number {value}.",
+    "The {key} team finished the season with {value} points.",
+    "The {key} account was opened with a deposit of {value} coins.",
+)
+
+PHRASES |= {
+    "codesearch": Phrases(
+        intro=("Below are Python source files, each after a line '# file: <path>'. Read them "
+               "and answer the question about them."),
+        fact="# file: {path}",
+        question=("Which function in these files does the following? {description} Answer "
+                  "with the function's name only."),
+        cue="The function is", blind_cue="The function is"),
+    "paraphrase": Phrases(
+        intro=("A single fact is planted somewhere in the following text. Read it and answer "
+               "the question about it."),
+        fact="{value}",  # the fact and question come from evaldata.paraphrases
+        question="{question}",
+        cue="The answer is", blind_cue="The answer is"),
+    "multineedle": Phrases(
+        intro=("Some numbers are hidden within the following text, each given for a name. Make "
+               "sure to memorize them. I will quiz you about the numbers afterwards."),
+        fact=KEYED_FACTS[0],
+        question="What numbers does the text give for {keys}?",
+        cue="The numbers for {keys} are", blind_cue="The numbers asked for are"),
+    "multiquestion": Phrases(
+        intro=("Some numbers are hidden within the following text, each given for a name. Make "
+               "sure to memorize them. I will quiz you about the numbers afterwards."),
+        fact=KEYED_FACTS[0],
+        question="What number does the text give for {key}?",
+        cue="The number for {key} is", blind_cue="The number asked for is"),
 }

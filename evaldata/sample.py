@@ -1,18 +1,17 @@
-"""What a retrieval task is asked to build (``TaskConfig``), what it returns (``Sample``) and how
-a generation is scored.
+"""What a retrieval task is asked to build (``TaskConfig``) and what it returns (``Sample``).
 
 Lengths are in tokens of the model's tokenizer: a sample's whole prompt (chat template and
 answer cue included) holds between ``context_len - LENGTH_SLACK`` and ``context_len`` tokens.
 Every prompt ends with the task's answer cue (``The pass key is``); the model's continuation is
-scored by :func:`verdict`: the first value-shaped words it writes (runs of letters and digits
-that hold a digit; every answer does) must be exactly the answers, in any order.
+scored by the scorer the sample names (``scoring``, one of :data:`evaldata.scoring.SCORERS`).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
+
+from evaldata.scoring import exact_match
 
 LENGTH_SLACK = 16
 MIN_CONTEXT_LEN = 128
@@ -88,27 +87,13 @@ class Sample:
     needles: tuple[Needle, ...]
     num_tokens: int
     body: str  # the request's one message (intro, context, question) the prompt renders
+    scoring: str = "values"  # the scorer of its generations (evaldata.scoring.SCORERS)
 
     @property
     def answer(self) -> str:
         return ", ".join(self.answers)
 
+    def is_correct(self, generated: str) -> bool:
+        """The final verdict of the sample's scorer on a whole generation."""
+        return exact_match(self.answers, generated, self.scoring)
 
-_VALUE = re.compile(r"[0-9A-Za-z]+")
-
-
-def verdict(answers: tuple[str, ...], generated: str, is_final: bool) -> bool | None:
-    """Exact match of the first ``len(answers)`` value-shaped words of ``generated`` with
-    ``answers`` (as a set); None while the text so far cannot tell (a word may still grow)."""
-    words = [m.group() for m in _VALUE.finditer(generated)
-             if is_final or m.end() < len(generated)]
-    values = [w for w in words if any(c.isdigit() for c in w)][: len(answers)]
-    if len(set(values)) < len(values) or not set(values) <= set(answers):
-        return False
-    if len(values) == len(answers):
-        return True
-    return False if is_final else None
-
-
-def exact_match(answers: tuple[str, ...], generated: str) -> bool:
-    return bool(verdict(answers, generated, is_final=True))

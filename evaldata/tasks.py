@@ -12,7 +12,8 @@
 - ``realtext``: a sentence in the style of the documentation around it (a function's timeout)
   inside standard-library prose.
 
-The needle holding the answer sits at ``cfg.depth``.
+The needle holding the answer sits at ``cfg.depth``. The workloads on real text
+(``codesearch``, ``paraphrase``, ``multineedle``) are described in :mod:`evaldata.workloads`.
 """
 
 from __future__ import annotations
@@ -21,28 +22,25 @@ import random
 from collections.abc import Callable
 from itertools import pairwise
 
-from evaldata import values
+from evaldata import values, workloads
+from evaldata.filler import corpus
 from evaldata.layout import Draft, Insert, PromptSpec, build_sample
 from evaldata.phrasing import PHRASES, Phrases
-from evaldata.sample import Placement, Sample, TaskConfig
-
-
-def _cue(phrases: Phrases, cfg: TaskConfig, **names: str) -> str:
-    template = phrases.cue if cfg.placement is Placement.AFTER else phrases.blind_cue
-    return template.format(**names)
+from evaldata.sample import Sample, TaskConfig
 
 
 def passkey(rng: random.Random, cfg: TaskConfig) -> Draft:
     phrases, value = PHRASES["passkey"], values.number(rng)
-    return Draft(intro=phrases.intro, question=phrases.question, cue=_cue(phrases, cfg),
-                 answers=(value,), corpus="classic",
+    return Draft(intro=phrases.intro, question=phrases.question,
+                 cue=phrases.cue_for(cfg.placement),
+                 answers=(value,), filler=corpus("classic"),
                  inserts=(Insert(phrases.fact.format(value=value), cfg.depth, True),))
 
 
 def niah(rng: random.Random, cfg: TaskConfig) -> Draft:
     phrases, key, value = PHRASES["niah"], values.label(rng), values.number(rng)
     return Draft(intro=phrases.intro, question=phrases.question.format(key=key),
-                 cue=_cue(phrases, cfg, key=key), answers=(value,),
+                 cue=phrases.cue_for(cfg.placement, key=key), answers=(value,),
                  inserts=(Insert(phrases.fact.format(key=key, value=value), cfg.depth, True),))
 
 
@@ -55,7 +53,8 @@ def multikey(rng: random.Random, cfg: TaskConfig) -> Draft:
     inserts += [Insert(phrases.fact.format(key=other, value=number), rng.random())
                 for other, number in zip(others, numbers[1:], strict=True)]
     return Draft(intro=phrases.intro, question=phrases.question.format(key=key),
-                 cue=_cue(phrases, cfg, key=key), answers=(numbers[0],), inserts=tuple(inserts))
+                 cue=phrases.cue_for(cfg.placement, key=key), answers=(numbers[0],),
+                 inserts=tuple(inserts))
 
 
 def multivalue(rng: random.Random, cfg: TaskConfig) -> Draft:
@@ -65,7 +64,7 @@ def multivalue(rng: random.Random, cfg: TaskConfig) -> Draft:
     inserts = tuple(Insert(phrases.fact.format(key=key, value=number), depth, True)
                     for number, depth in zip(numbers, depths, strict=True))
     return Draft(intro=phrases.intro, question=phrases.question.format(key=key),
-                 cue=_cue(phrases, cfg, key=key), answers=numbers, inserts=inserts)
+                 cue=phrases.cue_for(cfg.placement, key=key), answers=numbers, inserts=inserts)
 
 
 def kv(rng: random.Random, cfg: TaskConfig) -> Draft:
@@ -75,7 +74,7 @@ def kv(rng: random.Random, cfg: TaskConfig) -> Draft:
     asked = rng.randrange(len(keys))
     rows = "\n".join(phrases.fact.format(key=k, value=v) for k, v in zip(keys, table, strict=True))
     return Draft(intro=phrases.intro, question=phrases.question.format(key=keys[asked]),
-                 cue=_cue(phrases, cfg, key=keys[asked]), answers=(table[asked],),
+                 cue=phrases.cue_for(cfg.placement, key=keys[asked]), answers=(table[asked],),
                  inserts=(Insert(f"\n{rows}\n", cfg.depth, True),))
 
 
@@ -91,7 +90,7 @@ def vartrack(rng: random.Random, cfg: TaskConfig) -> Draft:
         inserts += _chain(rng, phrases, chain, number, root_depth, is_target=c == 0)
     asked = names[chain_len - 1]
     return Draft(intro=phrases.intro, question=phrases.question.format(name=asked),
-                 cue=_cue(phrases, cfg, name=asked), answers=(numbers[0],),
+                 cue=phrases.cue_for(cfg.placement, name=asked), answers=(numbers[0],),
                  inserts=tuple(inserts))
 
 
@@ -109,13 +108,16 @@ def _chain(rng: random.Random, phrases: Phrases, names: tuple[str, ...], number:
 def realtext(rng: random.Random, cfg: TaskConfig) -> Draft:
     phrases, name, value = PHRASES["realtext"], values.function_name(rng), values.number(rng)
     return Draft(intro=phrases.intro, question=phrases.question.format(name=name),
-                 cue=_cue(phrases, cfg, name=name), answers=(value,),
+                 cue=phrases.cue_for(cfg.placement, name=name), answers=(value,),
                  inserts=(Insert(phrases.fact.format(name=name, value=value), cfg.depth, True),))
 
 
 TASKS: dict[str, Callable[[random.Random, TaskConfig], Draft]] = {
     "passkey": passkey, "niah": niah, "multikey": multikey, "multivalue": multivalue,
     "kv": kv, "vartrack": vartrack, "realtext": realtext,
+    # on real text (evaldata.workloads)
+    "codesearch": workloads.codesearch, "paraphrase": workloads.paraphrase,
+    "multineedle": workloads.multineedle,
 }
 
 

@@ -5,7 +5,8 @@ document, against the full cache and per-question SnapKV at the same budget.
         --needles 4 --budget 1/4
 
 Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth;
-``passkey``: one pass key); each needle is asked in turn. ``after``: the document is the
+``passkey``: one pass key; ``multiquestion``: the workload's five, evaldata.document); each
+needle is asked in turn. ``after``: the document is the
 system message (cached once, its compression timed), the question the user's; ``before``: one
 user message with the question before the document, stored (each question its own document),
 the template's opening of the answer as the suffix (shorter than SnapKV's window: the
@@ -21,17 +22,21 @@ import argparse
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from evaldata import values
+from evaldata.document import Ask, multiquestion
+from evaldata.filler import corpus
 from evaldata.layout import Draft, Insert, PromptSpec, build_sample
 from evaldata.phrasing import PHRASES
-from evaldata.sample import TaskConfig, exact_match
+from evaldata.sample import TaskConfig
+from evaldata.scoring import exact_match
 from evaluation.budget import Budget, SplitRule
 from evaluation.results import markdown_header, markdown_row
 from kvstore.codec import BlobSpec, decode_blob, encode_blob
+from kvstore.seal import ClusterSecret, Seal
 from snapstream.chat import ChatMessage
 from snapstream.engine import Engine, PrefillResult
 from snapstream.kvcache import SequenceCache
@@ -41,27 +46,20 @@ from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
 NEEDLE_KEYS: dict[str, Callable[[random.Random], str]] = {
     "niah": values.label, "realtext": values.function_name}
 NAME_FIELD = {"niah": "key", "realtext": "name"}
-TASKS = ("passkey", *NEEDLE_KEYS)
+TASKS = ("passkey", *NEEDLE_KEYS, "multiquestion")
 CORPUS = {"passkey": "classic"}  # the classic test's grass-and-sky noise; the rest prose
 PASSKEY_NAME = "pass key"  # the words of the passkey's sentence that name it
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One needle of a document and the question about it."""
-
-    question: str
-    cue: str
-    answer: str
-    key: str
-    fact: str  # the needle's sentence as the document spells it
 
 
 def build_document(task: str, rng: random.Random, engine: Engine, context_len: int,
                    num_needles: int) -> tuple[str, list[Ask]]:
     """A document of ~``context_len`` tokens with ``num_needles`` needles of ``task`` at
-    spread depths (``passkey``: one, in the middle; its needle has no name) -> its text and
-    each needle's :class:`Ask`."""
+    spread depths (``passkey``: one, in the middle; its needle has no name; ``multiquestion``:
+    the workload's, :data:`evaldata.document.NUM_QUESTIONS` needles) -> its text and each
+    needle's :class:`Ask`."""
+    if task == "multiquestion":
+        document = multiquestion(rng, context_len, engine.tokenizer)
+        return document.text, list(document.asks)
     phrases = PHRASES[task]
     if task in NAME_FIELD:
         field = NAME_FIELD[task]
@@ -75,7 +73,7 @@ def build_document(task: str, rng: random.Random, engine: Engine, context_len: i
                     for i, (key, number) in enumerate(zip(keys, numbers, strict=True)))
     question = phrases.question.format(**{field: keys[0]})
     draft = Draft(intro=phrases.intro, inserts=inserts, question=question, cue="",
-                  answers=(numbers[0],), corpus=CORPUS.get(task, "prose"))
+                  answers=(numbers[0],), filler=corpus(CORPUS.get(task, "prose")))
     sample = build_sample(task, draft, rng, TaskConfig(context_len=context_len),
                           PromptSpec(engine.tokenizer, "raw"))
     start = sample.prompt.index(phrases.intro)
@@ -209,10 +207,11 @@ def measure_ttft(engine: Engine, doc_len: int, repeats: int,
     compress_s = time.perf_counter() - start
     spec = BlobSpec.for_model(engine.config, bytes(32), engine.kv_dtype)
     start = time.perf_counter()
-    blob = encode_blob(stored, spec)
+    seal = Seal(ClusterSecret(b"the evaluation's cluster secret"), "document")
+    blob = encode_blob(stored, spec, seal)
     encode_s = time.perf_counter() - start
     start = time.perf_counter()
-    stored = decode_blob(blob, spec)  # what a served question reads back from the store
+    stored = decode_blob(blob, spec, seal)  # what a served question reads back from the store
     decode_s = time.perf_counter() - start
     full_s, suffix_s = [], []
     for ask in asks[:repeats]:

@@ -3,7 +3,7 @@
 Each row first decodes its forced tokens (text written as if the model had generated it, then
 the answer cue), scoring how well the model predicts them (their mean negative log-likelihood:
 how well it still models text it writes once the cache has evicted most of it), then generates
-greedily until :func:`~evaldata.verdict` decides, a stop token comes, or
+greedily until the row's scorer (:data:`~evaldata.SCORERS`) decides, a stop token comes, or
 ``max_new_tokens`` are written (a row with no answers is not scored: it runs to a stop token or
 the limit). All rows step together through one static decode step, as in serving; a finished
 row idles until the batch ends.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evaldata import verdict
+from evaldata import score
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
 
@@ -28,6 +28,7 @@ class RowInput:
     forced_ids: tuple[int, ...]
     answers: tuple[str, ...]
     max_new_tokens: int
+    scoring: str = "values"  # the scorer of the answers (evaldata.SCORERS)
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _next_token(engine: Engine, row: RowInput, out: RowOutput, step: int, greedy
     out.text = engine.tokenizer.decode(out.token_ids)
     is_final = bool(out.finish_reason) or len(out.token_ids) == row.max_new_tokens
     if row.answers:
-        out.correct = verdict(row.answers, out.text, is_final)
+        out.correct = score(row.scoring, row.answers, out.text, is_final)
     if not out.finish_reason and (is_final or out.correct is not None):
         out.finish_reason = "length" if is_final else "verdict"
     return greedy

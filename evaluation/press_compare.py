@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaldata import Sample, exact_match
+from evaldata import Sample
 from evaluation.budget import Budget, SplitRule
 from snapstream.policy import CachePolicy
 
@@ -156,7 +156,7 @@ def _record(index: int, sample: Sample, system: str, budget: str | None, token_i
             text: str) -> dict:
     return {"sample": index, "task": sample.task, "context_len": sample.context_len,
             "system": system, "budget": budget, "token_ids": token_ids, "text": text,
-            "correct": exact_match(sample.answers, text)}
+            "correct": sample.is_correct(text)}
 
 
 def main(argv: list[str] | None = None) -> int:

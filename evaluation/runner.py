@@ -106,7 +106,7 @@ def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
         outputs[policy] = decode_rows(engine, [
             RowInput(cache=forward.sequence_cache(policy, len(forced) + new, capacity),
                      logits=forward.logits, forced_ids=tuple(forced), answers=sample.answers,
-                     max_new_tokens=new)
+                     max_new_tokens=new, scoring=sample.scoring)
             for forward, (_, forced), new, (_, sample)
             in zip(forwards, inputs, budgets, group, strict=True)])
         on_progress(sum(len(forced) + new for (_, forced), new in zip(inputs, budgets,

@@ -23,7 +23,6 @@ from evaldata import (
     TaskConfig,
     generate,
     model_format,
-    verdict,
 )
 from evaluation.config import EvalConfig
 from evaluation.speculative_report import (
@@ -117,7 +116,7 @@ def _peak_rss_gib() -> float:
 
 def _answers(target: Engine, ids: list[int], sample, max_new_tokens: int) -> bool:
     out = target.generate(ids, max_new_tokens, policy=FULL, sampling=GREEDY)
-    return bool(verdict(sample.answers, out.text, is_final=True))
+    return sample.is_correct(out.text)
 
 
 def run_chunks(args: argparse.Namespace) -> None:

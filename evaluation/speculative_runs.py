@@ -97,7 +97,7 @@ def evaluate_speculative(target: Engine, draft: Engine, cfg: EvalConfig,
                                            positions=selection.positions)
                 out, = decode_rows(target, [RowInput(
                     cache=prefilled.cache, logits=prefilled.logits, forced_ids=tuple(forced),
-                    answers=sample.answers, max_new_tokens=new)])
+                    answers=sample.answers, max_new_tokens=new, scoring=sample.scoring)])
                 rows.append(_row(index, sample, grid, keep, policy, selection, len(forced),
                                  out, needle_kept(view.text, sample, offsets, selection.indices)))
                 bar.update(1)
