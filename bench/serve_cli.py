@@ -43,8 +43,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="requests sent at each concurrency level")
     parser.add_argument("--prompt-len", type=int, default=1500, help="prompt bytes")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--slots", type=int, default=32,
-                        help="slots of the decode worker and of the in-process loop")
+    parser.add_argument("--rows", type=int, default=32,
+                        help="rows of the decode worker's batch and of the in-process loop's")
     parser.add_argument("--stores", type=parse_names, default=("redis", "nats"),
                         help="KV stores: the serving part runs once per store, each run with "
                         "its own in-process baseline")
@@ -121,7 +121,7 @@ def _render(results: dict, systems: tuple[str, ...], is_default: bool) -> tuple[
 def serve_config(args: argparse.Namespace):
     return ServeBenchConfig(
         concurrency=args.concurrency, requests=args.requests, prompt_len=args.prompt_len,
-        max_new_tokens=args.max_new_tokens, slots=args.slots, store=args.stores[0],
+        max_new_tokens=args.max_new_tokens, rows=args.rows, store=args.stores[0],
         torch_threads=args.torch_threads,
         rounds=args.rounds, warmup=args.warmup,
         systems=args.systems or ServeBenchConfig.systems, openai_url=args.openai_url,

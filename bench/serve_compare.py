@@ -34,7 +34,7 @@ def render(serves: list[dict], section: str) -> str:
              f"at each concurrency, {cfg['rounds']} rounds with the systems taking turns "
              f"(alternating which goes first), after {cfg['warmup']} warm-up requests each. "
              f"Local cluster: the store named in each subsection, 1 prefill worker, 1 decode "
-             f"worker with {cfg['slots']} slots, router; each a process.", ""]
+             f"worker with {cfg['rows']} rows, router; each a process.", ""]
     lines += [f"- {name}: {DESCRIPTIONS[name]}" + (f"; server: {target}" if name == "openai"
                                                     else "") for name in systems]
     lines += ["", "ITL = gaps between token arrivals (the tokens of one chunk or event arrive "

@@ -1,7 +1,7 @@
 """The serving path without gRPC and without the KV store: the baseline of `bench serve`.
 
 Prefills run one at a time on their own thread (as in the prefill worker), decoding runs in a
-:class:`~decode_svc.loop.DecodeLoop` with the same slots (as in a decode worker), and the first
+:class:`~decode_svc.loop.DecodeLoop` with the same rows (as in a decode worker), and the first
 token is replayed through the loop as the decode worker does. TTFT is stamped when the first
 token is back on the caller's event loop; later tokens when the step loop emits them.
 """
@@ -34,7 +34,7 @@ class InProcessServer:
         self.sampling = SamplingParams(stop_token_ids=tuple(engine.tokenizer.eos_token_ids))
         self.prefill_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill")
         backend = make_backend(BackendConfig(), engine.config)
-        self.loop = DecodeLoop(engine, backend, slots=cfg.slots, max_queue=cfg.max_queue)
+        self.loop = DecodeLoop(engine, backend, rows=cfg.rows, max_queue=cfg.max_queue)
         self.loop.start()
 
     async def generate(self, ids: list[int]) -> RequestTrace:

@@ -66,11 +66,11 @@ def _workload_text(serve: dict) -> list[str]:
         f"prompts in each of {cfg['rounds']} rounds (the systems take turns, alternating which "
         f"goes first), after {cfg['warmup']} warm-up requests.  ",
         f"router: a local cluster (the store named in each subsection, 1 prefill worker, 1 "
-        f"decode worker with {cfg['slots']} slots, router; each a process) through the asyncio "
+        f"decode worker with {cfg['rows']} rows, router; each a process) through the asyncio "
         "client SDK; TTFT = request sent → first token chunk received, ITL = gaps between token "
         "arrivals (a chunk carries every token produced since the last one; tokens/chunk shows "
         "how often a stream fell behind). "
-        "in-process: the same prefill (one thread) and `DecodeLoop` with the same slots in one "
+        "in-process: the same prefill (one thread) and `DecodeLoop` with the same rows in one "
         "process, no gRPC and no store, measured in the same run as each store's router; TTFT = "
         "call → first token back on the caller's event loop, ITL from the step loop's stamps. "
         f"Goodput: requests/s with TTFT ≤ {slo['ttft_s'] * 1e3:.0f} ms and their own p90 ITL ≤ "

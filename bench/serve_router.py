@@ -15,11 +15,11 @@ from snapstream.client import AsyncSnapstreamClient
 
 @contextlib.contextmanager
 def serving_cluster(cfg: ServeBenchConfig, model: str | None) -> Iterator[LocalCluster]:
-    """One decode worker with ``cfg.slots`` slots, so that it matches the in-process loop. Both
+    """One decode worker with ``cfg.rows`` rows, so that it matches the in-process loop. Both
     workers queue up to ``cfg.max_queue`` requests (``SNAPSTREAM_MAX_QUEUE``), so the prefill
     worker never turns a request away (its default queue is 16)."""
     spec = ClusterSpec(store=cfg.store, model=model, router_port=0, decode_workers=1,
-                       slots=cfg.slots, torch_threads=cfg.torch_threads, drain_timeout_s=5.0)
+                       rows=cfg.rows, torch_threads=cfg.torch_threads, drain_timeout_s=5.0)
     with _environment(SNAPSTREAM_MAX_QUEUE=str(cfg.max_queue)):  # read as the members start
         cluster = LocalCluster(spec).start()
     try:

@@ -51,7 +51,7 @@ class ServeBenchConfig:
     prompt_len: int = 1500  # tokens of the passkey prompt
     max_new_tokens: int = 64
     policy: CachePolicy | None = None  # None: the model's default policy, as served
-    slots: int = 32  # of the one decode worker, and of the in-process decode loop
+    rows: int = 32  # of the one decode worker, and of the in-process decode loop
     store: str = "redis"
     torch_threads: int = 0  # of the in-process engine and of each cluster worker; 0: default
     rounds: int = 2
@@ -68,7 +68,7 @@ class ServeBenchConfig:
                              f"{self.concurrency}, got {self.requests}")
         if min(self.concurrency, default=0) < 1 or min(self.requests, default=0) < 1:
             raise ValueError("concurrency and requests must be >= 1")
-        for name in ("max_new_tokens", "slots", "rounds"):
+        for name in ("max_new_tokens", "rows", "rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:

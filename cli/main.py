@@ -71,7 +71,7 @@ COMMANDS: dict[str, Command | Group] = {
         "prefill": Command("prefill_svc.main", "prefill worker: prompt -> SnapKV -> blob in the "
                            "KV store"),
         "decode": Command("decode_svc.main", "decode worker: continuous batching over a static "
-                          "slot pool"),
+                          "batch of rows"),
     }),
     "eval": Command("evaluation.cli", "retrieval accuracy per cache policy and budget"),
     "models": Command("cli.models", "the named models: list them, pull (install) one"),

@@ -41,7 +41,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-port", type=int, default=8000,
                         help="port of the router's OpenAI-compatible HTTP API (0: a free port)")
     parser.add_argument("--decode-workers", type=int, default=2)
-    parser.add_argument("--slots", type=int, default=8, help="decode slots per worker")
+    parser.add_argument("--rows", type=int, default=8, help="rows of each decode worker's batch")
     parser.add_argument("--backend", default="torch", help="decode back end: torch or sn40l-sim")
     parser.add_argument("--torch-threads", type=int, default=ClusterSpec.torch_threads,
                         help="torch threads of each prefill/decode worker (0: torch's default)")
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                        kv_dtype=args.kv_dtype, host=args.host,
                        router_port=args.port,
                        http_port=args.http_port, decode_workers=args.decode_workers,
-                       slots=args.slots,
+                       rows=args.rows,
                        backend=args.backend, torch_threads=args.torch_threads,
                        log_dir=args.log_dir, tls=args.tls, api_key=args.api_key,
                        start_timeout_s=args.start_timeout_s)

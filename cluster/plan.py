@@ -63,7 +63,7 @@ def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int
     decode_ports = spec.decode_ports or (0,) * spec.decode_workers
     decodes = tuple(
         _service(spec, f"decode-{i}", "decode", port(requested), free_port(),
-                 (*model, *kv, *tls, "--slots", str(spec.slots), "--backend", spec.backend),
+                 (*model, *kv, *tls, "--rows", str(spec.rows), "--backend", spec.backend),
                  store_env)
         for i, requested in enumerate(decode_ports))
     http_port = port(spec.http_port)

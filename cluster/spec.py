@@ -29,7 +29,7 @@ class ClusterSpec:
     decode_ports: tuple[int, ...] = ()
     store_port: int = 0
     decode_workers: int = 2
-    slots: int = 8
+    rows: int = 8  # of each decode worker's batch
     backend: str = "torch"
     torch_threads: int = 0  # OMP_NUM_THREADS of each prefill/decode worker; 0: inherit
     log_dir: Path | None = None
@@ -50,9 +50,9 @@ class ClusterSpec:
         object.__setattr__(self, "decode_ports", tuple(self.decode_ports))
         if self.torch_threads < 0:
             raise ValueError(f"torch_threads must be >= 0, got {self.torch_threads}")
-        if self.decode_workers < 1 or self.slots < 1:
-            raise ValueError("decode_workers and slots must be >= 1, "
-                             f"got {self.decode_workers} and {self.slots}")
+        if self.decode_workers < 1 or self.rows < 1:
+            raise ValueError("decode_workers and rows must be >= 1, "
+                             f"got {self.decode_workers} and {self.rows}")
         if self.decode_ports and len(self.decode_ports) != self.decode_workers:
             raise ValueError(f"decode_ports must be empty or hold decode_workers "
                              f"({self.decode_workers}) ports, got {self.decode_ports}")

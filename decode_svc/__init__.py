@@ -1,1 +1,1 @@
-"""Decode workers: a fixed pool of slots, continuous batching, ring-buffer decoding, streaming."""
+"""Decode workers: a fixed batch of rows, continuous batching, ring-buffer decoding, streaming."""

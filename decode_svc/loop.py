@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from decode_svc.backends import SN40LSimBackend, TorchBackend
-from decode_svc.sequence import DecodeEvent, Sequence, SlotTable, StreamSink
+from decode_svc.sequence import DecodeEvent, RowTable, Sequence, StreamSink
 from serving import metrics
 from serving.errors import QueueFull
 from snapstream.decode import Decoder
@@ -32,22 +32,22 @@ log = logging.getLogger(__name__)
 @dataclass
 class Pool:
     decoder: Decoder
-    table: SlotTable
+    table: RowTable
 
 
 @dataclass(frozen=True)
 class LoopStats:
-    total_slots: int
-    free_slots: int
+    total_rows: int
+    free_rows: int
     running: int
     queue_depth: int
 
 
 class DecodeLoop:
-    def __init__(self, engine: Engine, backend: TorchBackend | SN40LSimBackend, slots: int,
+    def __init__(self, engine: Engine, backend: TorchBackend | SN40LSimBackend, rows: int,
                  max_queue: int, max_pools: int = 4) -> None:
         self.engine, self.backend = engine, backend
-        self.slots, self.max_queue, self.max_pools = slots, max_queue, max_pools
+        self.rows, self.max_queue, self.max_pools = rows, max_queue, max_pools
         self.pools: dict[CacheLayout, Pool] = {}
         self.waiting: deque[tuple[Sequence, SequenceCache]] = deque()
         self.cancelled: set[str] = set()
@@ -73,7 +73,7 @@ class DecodeLoop:
 
     def stats(self) -> LoopStats:
         with self.lock:
-            return LoopStats(self.slots, self.slots - self.running, self.running,
+            return LoopStats(self.rows, self.rows - self.running, self.running,
                              len(self.waiting))
 
     def start(self) -> None:
@@ -123,14 +123,14 @@ class DecodeLoop:
         while self.waiting:
             seq, cache = self.waiting.popleft()
             try:
-                pool = self._pool_for(cache.layout) if self.running < self.slots else None
+                pool = self._pool_for(cache.layout) if self.running < self.rows else None
                 if pool is None or not pool.table.allocate(seq):
                     still_waiting.append((seq, cache))
                     continue
                 self.running += 1
                 pool.decoder.cache.insert(seq.row, cache)
             except Exception as exc:
-                log.exception("placing %s into its slot failed", seq.request_id)
+                log.exception("placing %s into its row failed", seq.request_id)
                 if seq.row >= 0:
                     self._release(pool, seq)
                 failed.append((seq.sink, DecodeEvent(error=exc, at=time.perf_counter())))
@@ -140,7 +140,7 @@ class DecodeLoop:
         self.waiting = still_waiting
         metrics.WAITING.labels("decode").set(len(self.waiting))
         metrics.RUNNING.labels("decode").set(self.running)
-        metrics.SLOT_OCCUPANCY.set(self.running / self.slots)
+        metrics.ROW_OCCUPANCY.set(self.running / self.rows)
         return failed
 
     def _pool_for(self, layout: CacheLayout) -> Pool | None:
@@ -150,8 +150,8 @@ class DecodeLoop:
                 return None
             if len(self.pools) >= self.max_pools:
                 del self.pools[idle[0]]
-            self.pools[layout] = Pool(self.engine.new_decoder(layout, self.slots),
-                                      SlotTable(self.slots))
+            self.pools[layout] = Pool(self.engine.new_decoder(layout, self.rows),
+                                      RowTable(self.rows))
         return self.pools[layout]
 
     def _step(self, pool: Pool) -> None:
@@ -218,7 +218,7 @@ class DecodeLoop:
         pool.decoder.cache.clear(seq.row)
         self.running -= 1
         metrics.RUNNING.labels("decode").set(self.running)
-        metrics.SLOT_OCCUPANCY.set(self.running / self.slots)
+        metrics.ROW_OCCUPANCY.set(self.running / self.rows)
 
 
 def deliver(events: list[tuple[StreamSink, DecodeEvent]]) -> None:

@@ -21,7 +21,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_server_settings(parser, port=50053, metrics_port=9103)
     add_tls_settings(parser)
     add_worker_settings(parser)
-    add_setting(parser, "--slots", type=int, default=8, help="rows of the static decode batch")
+    add_setting(parser, "--rows", type=int, default=8, help="rows of the static decode batch")
     add_setting(parser, "--max-queue", type=int, default=64, help="waiting requests before "
                 "RESOURCE_EXHAUSTED")
     add_setting(parser, "--backend", default="torch", help="torch or sn40l-sim")
@@ -31,8 +31,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.slots < 1 or args.max_queue < 0:
-        raise ValueError("--slots must be >= 1 and --max-queue >= 0")
+    if args.rows < 1 or args.max_queue < 0:
+        raise ValueError("--rows must be >= 1 and --max-queue >= 0")
     return run_service(_serve(args, tls_from_args(args)))
 
 
@@ -41,7 +41,7 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     engine, store = worker.engine, worker.store
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
                            engine.config)
-    loop = DecodeLoop(engine, backend, slots=args.slots, max_queue=args.max_queue)
+    loop = DecodeLoop(engine, backend, rows=args.rows, max_queue=args.max_queue)
     servicer = DecodeServicer(loop, store, worker.spec)
 
     async def warmup() -> None:

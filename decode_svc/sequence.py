@@ -1,4 +1,4 @@
-"""Per-request decode state and the slot table: plain bookkeeping, no torch."""
+"""Per-request decode state and the row table: plain bookkeeping, no torch."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class DecodeEvent:
     token_id: int | None = None
     finish_reason: str | None = None
     error: Exception | None = None  # the step failed: the stream ends with this error
-    queue_s: float = 0.0  # submitted to admitted into a slot
+    queue_s: float = 0.0  # submitted to admitted into a row
     decode_s: float = 0.0  # wall time from admission to this event
     simulated_s: float = 0.0  # the back end's simulated time over the same steps
     at: float = 0.0  # time.perf_counter() on the step loop when the event was made
@@ -77,7 +77,7 @@ class Sequence:
         return finish_reason(token, self.emitted, self.stop_ids, self.max_new_tokens)
 
 
-class SlotTable:
+class RowTable:
     """Which rows of a fixed pool are busy, and with which sequence."""
 
     def __init__(self, num_rows: int) -> None:

@@ -30,9 +30,9 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
 
     async def Stats(self, request, context) -> decode_pb2.StatsResponse:
         stats = self.loop.stats()
-        free = 0 if self.draining else stats.free_slots
-        return decode_pb2.StatsResponse(total_slots=stats.total_slots,
-                                        free_slots=free, running=stats.running,
+        free = 0 if self.draining else stats.free_rows
+        return decode_pb2.StatsResponse(total_rows=stats.total_rows,
+                                        free_rows=free, running=stats.running,
                                         queue_depth=stats.queue_depth,
                                         model_fingerprint=self.spec.fingerprint.hex())
 

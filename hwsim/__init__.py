@@ -7,7 +7,7 @@ The stable API a decode worker uses (pure Python, no torch)::
     target = SimTarget.load("llama-3.1-8b", sockets=8, policy=PolicyConfig(n_sink=4,
                             n_topk=764, n_recent=256))
     clock = SimClock()
-    clock.advance(target.decode_step(batch=num_slots, context_len=longest_context))
+    clock.advance(target.decode_step(batch=num_rows, context_len=longest_context))
 
 See docs/hwsim.md for the model, its sources and its validation.
 """

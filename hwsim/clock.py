@@ -17,7 +17,7 @@ class SimClock:
 
     def advance(self, cost: StepCost, tokens: int | None = None) -> float:
         """Add one step of ``cost``; ``tokens`` emitted defaults to the step's batch (pass the
-        number of occupied slots when some are idle). Returns the step's simulated seconds."""
+        number of occupied rows when some are idle). Returns the step's simulated seconds."""
         emitted = cost.batch if tokens is None else tokens
         if not 0 <= emitted <= cost.batch:
             raise ValueError(f"tokens must be in [0, {cost.batch}], got {emitted}")

@@ -3,7 +3,7 @@
 This is what a decode worker calls each step (see also clock.SimClock)::
 
     target = SimTarget.load("deepseek-v3", sockets=16, dtype="fp8")
-    cost = target.decode_step(batch=len(slots), context_len=longest_context)
+    cost = target.decode_step(batch=len(rows), context_len=longest_context)
     clock.advance(cost)
 
 Byte and FLOP figures named ``*_bytes``/``flops_per_step`` are whole-model counts (one copy

@@ -44,7 +44,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, "--default-policy", default="snapstream",
                 help="policy kind when a request leaves it unset")
     add_setting(parser, "--stats-interval-s", type=float, default=0.25,
-                help="how often decode workers' free slots are polled")
+                help="how often decode workers' free rows are polled")
     add_setting(parser, "--resolve-interval-s", type=float, default=10.0,
                 help="how often worker DNS names are re-resolved")
 
@@ -82,7 +82,7 @@ async def _serve(args: argparse.Namespace, security: Security) -> None:
     prefill = WorkerPool("prefill", args.prefill_addrs, prefill_pb2_grpc.PrefillStub,
                          "least_outstanding", security.tls)
     decode = WorkerPool("decode", args.decode_addrs, decode_pb2_grpc.DecodeStub,
-                        "most_free_slots", security.tls)
+                        "most_free_rows", security.tls)
     generation = RequestFlow(model, prefill, decode)
     servicer = GenerationServicer(generation)
     is_ready = asyncio.Event()

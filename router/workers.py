@@ -1,5 +1,5 @@
 """Worker pools: addresses (a list, or DNS names resolving to many) -> channels, and the
-routing policies that pick one (least outstanding for prefill, most free slots for decode)."""
+routing policies that pick one (least outstanding for prefill, most free rows for decode)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class Worker:
     channel: grpc.aio.Channel
     stub: object
     outstanding: int = 0
-    free_slots: int = 0
+    free_rows: int = 0
     failed_until: float = 0.0
     model_fingerprint: str = ""  # hex, from the decode worker's Stats ("" until polled)
 
@@ -42,7 +42,7 @@ class Worker:
 
 ROUTING: dict[str, Callable[[Worker], tuple]] = {
     "least_outstanding": lambda w: (w.outstanding,),
-    "most_free_slots": lambda w: (-(w.free_slots - w.outstanding), w.outstanding),
+    "most_free_rows": lambda w: (-(w.free_rows - w.outstanding), w.outstanding),
 }
 
 
@@ -111,7 +111,7 @@ class WorkerPool:
 
 
 async def poll_decode_stats(pool: WorkerPool, interval_s: float, resolve_every_s: float) -> None:
-    """Background task: free slots of every decode worker, and periodic DNS re-resolution."""
+    """Background task: free rows of every decode worker, and periodic DNS re-resolution."""
     last_resolve = time.monotonic()
     while True:
         if time.monotonic() - last_resolve > resolve_every_s:
@@ -120,8 +120,8 @@ async def poll_decode_stats(pool: WorkerPool, interval_s: float, resolve_every_s
         for worker in list(pool.workers.values()):
             try:
                 stats = await worker.stub.Stats(decode_pb2.StatsRequest(), timeout=interval_s)
-                worker.free_slots = stats.free_slots - stats.queue_depth
+                worker.free_rows = stats.free_rows - stats.queue_depth
                 worker.model_fingerprint = stats.model_fingerprint
             except grpc.aio.AioRpcError:
-                worker.free_slots = 0
+                worker.free_rows = 0
         await asyncio.sleep(interval_s)

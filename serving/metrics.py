@@ -22,11 +22,11 @@ INTER_TOKEN_LATENCY = Histogram("snapstream_inter_token_latency_seconds",
                                 buckets=LATENCY_BUCKETS)
 END_TO_END = Histogram("snapstream_e2e_latency_seconds", "Request received to stream end",
                        ["service"], buckets=LATENCY_BUCKETS)
-QUEUE_TIME = Histogram("snapstream_queue_time_seconds", "Waiting for a worker slot",
+QUEUE_TIME = Histogram("snapstream_queue_time_seconds", "Waiting for a place on a worker",
                        ["service"], buckets=LATENCY_BUCKETS)
 RUNNING = Gauge("snapstream_running_requests", "Requests being served", ["service"])
 WAITING = Gauge("snapstream_waiting_requests", "Requests queued", ["service"])
-SLOT_OCCUPANCY = Gauge("snapstream_slot_occupancy_ratio", "Busy decode slots / all slots")
+ROW_OCCUPANCY = Gauge("snapstream_row_occupancy_ratio", "Busy decode rows / all rows")
 BLOB_BYTES = Histogram("snapstream_blob_bytes", "KV blob size", ["op"], buckets=SIZE_BUCKETS)
 BLOB_TRANSFER = Histogram("snapstream_blob_transfer_seconds", "KV blob put/get time", ["op"],
                           buckets=LATENCY_BUCKETS)

@@ -40,7 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     for spec in fields(FaultConfig):
         parser.add_argument(f"--{spec.name.replace('_', '-')}", type=type(spec.default),
                             default=spec.default)
-    parser.add_argument("--slots", type=int, default=8, help="per decode worker (2 workers)")
+    parser.add_argument("--rows", type=int, default=8, help="per decode worker (2 workers)")
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--doc", default=str(DOC), help="where the table goes ('': nowhere)")
 
@@ -48,7 +48,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = FaultConfig(**{f.name: getattr(args, f.name) for f in fields(FaultConfig)})
     spec = ClusterSpec(store=args.store, model=model_path(args.model),
-                       router_port=0, slots=args.slots, torch_threads=args.torch_threads,
+                       router_port=0, rows=args.rows, torch_threads=args.torch_threads,
                        drain_timeout_s=5.0, restarts=RestartPolicy(first_delay_s=0.5))
     # SIGTERM unwinds as Ctrl-C does, so that the cluster is stopped, not orphaned
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -80,7 +80,7 @@ async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...]) -> list
                     supervisor.result()  # raises what stopped the supervision
                 result = scenario.result()
                 result.seconds = time.monotonic() - start
-                result.blobs_left, result.slots_left = await leaks(run)
+                result.blobs_left, result.rows_left = await leaks(run)
                 print(f"  {_row(result)}", file=sys.stderr, flush=True)
                 results.append(result)
         finally:
@@ -89,13 +89,13 @@ async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...]) -> list
 
 
 HEADERS = ["scenario", "faults", "requests", "ok", "different", "lost", "refused (overload)",
-           "hung", "blobs leaked", "slots leaked", "recovery p50 / max (s)", "wall (s)"]
+           "hung", "blobs leaked", "rows leaked", "recovery p50 / max (s)", "wall (s)"]
 
 
 def _row(result: Result) -> list[object]:
     tally = result.tally
     return [result.scenario, result.faults, tally.total, tally.ok, tally.different,
-            tally.lost_line(), tally.refused, tally.hung, result.blobs_left, result.slots_left,
+            tally.lost_line(), tally.refused, tally.hung, result.blobs_left, result.rows_left,
             result.recovery(), f"{result.seconds:.0f}"]
 
 

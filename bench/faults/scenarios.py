@@ -57,7 +57,7 @@ class Result:
     unrecovered: int = 0  # faults after which the member never served again
     codes: Counter = field(default_factory=Counter)  # "request: status" -> times
     blobs_left: int = 0
-    slots_left: int = 0
+    rows_left: int = 0
     seconds: float = 0.0
 
     def recovery(self) -> str:
@@ -245,7 +245,7 @@ SCENARIOS: dict[str, Callable[[FaultRun], Awaitable[Result]]] = {
 
 
 async def leaks(run: FaultRun, settle_s: float = 60.0) -> tuple[int, int]:
-    """(blobs in the store, busy or queued decode slots) once the cluster has settled."""
+    """(blobs in the store, busy or queued decode rows) once the cluster has settled."""
     store = await open_store(run.cluster.endpoints["store"])
     try:
         async def settled() -> bool:

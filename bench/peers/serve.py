@@ -39,7 +39,7 @@ class PeersServeConfig:
     def serve_config(self, openai_url: str) -> ServeBenchConfig:
         return ServeBenchConfig(
             concurrency=self.concurrency, requests=self.requests, prompt_len=self.prompt_len,
-            max_new_tokens=self.max_new_tokens, slots=max(self.concurrency),
+            max_new_tokens=self.max_new_tokens, rows=max(self.concurrency),
             torch_threads=self.n_threads, rounds=self.rounds, warmup=1,
             systems=("in-process", "openai"), openai_url=openai_url,
             # identical prompts come back each round: llama-server would reuse a slot's KV
@@ -87,7 +87,7 @@ def render_serve(results: dict, cfg: PeersServeConfig) -> str:
         f"greedy, {cfg.max_new_tokens} new tokens, closed loop at each concurrency "
         f"({', '.join(map(str, cfg.requests))} requests), {cfg.rounds} rounds, the two "
         "systems taking turns; both driven by `bench serve`'s load generator. snapstream: the "
-        f"engine and its decode loop in the benchmark's process ({max(cfg.concurrency)} slots, "
+        f"engine and its decode loop in the benchmark's process ({max(cfg.concurrency)} rows, "
         f"policy {results['config']['policy']['kind']}, {cfg.n_threads} torch threads). "
         f"llama.cpp: `{_shown(results['llama_server'][1:])}` through the official openai "
         "client (one token per streamed event). Tokens/s = tokens received / wall time of the "

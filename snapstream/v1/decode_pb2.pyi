@@ -63,15 +63,15 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("total_slots", "free_slots", "running", "queue_depth", "model_fingerprint")
-    TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
-    FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("total_rows", "free_rows", "running", "queue_depth", "model_fingerprint")
+    TOTAL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    FREE_ROWS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MODEL_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
-    total_slots: int
-    free_slots: int
+    total_rows: int
+    free_rows: int
     running: int
     queue_depth: int
     model_fingerprint: str
-    def __init__(self, total_slots: _Optional[int] = ..., free_slots: _Optional[int] = ..., running: _Optional[int] = ..., queue_depth: _Optional[int] = ..., model_fingerprint: _Optional[str] = ...) -> None: ...
+    def __init__(self, total_rows: _Optional[int] = ..., free_rows: _Optional[int] = ..., running: _Optional[int] = ..., queue_depth: _Optional[int] = ..., model_fingerprint: _Optional[str] = ...) -> None: ...

@@ -50,7 +50,7 @@ class DecodeServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Decode(self, request, context):
-        """Loads the blob into a free slot and streams tokens until a stop condition. A resumed
+        """Loads the blob into a free row and streams tokens until a stop condition. A resumed
         request (generated_token_ids set) replays those tokens first and streams only new ones.
         Errors end the stream with a gRPC status: NOT_FOUND when the blob is gone (expired or
         deleted), FAILED_PRECONDITION when it does not match this worker's model or layout.
@@ -60,7 +60,7 @@ class DecodeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Stats(self, request, context):
-        """Slot occupancy, for the router's scheduling.
+        """Row occupancy, for the router's scheduling.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

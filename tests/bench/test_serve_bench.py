@@ -21,7 +21,7 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(tiny_model_dir
     doc.write_text("# Benchmarks\n\n<!-- bench:engine -->\nkept\n<!-- /bench:engine -->\n")
     code = main(["bench", "serve", "--model", str(tiny_model_dir), "--concurrency", "1,2",
                  "--requests", "2,2", "--prompt-len", "300", "--max-new-tokens", "8",
-                 "--slots", "2", "--rounds", "2", "--warmup", "1", "--stores", "redis",
+                 "--rows", "2", "--rounds", "2", "--warmup", "1", "--stores", "redis",
                  "--blob-stores", "redis",
                  "--blob-sizes-mib", "1", "--blob-repeats", "1", "--doc", str(doc),
                  "--json-out", str(out)])
@@ -74,7 +74,7 @@ def test_bench_serve_compares_the_openai_api_with_grpc_in_its_own_section(tiny_m
     doc.write_text("# Benchmarks\n\n<!-- bench:serve -->\nkept\n<!-- /bench:serve -->\n")
     code = main(["bench", "serve", "--parts", "serve", "--systems", "router,openai",
                  "--model", str(tiny_model_dir), "--concurrency", "1,3", "--requests", "2,3",
-                 "--prompt-len", "300", "--max-new-tokens", "8", "--slots", "3", "--rounds",
+                 "--prompt-len", "300", "--max-new-tokens", "8", "--rows", "3", "--rounds",
                  "2", "--warmup", "1", "--stores", "nats", "--doc", str(doc),
                  "--json-out", str(out)])
 
@@ -112,7 +112,7 @@ def test_bench_serve_doccache_workload_stores_each_document_once(tiny_model_dir,
     code = main(["bench", "serve", "--workload", "doccache", "--parts", "serve",
                  "--model", str(tiny_model_dir), "--documents", "2", "--concurrency", "2",
                  "--requests", "6", "--prompt-len", "500", "--max-new-tokens", "4",
-                 "--slots", "2", "--doc", str(doc), "--json-out", str(out)])
+                 "--rows", "2", "--doc", str(doc), "--json-out", str(out)])
 
     assert code == 0
     [level] = json.loads(out.read_text())["levels"]

@@ -28,7 +28,7 @@ def cluster_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cluster(cluster_model: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[LocalCluster]:
     spec = ClusterSpec(store="redis", model=cluster_model, router_port=0, decode_workers=1,
-                       slots=2, log_dir=tmp_path_factory.mktemp("cluster-logs"),
+                       rows=2, log_dir=tmp_path_factory.mktemp("cluster-logs"),
                        drain_timeout_s=5.0)
     with LocalCluster(spec) as started:
         yield started

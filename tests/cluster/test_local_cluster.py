@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize(("store", "tls"), [("redis", False), ("nats", True)])
 def test_cluster_serves_then_stops_leaving_no_process(store: str, tls: bool, tiny_model: Path,
                                                       tmp_path: Path) -> None:
-    spec = ClusterSpec(store=store, model=tiny_model, router_port=0, slots=2, log_dir=tmp_path,
+    spec = ClusterSpec(store=store, model=tiny_model, router_port=0, rows=2, log_dir=tmp_path,
                        tls=tls)
     with LocalCluster(spec) as cluster:
         assert set(cluster.endpoints) == {"store", "prefill", "decode-0", "decode-1", "router"}

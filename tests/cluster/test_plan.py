@@ -32,7 +32,7 @@ def test_stages_start_store_then_workers_then_router() -> None:
 
 def test_router_gets_every_worker_and_workers_get_the_store() -> None:
     store, (prefill, *decodes), (router,) = _plan(
-        ClusterSpec(store="nats", model=Path("/m"), decode_workers=2, slots=3,
+        ClusterSpec(store="nats", model=Path("/m"), decode_workers=2, rows=3,
                     backend="sn40l-sim", router_port=50051))
     (store,) = store
     assert store.address == "nats://snapstream:pw-1@127.0.0.1:41000"
@@ -45,7 +45,7 @@ def test_router_gets_every_worker_and_workers_get_the_store() -> None:
     assert flags["--decode-addrs"] == ",".join(d.address for d in decodes)
     for decode in decodes:
         flags = _flags(decode.argv)
-        assert (flags["--slots"], flags["--backend"], flags["--model"]) == ("3", "sn40l-sim", "/m")
+        assert (flags["--rows"], flags["--backend"], flags["--model"]) == ("3", "sn40l-sim", "/m")
         assert dict(decode.env)["SNAPSTREAM_STORE"] == store.address
         assert "pw-1" not in " ".join(decode.argv)  # not on a command line: ps shows those
     assert router.service == "snapstream.v1.Generation" and store.service is None
@@ -116,7 +116,7 @@ def test_with_certificates_every_service_serves_tls_and_the_router_asks_for_keys
 @pytest.mark.parametrize(("fields", "message"), [
     ({"torch_threads": -1}, "torch_threads must be >= 0"),
     ({"store": "etcd"}, "store must be one of redis, nats"),
-    ({"decode_workers": 0}, "decode_workers and slots must be >= 1"),
+    ({"decode_workers": 0}, "decode_workers and rows must be >= 1"),
     ({"decode_ports": (1, 2, 3)}, "decode_ports must be empty or hold decode_workers"),
     ({"router_port": 70000}, "ports must lie in"),
     ({"drain_timeout_s": 0}, "start_timeout_s and drain_timeout_s must be > 0"),

@@ -24,7 +24,7 @@ PROMPT = "behind a lock " * 4
 @pytest.fixture(scope="module")
 def cluster(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(model=tiny_model, router_port=0, decode_workers=1, slots=2, tls=True,
+    spec = ClusterSpec(model=tiny_model, router_port=0, decode_workers=1, rows=2, tls=True,
                        api_key=True, log_dir=tmp_path_factory.mktemp("secure"))
     with LocalCluster(spec) as started:
         yield started

@@ -45,7 +45,7 @@ def _serving(cluster: LocalCluster, name: str) -> bool:
 @pytest.mark.slow
 def test_a_crashed_worker_and_store_come_back_and_the_cluster_serves(tiny_model: Path,
                                                                      tmp_path: Path) -> None:
-    spec = ClusterSpec(model=tiny_model, router_port=0, slots=2, log_dir=tmp_path,
+    spec = ClusterSpec(model=tiny_model, router_port=0, rows=2, log_dir=tmp_path,
                        restarts=RestartPolicy(first_delay_s=0.2))
     with LocalCluster(spec) as cluster, \
             SnapstreamClient(cluster.endpoints["router"], timeout_s=60) as client:

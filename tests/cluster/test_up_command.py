@@ -37,7 +37,7 @@ def _read_until(process: subprocess.Popen, marker: str, timeout_s: float) -> str
 
 def test_sigterm_stops_every_member(tiny_model: Path, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "cli.main", "up", "--store", "redis", "--model",
-               str(tiny_model), "--port", "0", "--http-port", "0", "--slots", "2",
+               str(tiny_model), "--port", "0", "--http-port", "0", "--rows", "2",
                "--log-dir", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -244,7 +244,7 @@ def test_decode_scales_with_an_autoscaler_that_owns_its_replica_count(dev):
                                      "name": "decode"}
     assert hpa["minReplicas"] == 2 and hpa["maxReplicas"] > hpa["minReplicas"]
     assert "replicas" not in dev["Deployment", "decode"]["spec"]
-    assert hpa["metrics"][0]["pods"]["metric"]["name"] == "snapstream_slot_occupancy_ratio"
+    assert hpa["metrics"][0]["pods"]["metric"]["name"] == "snapstream_row_occupancy_ratio"
     assert dev["Deployment", "prefill"]["spec"]["replicas"] == 1
 
 

@@ -40,7 +40,7 @@ def engine(model_dir) -> Engine:
 
 @pytest.fixture(scope="module", params=["redis", "nats"])
 def cluster(request, model_dir, tmp_path_factory):
-    spec = ClusterSpec(store=request.param, model=model_dir, router_port=0, slots=4,
+    spec = ClusterSpec(store=request.param, model=model_dir, router_port=0, rows=4,
                        drain_timeout_s=5.0, log_dir=tmp_path_factory.mktemp("cluster-logs"))
     with LocalCluster(spec) as running:
         yield running
@@ -84,7 +84,7 @@ async def _assert_nothing_left(cluster: LocalCluster) -> None:
             if not busy and not keys:
                 return
             await asyncio.sleep(0.1)
-        raise AssertionError(f"left behind: busy slots {busy}, blobs {keys}")
+        raise AssertionError(f"left behind: busy rows {busy}, blobs {keys}")
     finally:
         await store.close()
 
@@ -105,7 +105,7 @@ async def test_bad_request_is_invalid_argument_with_a_message(cluster):
     assert "n_recent" in err.value.details()
 
 
-async def test_cancelled_stream_leaves_no_blob_and_no_busy_slot(cluster):
+async def test_cancelled_stream_leaves_no_blob_and_no_busy_row(cluster):
     async with grpc.aio.insecure_channel(cluster.endpoints["router"]) as channel:
         call = generation_pb2_grpc.GenerationStub(channel).Generate(
             _request("cancel " * 40, 1500))

@@ -29,7 +29,7 @@ def engine() -> Engine:
 @pytest.fixture(scope="module", params=["redis", "nats"])
 def cluster(request, tmp_path_factory):
     spec = ClusterSpec(store=request.param, model=model_path("gemma3-270m"), router_port=0,
-                       decode_workers=1, slots=2, drain_timeout_s=5.0, start_timeout_s=600.0,
+                       decode_workers=1, rows=2, drain_timeout_s=5.0, start_timeout_s=600.0,
                        log_dir=tmp_path_factory.mktemp(f"gemma3-{request.param}"))
     with LocalCluster(spec) as running:
         yield running

@@ -15,7 +15,7 @@ PASSKEY = "71432"
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory) -> str:
-    spec = ClusterSpec(store="redis", router_port=0, decode_workers=1, slots=2,
+    spec = ClusterSpec(store="redis", router_port=0, decode_workers=1, rows=2,
                        log_dir=tmp_path_factory.mktemp("cluster-logs"), drain_timeout_s=5.0)
     with LocalCluster(spec) as cluster:  # model None: the default model
         yield cluster.endpoints["router"]

@@ -42,7 +42,7 @@ async def _run(loop: DecodeLoop, engine: Engine, prompt: str, sampling: Sampling
 
 async def test_a_row_whose_sampling_fails_ends_alone(tiny_model_dir):
     engine = Engine.from_pretrained(tiny_model_dir)
-    loop = DecodeLoop(engine, make_backend(BackendConfig(), engine.config), slots=4,
+    loop = DecodeLoop(engine, make_backend(BackendConfig(), engine.config), rows=4,
                       max_queue=8)
     loop.start()
     try:

@@ -1,5 +1,5 @@
 """Property test over every GenerateRequest field: whatever a client sends, the router answers
-OK or a client error (never INTERNAL or UNKNOWN), leaves no blob or slot behind, and still
+OK or a client error (never INTERNAL or UNKNOWN), leaves no blob or row behind, and still
 serves a normal request afterwards."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def gemma_dir(tmp_path_factory) -> Path:
 async def test_rows_join_and_leave_and_every_stream_equals_the_engine(gemma_dir, url):
     """Eight streams through two decode rows (a pool per layout: snapstream and full): each
     joins as a row frees, and each answer equals the in-process engine's."""
-    async with serving_stack(gemma_dir, url, slots=2) as stack:
+    async with serving_stack(gemma_dir, url, rows=2) as stack:
         requests = [generation_pb2.GenerateRequest(prompt=p, max_new_tokens=NEW_TOKENS,
                                                    policy=policy)
                     for p in PROMPTS for policy in (POLICY, FULL)]

@@ -1,6 +1,6 @@
 """What goes wrong over the OpenAI API: bad bodies get a 4xx with an OpenAI error object (never
 a 500), an overloaded or unreachable prefill tier gets 429 or 503 with Retry-After, and a client
-that disconnects leaves no blob and no busy slot behind."""
+that disconnects leaves no blob and no busy row behind."""
 
 from __future__ import annotations
 
@@ -182,18 +182,18 @@ def _outcomes() -> tuple[float, float]:
     return metric("openai", "ok"), metric("openai", "cancelled")
 
 
-async def test_a_client_that_leaves_mid_stream_frees_its_slot_and_blob(served):
+async def test_a_client_that_leaves_mid_stream_frees_its_row_and_blob(served):
     stack, before = served.stack, _outcomes()
     body = text(prompt="leave me " * 20, max_tokens=2000, stream=True, snapstream=EXTENSION)
     async with httpx2.AsyncClient(base_url=served.base_url) as client, \
             client.stream("POST", TEXT, json=body) as response:
         await _first_events(response, 3)
         assert stack.loop.stats().running == 1
-    await wait_idle(stack)  # every blob deleted, every slot free
+    await wait_idle(stack)  # every blob deleted, every row free
     assert _outcomes() == (before[0], before[1] + 1)  # cut short, not run to its end
 
 
-async def test_a_client_that_leaves_before_the_answer_frees_its_slot_and_blob(served):
+async def test_a_client_that_leaves_before_the_answer_frees_its_row_and_blob(served):
     stack, before = served.stack, _outcomes()
     async with httpx2.AsyncClient(base_url=served.base_url) as client:
         call = asyncio.ensure_future(client.post(TEXT, json=text(

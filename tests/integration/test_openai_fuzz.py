@@ -1,6 +1,6 @@
 """Property test over the OpenAI request bodies: whatever JSON a client posts (any field, any
 type, lone surrogates, odd numbers), the router answers 200 or a client error (never a 5xx, nor
-an error event inside a stream), leaves no blob or slot behind, and still serves afterwards."""
+an error event inside a stream), leaves no blob or row behind, and still serves afterwards."""
 
 from __future__ import annotations
 

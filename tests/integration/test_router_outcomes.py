@@ -34,8 +34,8 @@ PROMPTS = ["full house " * 6, "wait your turn " * 4, "x", "0123456789" * 3, "na√
 async def test_full_decode_workers_are_retried_until_every_stream_is_served(tiny_model_dir,
                                                                           redis_url):
     engine = Engine.from_pretrained(tiny_model_dir)
-    # one slot and one place in the queue: most of the streams are refused at first
-    async with serving_stack(tiny_model_dir, redis_url, slots=1, max_queue=1) as stack:
+    # one row and one place in the queue: most of the streams are refused at first
+    async with serving_stack(tiny_model_dir, redis_url, rows=1, max_queue=1) as stack:
         results = await asyncio.gather(*(
             collect(stack.generation, generation_pb2.GenerateRequest(
                 prompt=prompt, max_new_tokens=16, policy=POLICY), timeout=120)

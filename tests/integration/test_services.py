@@ -65,20 +65,20 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def serving_stack(model_dir: Path, store_url: str,
-                        backend: BackendConfig = TORCH, slots: int = 4, max_queue: int = 16,
+                        backend: BackendConfig = TORCH, rows: int = 4, max_queue: int = 16,
                         prefill_queue: int = 8,
                         prefill_cls: type[PrefillServicer] = PrefillServicer,
                         kv_dtype: str | None = None) -> AsyncIterator[Stack]:
     engine = Engine.from_pretrained(model_dir, kv_dtype=kv_dtype)
     spec = blob_spec(engine)
     store = await open_store(store_url)
-    loop = DecodeLoop(engine, make_backend(backend, engine.config), slots=slots,
+    loop = DecodeLoop(engine, make_backend(backend, engine.config), rows=rows,
                       max_queue=max_queue)
     server = grpc.aio.server(interceptors=[StatusInterceptor()])
     port = server.add_insecure_port("127.0.0.1:0")
     address = f"127.0.0.1:{port}"
     prefill = WorkerPool("prefill", (address,), prefill_pb2_grpc.PrefillStub, "least_outstanding")
-    decode = WorkerPool("decode", (address,), decode_pb2_grpc.DecodeStub, "most_free_slots")
+    decode = WorkerPool("decode", (address,), decode_pb2_grpc.DecodeStub, "most_free_rows")
     model = load_served_model(model_dir, "snapstream", 16)
     prefill_pb2_grpc.add_PrefillServicer_to_server(
         prefill_cls(engine, store, spec, blob_ttl_s=60, max_queue=prefill_queue), server)
@@ -139,7 +139,7 @@ async def test_concurrent_greedy_streams_equal_the_engine(model_dir, url):
             assert ids == expected.token_ids
             assert text == expected.text
             assert complete.completion_tokens == len(ids)
-        await wait_idle(stack)  # every blob deleted, every slot free
+        await wait_idle(stack)  # every blob deleted, every row free
 
 
 async def _long_stream_under_way(stack, prompt: str):
@@ -154,7 +154,7 @@ async def _long_stream_under_way(stack, prompt: str):
     raise AssertionError(f"the stream ended after {seen} tokens")
 
 
-async def test_cancelled_stream_frees_its_slot_and_blob(model_dir, url):
+async def test_cancelled_stream_frees_its_row_and_blob(model_dir, url):
     async with serving_stack(model_dir, url) as stack:
         call = await _long_stream_under_way(stack, "cancel me " * 20)
         assert stack.loop.stats().running == 1
@@ -162,7 +162,7 @@ async def test_cancelled_stream_frees_its_slot_and_blob(model_dir, url):
         await wait_idle(stack)
 
 
-async def test_deadline_frees_its_slot_and_blob(model_dir, url):
+async def test_deadline_frees_its_row_and_blob(model_dir, url):
     async with serving_stack(model_dir, url) as stack:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await collect(stack.generation, generation_pb2.GenerateRequest(
@@ -359,7 +359,7 @@ async def test_draining_worker_refuses_new_streams_and_keeps_cut_off_blobs(model
         await call.read()
         stack.decode_servicer.start_draining()
         stats = await stack.decode.Stats(decode_pb2.StatsRequest())
-        assert stats.free_slots == 0 and stats.running == 1
+        assert stats.free_rows == 0 and stats.running == 1
         call.cancel()  # the stream is cut while the worker drains
         for _ in range(100):
             if stack.loop.stats().running == 0:

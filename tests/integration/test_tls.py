@@ -61,7 +61,7 @@ async def _stats(channel: grpc.aio.Channel) -> decode_pb2.StatsResponse:
 async def test_a_caller_with_the_clusters_certificate_is_served(certs, decode_address):
     tls = TlsFiles(cert=certs.cert, key=certs.key, ca=certs.ca)
     async with open_channel(decode_address, tls) as channel:
-        assert (await _stats(channel)).total_slots == 8
+        assert (await _stats(channel)).total_rows == 8
 
 
 @pytest.mark.parametrize("caller", ["without-client-certificate", "plaintext"])

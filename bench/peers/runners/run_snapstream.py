@@ -11,7 +11,7 @@ slots in the served KV dtype, and the row's slot mask).
 
 ``generate_batch`` prefills the prompts one by one (each first token stamped as its prefill
 ends), puts them into one decode pool of as many rows, and runs the static decode step over
-all of them until each has its tokens: what a decode worker does once its slots are full.
+all of them until each has its tokens: what a decode worker does once its rows are full.
 """
 
 from __future__ import annotations
