@@ -1,7 +1,12 @@
-"""`snapstream eval`: RULER-style retrieval accuracy per cache policy and budget.
+"""`snapstream eval`: retrieval accuracy per cache policy and budget, on RULER-style tasks and
+on the workloads on real text (evaldata.workloads: codesearch, paraphrase, multineedle).
 
-Writes results.csv, summary.json, accuracy_vs_budget.png (per task), accuracy_vs_gap.png (with
-several gaps) and heatmap_<policy>.png into --out and prints a summary table. Budgets:
+Runs cell by cell (task, length, placement), each cell's rows kept under --out/cells/ as it
+finishes, so that a rerun into the same --out resumes (evaluation.cells). Writes results.csv,
+losses.csv (rows a compressed run lost against the full cache, with what it kept of the
+needle), summary.json, report.md (accuracy per run, per cell with its 95% interval, the failure
+analysis, the accuracy targets), accuracy_vs_budget.png (per task), accuracy_vs_gap.png (with
+several gaps) and heatmap_<policy>.png into --out, and prints the report. Budgets:
 fractions of each sample's context length (``1/4``) or token counts (``256``), split into
 sinks, SnapKV picks and ring by the rule in :mod:`evaluation.budget`. Lengths are in
 tokens of the model's tokenizer. With ``--draft-model``, each sample is also answered by the
@@ -19,15 +24,24 @@ from pathlib import Path
 
 from evaldata import PROMPT_FORMATS, model_format
 from evaluation.budget import Budget, SplitRule
+from evaluation.cells import run_in_cells
 from evaluation.config import EvalConfig, SpeculativeGrid
 from evaluation.plots import (
     plot_accuracy_vs_budget,
     plot_accuracy_vs_gap,
     plot_heatmaps,
 )
-from evaluation.results import summarize, summary_table, write_csv
+from evaluation.results import (
+    analysis_markdown,
+    cell_table,
+    losses,
+    summarize,
+    summary_table,
+    write_csv,
+)
 from evaluation.runner import evaluate
 from evaluation.speculative_runs import evaluate_speculative
+from evaluation.targets import check_targets, targets_table
 from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.engine import Engine
 from snapstream.policy import POOLINGS, CachePolicy
@@ -147,30 +161,45 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"context_lens: {max(cfg.context_lens)} + gap {max(cfg.gaps)} exceeds "
                          f"the model's context of {engine.context_len} tokens")
     samples = cfg.samples(engine.tokenizer)
-    rows = evaluate(engine, cfg, samples, progress=not args.no_progress)
-    config = cfg.to_json()
-    if cfg.speculative is not None:
-        draft = Engine.from_pretrained(cfg.speculative.draft, dtype=args.dtype,
-                                       device=args.device)
-        drafted, skipped = evaluate_speculative(engine, draft, cfg, samples,
+    draft = None if cfg.speculative is None else Engine.from_pretrained(
+        cfg.speculative.draft, dtype=args.dtype, device=args.device)
+
+    def run_cell(indices: list[int], members: list) -> tuple[list, list[dict]]:
+        rows = evaluate(engine, cfg, members, progress=not args.no_progress, indices=indices)
+        if draft is None:
+            return rows, []
+        drafted, skipped = evaluate_speculative(engine, draft, cfg, members,
                                                 progress=not args.no_progress)
-        rows += drafted
+        drafted = [replace(row, sample=indices[row.sample]) for row in drafted]
+        return rows + drafted, [skip | {"sample": indices[skip["sample"]]} for skip in skipped]
+
+    model = str(args.model or engine.name)
+    config = cfg.to_json()
+    rows, skipped = run_in_cells(samples, {"model": model, **config}, args.out, run_cell)
+    if cfg.speculative is not None:
         config["speculative_skipped"] = skipped
         if skipped:
             print(f"speculative: {len(skipped)} sample(s) longer than the draft's context "
                   "skipped (no speculative rows; listed in summary.json)")
-    write_outputs(rows, config, str(args.model or engine.name), args.out)
+    write_outputs(rows, config, model, args.out)
     return 0
 
 
 def write_outputs(rows: list, config: dict, model: str, out: Path) -> None:
-    """results.csv, summary.json and the figures into ``out``; prints the summary table."""
+    """results.csv, losses.csv, summary.json, report.md and the figures into ``out``; prints
+    the report."""
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
+    write_csv(losses(rows), out / "losses.csv")
     summary = summarize(rows, config=config, model=model)
+    summary["targets"] = check_targets(summary["by_task_length"])
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_accuracy_vs_budget(rows, out / "accuracy_vs_budget.png")
     plot_accuracy_vs_gap(rows, out / "accuracy_vs_gap.png")
     plot_heatmaps(rows, out)
-    print(summary_table(summary))
-    print(f"wrote {len(rows)} rows and figures to {out}")
+    report = [summary_table(summary), cell_table(summary), analysis_markdown(summary)]
+    if summary["targets"]:
+        report.append(targets_table(summary["targets"]))
+    (out / "report.md").write_text("\n\n".join(report) + "\n")
+    print("\n\n".join(report))
+    print(f"wrote {len(rows)} rows, report.md and figures to {out}")

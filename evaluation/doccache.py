@@ -34,6 +34,7 @@ from evaldata.phrasing import PHRASES
 from evaldata.sample import TaskConfig
 from evaldata.scoring import exact_match
 from evaluation.budget import Budget, SplitRule
+from evaluation.needles import held_share
 from evaluation.results import markdown_header, markdown_row
 from kvstore.codec import BlobSpec, decode_blob, encode_blob
 from kvstore.seal import ClusterSecret, Seal
@@ -118,13 +119,6 @@ def needle_tokens(engine: Engine, messages: list[ChatMessage], ask: Ask) -> dict
         spans[part] = (begin, begin + len(text))
     return {part: [i for i, (a, b) in enumerate(offsets) if a < end and b > begin]
             for part, (begin, end) in spans.items()}
-
-
-def held_share(cache: SequenceCache, tokens: list[int]) -> float:
-    """The share of ``tokens`` (prompt positions) the cache holds, over every layer and KV head."""
-    positions = cache.groups[0].positions.long()  # (L, Hkv, S)
-    wanted = torch.tensor(tokens, device=positions.device)  # (N,)
-    return float((positions[..., None] == wanted).any(dim=2).float().mean())  # (L, Hkv, N)
 
 
 def shares(cache: SequenceCache, needle: dict[str, list[int]]) -> str:

@@ -1,8 +1,10 @@
-"""Per-run rows, their CSV, accuracy tables grouped by any keys, and summary.json."""
+"""Per-run rows, their CSV, accuracy tables grouped by any keys (each accuracy with its 95%
+Wilson interval), the rows a compressed run lost against the full cache, and summary.json."""
 
 from __future__ import annotations
 
 import csv
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
@@ -62,12 +64,28 @@ class Row:
     forced_nll: float | None
     draft: str | None = None  # speculative rows: the draft model (the target is the run's)
     keep: float | None = None  # speculative rows: the keep share asked for
-    # speculative rows: share of the target needles' target tokens kept (1: the draft kept the
-    # needle whole, so a wrong answer is the target's; below 1: the draft lost part of it)
+    # share of the target needles' tokens kept (evaluation.needles; speculative rows: the
+    # target tokens the draft kept: 1, the needle whole, so a wrong answer is the target's)
     needle_kept: float | None = None
+    # cache policy rows (evaluation.needles): share of the answers' tokens inside the target
+    # needles the cache holds, and share of the observation window's votes on the needles
+    answer_kept: float | None = None
+    needle_attention: float | None = None
 
 
 COLUMNS = tuple(f.name for f in fields(Row))
+Z95 = 1.959964  # the standard normal's 97.5% quantile
+ANALYSIS = ("needle_kept", "answer_kept", "needle_attention")
+
+
+def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of the share ``correct / n`` (95% at the default ``z``); it
+    stays inside [0, 1] and is not empty at 0 or ``n`` correct, unlike the normal one."""
+    share, spread = correct / n, z * z / n
+    centre = (share + spread / 2) / (1 + spread)
+    half = z * math.sqrt(share * (1 - share) / n + spread / (4 * n)) / (1 + spread)
+    low = 0.0 if correct == 0 else max(0.0, centre - half)
+    return low, 1.0 if correct == n else min(1.0, centre + half)
 
 
 def write_csv(rows: Sequence[Row], path: Path) -> None:
@@ -100,9 +118,11 @@ def _entry(entry: dict, members: list[Row]) -> dict:
     nll = [row.forced_nll for row in members if row.forced_nll is not None]
     wrong = [row.needle_kept for row in members
              if not row.correct and row.needle_kept is not None]
+    low, high = wilson_interval(correct, len(members))
     return entry | {
         "budget_fraction": sum(fractions) / len(fractions) if fractions else None,
         "n": len(members), "correct": correct, "accuracy": correct / len(members),
+        "ci_low": low, "ci_high": high,
         "forced_nll": sum(nll) / len(nll) if nll else None,
         # speculative rows' wrong answers: the draft lost part of the needle / kept it whole
         "wrong_needle_lost": sum(share < 1 for share in wrong),
@@ -110,10 +130,40 @@ def _entry(entry: dict, members: list[Row]) -> dict:
     }
 
 
+def losses(rows: Sequence[Row]) -> list[Row]:
+    """The rows a run other than ``full`` got wrong on a sample (and gap) that the full cache
+    answered right."""
+    full_right = {(row.sample, row.gap) for row in rows if row.policy == "full" and row.correct}
+    return [row for row in rows
+            if row.policy != "full" and not row.correct and (row.sample, row.gap) in full_right]
+
+
+def analysis_table(rows: Sequence[Row]) -> list[dict]:
+    """Per run: the mean of each :data:`ANALYSIS` column over its right rows and over the rows
+    it lost against the full cache (None where no row has it)."""
+    lost = {id(row) for row in losses(rows)}
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[tuple(getattr(row, k) for k in RUN_KEYS)].append(row)
+    table = []
+    for key, members in groups.items():
+        entry = dict(zip(RUN_KEYS, key, strict=True))
+        for name, chosen in (("right", [r for r in members if r.correct]),
+                             ("lost", [r for r in members if id(r) in lost])):
+            entry[f"n_{name}"] = len(chosen)
+            for column in ANALYSIS:
+                values = [getattr(r, column) for r in chosen if getattr(r, column) is not None]
+                entry[f"{column}_{name}"] = sum(values) / len(values) if values else None
+        table.append(entry)
+    return table
+
+
 def summarize(rows: Sequence[Row], *, config: dict, model: str) -> dict:
-    """summary.json: the config, and accuracy tables for every grouping in ``GROUPINGS``."""
+    """summary.json: the config, accuracy tables for every grouping in ``GROUPINGS`` and the
+    failure analysis per run (:func:`analysis_table`)."""
     tables = {name: accuracy_table(rows, keys) for name, keys in GROUPINGS.items()}
-    return {"model": model, "config": config, "num_rows": len(rows), **tables}
+    return {"model": model, "config": config, "num_rows": len(rows), **tables,
+            "analysis": analysis_table(rows)}
 
 
 def summary_table(summary: dict) -> str:
@@ -143,3 +193,46 @@ def _condition(placement: str, gap: int, show_gap: bool) -> str:
 
 def _cell(values: list[float | None]) -> str:
     return "/".join("-" if v is None else f"{v:.2f}" for v in values)
+
+
+def cell_table(summary: dict) -> str:
+    """Markdown: a row per cell (task, length, placement, and the gap where there are several),
+    a column per run; each entry the accuracy, its 95% interval and the samples."""
+    from bench.report import markdown_table
+
+    entries = summary["by_task_length"]
+    runs = list(dict.fromkeys((e["policy"], e["budget_label"]) for e in entries))
+    show_gap = len({e["gap"] for e in entries}) > 1
+    cells: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
+    for e in entries:
+        cell = (e["task"], e["context_len"], e["placement"], *((e["gap"],) if show_gap else ()))
+        cells[cell][(e["policy"], e["budget_label"])] = e
+    body = [[*cell, *(_interval(by_run.get(run)) for run in runs)]
+            for cell, by_run in cells.items()]
+    header = ["task", "length", "question", *(["gap"] if show_gap else []),
+              *(policy if label is None else f"{policy} {label}" for policy, label in runs)]
+    return "accuracy [95% interval] (samples)\n" + markdown_table(header, body)
+
+
+def _interval(entry: dict | None) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry['accuracy']:.2f} [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}] ({entry['n']})"
+
+
+def analysis_markdown(summary: dict) -> str:
+    """Markdown of summary.json's ``analysis``: per run, the rows lost against the full cache
+    and the mean share of the answer kept and of the window's votes on the needle, over the
+    run's right rows / its lost rows."""
+    from bench.report import markdown_table
+
+    def pair(entry: dict, column: str) -> str:
+        return "/".join("-" if entry[f"{column}_{kind}"] is None
+                        else f"{entry[f'{column}_{kind}']:.2f}" for kind in ("right", "lost"))
+
+    body = [[e["policy"], e["budget_label"] or "-", e["n_lost"], pair(e, "answer_kept"),
+             pair(e, "needle_kept"), pair(e, "needle_attention")]
+            for e in summary["analysis"] if e["policy"] != "full"]
+    return ("why answers were lost (right rows / rows lost against full; losses.csv lists "
+            "them)\n" + markdown_table(["policy", "budget", "lost", "answer kept",
+                                         "needle kept", "window votes on needle"], body))

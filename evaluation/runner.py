@@ -6,13 +6,15 @@ reported under each label. Every prompt stops before its answer cue, which is de
 forced tokens (:func:`model_inputs`), so one forward serves every gap. Progress counts the
 token positions run: each distinct prompt's forward, then each policy's decode of a group
 (forced tokens and the most new tokens a row may take), so long forced decodes weigh in its
-ETA.
+ETA. Every row carries what its cache and observation window make of the target needles
+(:mod:`~evaluation.needles`), to tell why a target is missed.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from tqdm import tqdm
 
@@ -20,8 +22,10 @@ from evaldata import Sample, corpus
 from evaluation.config import EvalConfig, Run
 from evaluation.forward import PromptForward
 from evaluation.lockstep import RowInput, RowOutput, decode_rows
+from evaluation.needles import NeedleTokens, attention_share, held_share, needle_tokens
 from evaluation.results import Row
 from snapstream.engine import Engine
+from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
 
 ANSWER_SLACK_TOKENS = 6  # room for a space, separators and a closing word after the values
@@ -31,14 +35,17 @@ GAP_CHARS_PER_TOKEN = 8  # filler characters drawn per gap token (more than enou
 def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progress: bool = True,
              runs_for: Callable[[int], list[Run]] | None = None,
              forwards: dict[tuple[int, ...], PromptForward] | None = None,
-             max_window: int = 0) -> list[Row]:
+             max_window: int = 0, indices: Sequence[int] | None = None) -> list[Row]:
     """One :class:`Row` per sample, gap and run (``runs_for(context_len)``, by default
     ``cfg.runs``). ``forwards``: a cache the caller keeps, so that a later call on the same
     samples runs no prompt again (it must ask for no window above the first call's, which
-    keeps the last ``max_window`` queries at least)."""
+    keeps the last ``max_window`` queries at least). ``indices``: each sample's index in the
+    grid (by default its place in ``samples``), which its rows carry and its gap prose is
+    drawn by."""
     runs_for = runs_for or cfg.runs
+    indexed = list(zip(range(len(samples)) if indices is None else indices, samples, strict=True))
     groups = [(group, runs_for(group[0][1].context_len))
-              for group in _groups(samples, cfg.max_group_tokens)]
+              for group in _groups(indexed, cfg.max_group_tokens)]
     inputs = {(gap, index): model_inputs(engine, cfg, gap, index, sample)
               for group, _ in groups for index, sample in group for gap in cfg.gaps}
     rows: list[Row] = []
@@ -68,9 +75,10 @@ def _work(engine: Engine, gaps: tuple[int, ...],
     return sum(map(len, prompts)) + decoded
 
 
-def _groups(samples: Sequence[Sample], max_tokens: int) -> Iterator[list[tuple[int, Sample]]]:
-    """Samples of one context length, at most ``max_tokens`` prompt tokens a group."""
-    ordered = sorted(enumerate(samples), key=lambda pair: pair[1].context_len)
+def _groups(samples: list[tuple[int, Sample]], max_tokens: int
+            ) -> Iterator[list[tuple[int, Sample]]]:
+    """Indexed samples of one context length, at most ``max_tokens`` prompt tokens a group."""
+    ordered = sorted(samples, key=lambda pair: pair[1].context_len)
     group: list[tuple[int, Sample]] = []
     for index, sample in ordered:
         is_full = sum(s.num_tokens for _, s in group) + sample.num_tokens > max_tokens
@@ -99,22 +107,46 @@ def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
     budgets = [max_new_tokens(engine, sample) for _, sample in group]
     extra = max(len(forced) + new for (_, forced), new in zip(inputs, budgets, strict=True))
     longest = max(forward.prompt_len for forward in forwards)
+    tokens = [needle_tokens(engine.tokenizer.encode_with_offsets(prompt_text(sample))[1], sample)
+              for _, sample in group]
     outputs: dict[CachePolicy, list[RowOutput]] = {}
+    analyses: dict[CachePolicy, list[Analysis]] = {}
     for policy in dict.fromkeys(run.policy for run in runs):
         # growing layouts sized alike for every row, with room for the policy's own budget
         capacity = max(longest, policy.budget) + extra
+        caches = [forward.sequence_cache(policy, len(forced) + new, capacity)
+                  for forward, (_, forced), new in zip(forwards, inputs, budgets, strict=True)]
+        analyses[policy] = [_analysis(forward, cache, policy, where)
+                            for forward, cache, where in zip(forwards, caches, tokens, strict=True)]
         outputs[policy] = decode_rows(engine, [
-            RowInput(cache=forward.sequence_cache(policy, len(forced) + new, capacity),
-                     logits=forward.logits, forced_ids=tuple(forced), answers=sample.answers,
-                     max_new_tokens=new, scoring=sample.scoring)
-            for forward, (_, forced), new, (_, sample)
-            in zip(forwards, inputs, budgets, group, strict=True)])
+            RowInput(cache=cache, logits=forward.logits, forced_ids=tuple(forced),
+                     answers=sample.answers, max_new_tokens=new, scoring=sample.scoring)
+            for forward, cache, (_, forced), new, (_, sample)
+            in zip(forwards, caches, inputs, budgets, group, strict=True)])
         on_progress(sum(len(forced) + new for (_, forced), new in zip(inputs, budgets,
                                                                        strict=True)))
-    return [_row(index, sample, gap, run, forward.prompt_len, len(forced), out)
+    return [_row(index, sample, gap, run, forward.prompt_len, len(forced), out, analysis)
             for run in runs
-            for (index, sample), forward, (_, forced), out
-            in zip(group, forwards, inputs, outputs[run.policy], strict=True)]
+            for (index, sample), forward, (_, forced), out, analysis
+            in zip(group, forwards, inputs, outputs[run.policy], analyses[run.policy],
+                   strict=True)]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What a row's cache and observation window make of its needles (evaluation.needles)."""
+
+    needle_kept: float | None
+    answer_kept: float | None
+    needle_attention: float | None
+
+
+def _analysis(forward: PromptForward, cache: SequenceCache, policy: CachePolicy,
+              where: NeedleTokens) -> Analysis:
+    votes = forward.scores(policy.window, 1, "avg")  # (L, Hkv, P), unpooled
+    return Analysis(needle_kept=held_share(cache, where.needle),
+                    answer_kept=held_share(cache, where.answer),
+                    needle_attention=attention_share(votes, forward.windows, where.needle))
 
 
 def max_new_tokens(engine: Engine, sample: Sample) -> int:
@@ -148,7 +180,7 @@ def prompt_text(sample: Sample) -> str:
 
 
 def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int, num_forced: int,
-         out: RowOutput) -> Row:
+         out: RowOutput, analysis: Analysis) -> Row:
     policy = run.policy
     fraction = None if run.budget_tokens is None else run.budget_tokens / sample.context_len
     return Row(
@@ -159,4 +191,6 @@ def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int, num_fo
         n_recent=policy.n_recent, window=policy.window, kernel=policy.kernel,
         pooling=policy.pooling, correct=bool(out.correct), answer=sample.answer,
         generated=out.text, prompt_tokens=prompt_len, new_tokens=len(out.token_ids),
-        finish_reason=out.finish_reason, forced_nll=out.mean_forced_nll(num_forced))
+        finish_reason=out.finish_reason, forced_nll=out.mean_forced_nll(num_forced),
+        needle_kept=analysis.needle_kept, answer_kept=analysis.answer_kept,
+        needle_attention=analysis.needle_attention)

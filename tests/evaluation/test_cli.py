@@ -230,3 +230,31 @@ def test_a_base_model_is_asked_for_a_completion(tmp_path):
     assert summary["config"]["prompt_format"] == "raw"
     assert main(["eval", "--model", str(base), *flags, "--prompt-format", "chat",
                  "--out", str(tmp_path / "b")]) == 2  # asked for a template it has not
+
+
+def test_workloads_on_real_text_run_in_cells_and_resume(checkpoint, tmp_path):
+    args = ["eval", "--model", str(checkpoint), "--tasks", "codesearch,paraphrase,multineedle",
+            "--context-lens", "600", "--policies", "full,snapstream,streaming", "--budgets",
+            "1/4", "--n-per-cell", "1", "--max-group-tokens", "1500", "--no-progress",
+            "--out", str(tmp_path)]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(args) == 0
+    with (tmp_path / "results.csv").open(newline="") as file:
+        records = list(csv.DictReader(file))
+    assert len(records) == 3 * 2 * 3  # tasks x placements x runs
+    assert {r["task"] for r in records} == {"codesearch", "paraphrase", "multineedle"}
+    for record in records:
+        kept, attention = float(record["answer_kept"]), float(record["needle_attention"])
+        assert 0.0 <= kept <= 1.0 and 0.0 <= attention <= 1.0
+        assert record["policy"] != "full" or float(record["needle_kept"]) == 1.0
+    cells = sorted(path.name for path in (tmp_path / "cells").iterdir())
+    assert len(cells) == 3 * 2 + 1 and "codesearch-600-before.json" in cells
+    report = (tmp_path / "report.md").read_text()
+    assert "accuracy [95% interval] (samples)" in report and "why answers were lost" in report
+    first = (tmp_path / "results.csv").read_bytes()
+    again = io.StringIO()
+    with contextlib.redirect_stdout(again):
+        assert main(args) == 0
+    assert again.getvalue().count("cell ") == 6 and "read 3 rows" in again.getvalue()
+    assert (tmp_path / "results.csv").read_bytes() == first

@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from evaluation.doccache import build_document, held_share, kept_whole
+from evaluation.doccache import build_document, kept_whole
+from evaluation.needles import held_share
 from snapstream.kvcache import EMPTY
 from snapstream.policy import CachePolicy
 from snapstream.prefix_config import DocumentCacheConfig
