@@ -5,8 +5,13 @@ A layer of quantized linears (Llama family or Gemma 3) runs its norms, QKV proje
 slot attention, output projection, MLP and both residuals in C++, with the very kernels and
 roundings of the module path (its result is that path's bit for bit), but without the ~20 small
 torch ops per layer and the Python between them: at batch 1 on two cores those took more than
-half of a step. Other layers (float weights, biases) and batches of ``GEMM_MIN_ROWS`` rows or
-more (whose linears run oneDNN's GEMM) take the module path.
+half of a step. Other layers (float weights, biases on any projection but QKV) and batches of
+``GEMM_MIN_ROWS`` rows or more (whose linears run oneDNN's GEMM) take the module path.
+
+A QKV bias (Qwen2) is the op's last param, after the family's others (11 params for the Llama
+family, 15 for Gemma 3): ``(Hq + 2 Hkv) * D`` float32 values added to the QKV projection's
+float32 output before the heads are split, normed and rotated, as the module path adds it.
+Layers with one take the module path until the op takes it (:data:`DECODE_LAYER_TAKES_QKV_BIAS`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class FusedLayer:
     activation: str  # an activation of kernels.gated_activation: silu or gelu_tanh
 
 
+# whether snapstream::decode_layer takes a QKV bias as its last param (see the docstring)
+DECODE_LAYER_TAKES_QKV_BIAS = False
 # per layer class: the names of its norms after the op's first ten params (Gemma 3's extra four)
 EXTRA_NORMS = {DecoderLayer: (),
                Gemma3DecoderLayer: ("self_attn.q_norm", "self_attn.k_norm",
@@ -48,20 +55,25 @@ def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
     norms = [layer.get_submodule(name).weight.detach()
              for name in ("input_layernorm", "post_attention_layernorm",
                           *EXTRA_NORMS[type(layer)])]
-    if (not all(isinstance(linear, QuantizedLinear) and linear.bias is None
-                       for linear in linears)
-            or not all(norm.dtype == torch.float32 and norm.device.type == "cpu"
-                       for norm in norms)):
+    qkv_bias = linears[0].bias
+    biases = () if qkv_bias is None else (qkv_bias.detach(),)
+    if (not all(isinstance(linear, QuantizedLinear) for linear in linears)
+            or any(linear.bias is not None for linear in linears[1:])
+            or (biases and not DECODE_LAYER_TAKES_QKV_BIAS)
+            or not all(tensor.dtype == torch.float32 and tensor.device.type == "cpu"
+                       for tensor in (*norms, *biases))):
         return None
     qkv, out, gate_up, down = ((linear.weight, linear.scales) for linear in linears)
-    return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:]),
+    return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:],
+                              *biases),
                       num_heads=layer.self_attn.num_heads, eps=layer.input_layernorm.eps,
                       q_factor=layer.self_attn.q_factor, activation=layer.mlp.activation)
 
 
 def fused_layers(model: Transformer) -> tuple[FusedLayer, ...] | None:
     """``decode_layer``'s arguments for each of ``model``'s layers, or None unless every layer
-    is a Llama-family or Gemma 3 one of quantized linears without biases, float32 norms."""
+    is a Llama-family or Gemma 3 one of quantized linears without biases (a QKV bias where the
+    op takes one), float32 norms."""
     layers = tuple(_fused_layer(layer) for layer in model.model.layers)
     return None if None in layers else layers
 

@@ -22,6 +22,7 @@ from snapstream.quant import (
 )
 from snapstream.rope import RotaryEmbedding
 
+EMBEDDING = "model.embed_tokens"
 _PART_OF = {part: (fused, i, len(parts)) for fused, parts in FUSED.items()
             for i, part in enumerate(parts)}
 
@@ -44,7 +45,7 @@ def load_model(checkpoint: Checkpoint, dtype: torch.dtype = torch.float32,
         state.pop("lm_head.weight", None)
     expected = {k for k in model.state_dict()
                 if not (config.tie_word_embeddings and k == "lm_head.weight")
-                and k.rpartition(".")[0] not in quantized}
+                and not any(k.startswith(f"{module}.") for module in quantized)}
     missing, unexpected = expected - state.keys(), state.keys() - expected
     if missing or unexpected:
         raise ValueError(f"{checkpoint.path}: weights do not match the config: missing "
@@ -75,9 +76,10 @@ def _load_blocks(model: Transformer, checkpoint: Checkpoint, dtype: torch.dtype)
                          "int8 or int4)")
     pending: dict[str, dict[int, GroupedCodes]] = {}
     replaced = set()
+    tied = model.config.tie_word_embeddings
     for name, tensor in checkpoint.block_weights():
         module = name.removesuffix(".weight")
-        module = "lm_head" if module == "model.embed_tokens" else module  # the tied head
+        module = "lm_head" if module == EMBEDDING and tied else module  # the tied head
         if (slot := _fused_slot(module)) is None:
             layer = QUANTIZED_LINEARS[tensor.bits].from_chunks(tensor.chunks(), tensor.rows)
         else:
@@ -88,10 +90,13 @@ def _load_blocks(model: Transformer, checkpoint: Checkpoint, dtype: torch.dtype)
                 continue
             del pending[module]
             layer = quantized_linear(GroupedCodes.stacked([parts[i] for i in range(count)]))
-        model.set_submodule(module, layer)
+        if module == EMBEDDING:  # untied: a table of its own
+            model.model.embed_tokens = QuantizedEmbedding(layer, dtype, owns=True)
+        else:
+            model.set_submodule(module, layer)
         replaced.add(module)
         return_freed_memory()  # the tensor's temporaries, before the next one's
-    if "lm_head" in replaced and model.config.tie_word_embeddings:
+    if "lm_head" in replaced and tied:
         model.model.embed_tokens = QuantizedEmbedding(model.lm_head, dtype)
-        replaced.add("model.embed_tokens")
+        replaced.add(EMBEDDING)
     return replaced

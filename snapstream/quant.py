@@ -311,12 +311,15 @@ def quantized_linear(codes: GroupedCodes, bias: torch.Tensor | None = None) -> Q
 
 
 class QuantizedEmbedding(nn.Module):
-    """The token embedding read from a quantized LM head's rows (tied weights): one copy of
-    them."""
+    """The token embedding read from the rows of a quantized table: the LM head's (tied
+    weights: one copy of them, registered by the head) or, with ``owns``, a table of its own
+    (a GGUF's untied quantized ``token_embd``), registered here as ``table``."""
 
-    def __init__(self, head: QuantizedLinear, dtype: torch.dtype) -> None:
+    def __init__(self, table: QuantizedLinear, dtype: torch.dtype, owns: bool = False) -> None:
         super().__init__()
-        self.rows, self.dtype = head.rows, dtype  # the head's buffers, not a second copy
+        if owns:
+            self.table = table
+        self.rows, self.dtype = table.rows, dtype  # the table's buffers, not a second copy
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids (...) -> (..., hidden) in the model's dtype."""

@@ -32,11 +32,12 @@ def unpermute_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     return weight.reshape(num_heads, half, 2, *rest).transpose(1, 2).reshape(weight.shape)
 
 
-def is_block_linear(target: str, config: ModelConfig) -> bool:
-    """Whether the Hugging Face weight ``target`` is a linear layer served from its blocks: the
-    projections, the LM head, and the embedding where it is the (tied) head."""
-    return (target.endswith("_proj.weight") or target == "lm_head.weight"
-            or (target == "model.embed_tokens.weight" and config.tie_word_embeddings))
+def is_block_linear(target: str) -> bool:
+    """Whether the Hugging Face weight ``target`` is served from its blocks: the projections,
+    the LM head and the embedding (the head's rows where they are tied, a table of its own
+    where not: no float copy of a 150k-token vocabulary)."""
+    return target.endswith("_proj.weight") or target in ("lm_head.weight",
+                                                         "model.embed_tokens.weight")
 
 
 def _row_order(file: GGUFFile, config: ModelConfig, name: str, rows: int) -> torch.Tensor | None:
@@ -59,10 +60,10 @@ def _targets(file: GGUFFile) -> Iterator[tuple[str, str]]:
         yield name, target
 
 
-def block_names(file: GGUFFile, config: ModelConfig) -> dict[str, str]:
+def block_names(file: GGUFFile) -> dict[str, str]:
     """GGUF name -> Hugging Face name of the tensors served from their blocks."""
     return {name: target for name, target in _targets(file)
-            if file.tensors[name].tensor_type in BLOCK_TYPES and is_block_linear(target, config)}
+            if file.tensors[name].tensor_type in BLOCK_TYPES and is_block_linear(target)}
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,14 @@ def block_tensor(file: GGUFFile, config: ModelConfig, name: str) -> BlockTensor:
 
 def block_weights(file: GGUFFile, config: ModelConfig) -> Iterator[tuple[str, BlockTensor]]:
     """(Hugging Face name, tensor) of every linear weight served from its blocks."""
-    for name, target in block_names(file, config).items():
+    for name, target in block_names(file).items():
         yield target, block_tensor(file, config, name)
 
 
 def state_dict_from_gguf(file: GGUFFile, config: ModelConfig, dtype: torch.dtype,
                          skip_blocks: bool = False) -> dict[str, torch.Tensor]:
     """Every tensor dequantized, or with ``skip_blocks`` those ``block_weights`` does not give."""
-    skipped = block_names(file, config) if skip_blocks else {}
+    skipped = block_names(file) if skip_blocks else {}
     state: dict[str, torch.Tensor] = {}
     for name, target in _targets(file):
         if name in skipped:

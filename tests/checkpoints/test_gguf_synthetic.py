@@ -14,7 +14,7 @@ from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.gguf_weights import unpermute_rows
 from snapstream.engine import Engine
 from snapstream.loader import load_model
-from snapstream.quant import Int4Linear, Int8Linear
+from snapstream.quant import Int4Linear, Int8Linear, QuantizedEmbedding
 from tests.checkpoints.conftest import hf_gguf_model, hf_gguf_tokenizer
 from tests.tiny_models import (
     CHATML,
@@ -161,4 +161,26 @@ def test_a_truncated_gguf_names_the_file_and_the_fix(tmp_path, keep):
         checkpoint.state_dict(torch.float32)
     message = str(info.value)
     assert str(cut) in message and "truncated or corrupt" in message
-    assert "scripts/setup.sh" in message and "\n" not in message
+    assert "snapstream models pull" in message and "\n" not in message
+
+
+def test_an_untied_quantized_embedding_keeps_its_blocks(tmp_path):
+    """Qwen2.5's GGUFs hold token_embd and output apart, both quantized: the embedding is a
+    table of codes of its own (no float copy), its rows the file's values to the bit."""
+    qtypes = {name: T.Q8_0 for name in LINEARS} | {"token_embd.weight": T.Q5_0,
+                                                   "output.weight": T.Q8_0}
+    model = random_model(tiny_config(model_type="qwen2", qkv_bias=True))
+    path = write_gguf(tmp_path / "untied.gguf", model, qtypes)
+    blocks = load_model(open_checkpoint(path), keep_blocks=True)
+    floats = load_model(open_checkpoint(path))
+    embedding = blocks.model.embed_tokens
+    assert isinstance(embedding, QuantizedEmbedding) and isinstance(embedding.table, Int8Linear)
+    assert embedding.table is not blocks.lm_head
+    assert "model.embed_tokens.table.weight" in blocks.state_dict()
+    ids = torch.arange(blocks.config.vocab_size)
+    assert torch.equal(embedding(ids), floats.model.embed_tokens(ids))
+    assert torch.equal(blocks.lm_head.dequantized(), floats.lm_head.weight)
+    with torch.no_grad():
+        hidden = floats(IDS, torch.arange(IDS.shape[1])[None], floats.causal_attend)
+        want = floats.logits(hidden)
+    torch.testing.assert_close(_logits(blocks), want, atol=0.05, rtol=0.05)

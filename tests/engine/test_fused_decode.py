@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
+from snapstream import fused_decode
 from snapstream.config import FULL, SLIDING
 from snapstream.decode import Decoder
-from snapstream.fused_decode import fused_layers, runs_fused
+from snapstream.fused_decode import DECODE_LAYER_TAKES_QKV_BIAS, fused_layers, runs_fused
 from snapstream.kvcache import BatchCache
 from snapstream.kvquant import as_bits
 from snapstream.policy import CachePolicy
 from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
-from tests.engine.helpers import engine_for
+from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.tiny_models import random_model, tiny_config, tiny_gemma3_config
 
-POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, window=8)
+POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, observation=8)
 CONFIGS = {  # Llama; Llama with two sliding-window layers around a global one; Gemma 3
     "llama": tiny_config,
     "hybrid": lambda: tiny_config(num_layers=3, layer_types=(SLIDING, FULL, SLIDING),
                                   sliding_window=20),
     "gemma3": tiny_gemma3_config,  # q/k and post norms, GELU, scaled embeddings and queries
+    "qwen2": lambda: tiny_config(model_type="qwen2", qkv_bias=True),  # a QKV bias
 }
 
 
@@ -49,6 +52,8 @@ def twin_decoders(engine, prompts: list[list[int]]) -> tuple[Decoder, Decoder, l
                                       torch.float32])
 @pytest.mark.parametrize("family", list(CONFIGS))
 def test_fused_step_equals_module_step(scheme, kv_dtype, family):
+    if family == "qwen2" and not DECODE_LAYER_TAKES_QKV_BIAS:
+        pytest.skip("decode_layer takes no QKV bias yet: layers with one run the modules")
     engine = quantized_engine(scheme, kv_dtype, family)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 200, (length,), generator=gen).tolist()
@@ -75,6 +80,44 @@ def test_only_quantized_layers_fuse():
     gemma = fused_layers(quantize_model(random_model(tiny_gemma3_config()), QUANT_SCHEMES["int8"]))
     assert {len(layer.params) for layer in gemma} == {14} and gemma[0].activation == "gelu_tanh"
     assert runs_fused(layers, GEMM_MIN_ROWS - 1) and not runs_fused(layers, GEMM_MIN_ROWS)
+
+
+def test_a_qkv_bias_is_the_ops_last_param(monkeypatch):
+    model = quantize_model(random_model(CONFIGS["qwen2"]()), QUANT_SCHEMES["int4"])
+    monkeypatch.setattr(fused_decode, "DECODE_LAYER_TAKES_QKV_BIAS", False)
+    assert fused_layers(model) is None  # the module path, bias included
+    monkeypatch.setattr(fused_decode, "DECODE_LAYER_TAKES_QKV_BIAS", True)
+    layers = fused_layers(model)
+    assert {len(layer.params) for layer in layers} == {11}
+    for layer, module in zip(layers, model.model.layers, strict=True):
+        assert layer.params[-1] is not None
+        assert torch.equal(layer.params[-1], module.self_attn.qkv_proj.bias)
+        assert layer.params[-1].dtype == torch.float32
+    hidden = model.config.hidden_size
+    model.model.layers[0].self_attn.o_proj.bias = nn.Parameter(torch.zeros(hidden))
+    assert fused_layers(model) is None  # a bias the op does not take: modules
+
+
+@pytest.mark.parametrize("scheme", ["int4", "int8"])
+def test_module_path_with_a_qkv_bias_decodes_as_the_prompt_forward(scheme):
+    """Qwen2's QKV bias through the quantized layers: each decode step's logits equal the
+    forward of the whole sequence (both below GEMM_MIN_ROWS rows: the same kernels), and the
+    bias changes them."""
+    engine = quantized_engine(scheme, torch.float32, "qwen2")
+    ids = torch.randint(0, 200, (30,), generator=torch.Generator().manual_seed(2)).tolist()
+    full = CachePolicy(kind="full")
+    tokens, logits, _ = greedy_with_logits(engine, ids, full, steps=8)
+    model = engine.model
+    with torch.no_grad():
+        sequence = torch.tensor([ids + tokens[:-1]])  # (1, 37)
+        hidden = model(sequence, torch.arange(sequence.shape[1])[None], model.causal_attend)
+        expected = model.logits(hidden[0, len(ids) - 1:])  # (8, V)
+        torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+        for layer in model.model.layers:
+            layer.self_attn.qkv_proj.bias.zero_()
+        unbiased = model.logits(model(sequence, torch.arange(sequence.shape[1])[None],
+                                      model.causal_attend)[0, len(ids) - 1:])
+    assert (unbiased - expected).abs().max() > 1e-2
 
 
 def test_decode_layer_rejects_a_mismatched_weight():
