@@ -119,11 +119,22 @@ def _parse_gemma3(name: str, config: Config) -> ModelSpec:
                      attention=spec.attention, layer_groups=_gemma3_layer_groups(config))
 
 
+def _parse_qwen2(name: str, config: Config) -> ModelSpec:
+    """Qwen2: the Llama family with Q/K/V biases, which are not modelled ((Hq + 2 Hkv) * D
+    additions a token per layer: 2,048 for Qwen2.5-Coder-1.5B). Its optional sliding-window
+    layers (``use_sliding_window``) are not modelled either."""
+    if config.get("use_sliding_window"):
+        raise ValueError("config.json: use_sliding_window is not modelled for qwen2; set it "
+                         "false")
+    return _parse_llama(name, {**config, "attention_bias": False})
+
+
 PARSERS: dict[str, Callable[[str, Config], ModelSpec]] = {
     "gemma3": _parse_gemma3,
     "gemma3_text": _parse_gemma3,
     "llama": _parse_llama,
     "mistral": _parse_llama,
+    "qwen2": _parse_qwen2,
     "deepseek_v2": _parse_deepseek,
     "deepseek_v3": _parse_deepseek,
 }

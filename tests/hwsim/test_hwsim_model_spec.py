@@ -5,7 +5,7 @@ import json
 import pytest
 from hwsim_tiny_models import TINY_DEEPSEEK, TINY_GEMMA3, TINY_LLAMA
 
-from hwsim.config_loader import load_model_spec, parse_config, target_names
+from hwsim.config_loader import TARGETS_DIR, load_model_spec, parse_config, target_names
 from hwsim.model_spec import MoeFfn
 
 NO_HEAD_DIM = {k: v for k, v in TINY_LLAMA.items() if k != "head_dim"}
@@ -74,7 +74,7 @@ def test_published_parameter_counts():
 
 def test_targets_shipped():
     assert {"llama-3.1-8b", "llama-3.1-70b", "deepseek-v3", "deepseek-r1",
-            "gemma-3-270m"} <= set(target_names())
+            "gemma-3-270m", "qwen2.5-coder-1.5b"} <= set(target_names())
 
 
 def test_tiny_gemma3_windowed_layers_by_hand():
@@ -96,6 +96,21 @@ def test_gemma3_270m_counts():
     assert [g.window for g in model.layer_groups] == [512, None] * 3
     per_token = 2 * 256  # K and V, 1 KV head of dim 256, per layer
     assert model.kv_elements(32768) == (3 * 32768 + 15 * 512) * per_token
+
+
+def test_qwen25_coder_15b_counts():
+    """1,543,714,304 parameters as published, less the Q/K/V biases hwsim does not model
+    (28 layers x (1536 + 2 x 256)); 28 KiB of 16-bit K and V a token."""
+    model = load_model_spec("qwen2.5-coder-1.5b")
+    assert model.params() == 1_543_714_304 - 28 * (1536 + 2 * 256)
+    assert model.kv_elements_per_token() * 2 == 28 * 1024
+    assert [(g.count, g.window) for g in model.layer_groups] == [(28, None)]
+
+
+def test_qwen2_sliding_window_layers_are_refused():
+    config = json.loads((TARGETS_DIR / "qwen2.5-coder-1.5b.json").read_text())
+    with pytest.raises(ValueError, match="use_sliding_window is not modelled"):
+        parse_config("windowed", {**config, "use_sliding_window": True})
 
 
 def test_load_from_path_and_checkpoint_dir(tmp_path):
@@ -125,3 +140,14 @@ def test_bad_configs_name_the_problem(config, message):
 def test_unknown_model_lists_targets():
     with pytest.raises(ValueError, match=r"not a shipped target \(deepseek-r1"):
         load_model_spec("no-such-model")
+
+
+def test_the_served_qwen2_model_is_costed_from_its_own_config():
+    """What the sn40l-sim decode back end reads: the GGUF's config, whose head is a tensor of its
+    own (the Hugging Face checkpoint ties it)."""
+    from snapstream.checkpoints import open_checkpoint
+
+    served = parse_config("served", open_checkpoint("qwen2.5-coder-1.5b").config.to_hf_dict())
+    shipped = load_model_spec("qwen2.5-coder-1.5b")
+    assert served.params() == shipped.params() + 151936 * 1536
+    assert served.kv_elements_per_token() == shipped.kv_elements_per_token()
