@@ -28,6 +28,7 @@ MIB = 2**20
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 15.0
 TTL_S = 600.0
+STORE_MAX_BYTES = 4 << 30  # the store server's limit: room for the largest blob measured
 MIN_LOAD_WINDOW_S = 1.0  # CPU times tick at 10 ms: shorter windows say nothing about load
 
 
@@ -75,7 +76,7 @@ def store_server(kind: str, work_dir: Path) -> Iterator[tuple[str, int]]:
         port = take_port()
     config = work_dir / server.config_name
     config.touch(mode=0o600)
-    config.write_text(server.config(HOST, port, work_dir, access))
+    config.write_text(server.config(HOST, port, work_dir, access, STORE_MAX_BYTES))
     child = Child(server.argv(config), work_dir / "server.log", dict(os.environ))
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -84,7 +85,7 @@ def store_server(kind: str, work_dir: Path) -> Iterator[tuple[str, int]]:
                 raise RuntimeError(f"{server.binary} did not start; {child.log_path} ends with:"
                                    f"\n{child.log_tail()}")
             time.sleep(0.05)
-        yield server.url(HOST, port, access), child.pid
+        yield server.url(HOST, port, access, STORE_MAX_BYTES), child.pid
     finally:
         child.kill()
 

@@ -54,6 +54,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", action="store_true",
                         help="make an API key (in LOG_DIR/api-key) that the router asks every "
                              "gRPC and HTTP client for (health checks stay open)")
+    parser.add_argument("--api-keys-file", type=Path, default=None,
+                        help="the router asks for the keys of this file instead: a line is "
+                             "'NAME KEY' (the key of tenant NAME; each tenant has its own "
+                             "document cache and quotas) or a bare 'KEY'")
+    parser.add_argument("--store-max-bytes", type=int, default=ClusterSpec.store_max_bytes,
+                        help="the most the KV store server holds (Redis maxmemory, JetStream "
+                             "max_file_store); past it, writes are refused and requests told "
+                             "to retry")
     parser.add_argument("--start-timeout-s", type=float, default=180.0)
     parser.add_argument("--demo", action="store_true",
                         help="once the cluster is up, ask a question about a long document "
@@ -65,8 +73,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.exit_after_demo and not args.demo:
         raise ValueError("--exit-after-demo needs --demo")
-    if args.demo and (args.tls or args.api_key):
-        raise ValueError("--demo speaks plaintext without a key: leave out --tls and --api-key")
+    if args.demo and (args.tls or args.api_key or args.api_keys_file):
+        raise ValueError("--demo speaks plaintext without a key: leave out --tls, --api-key "
+                         "and --api-keys-file")
+    if args.api_keys_file is not None and not args.api_keys_file.is_file():
+        raise ValueError(f"--api-keys-file {args.api_keys_file}: no such file")
 
     model = model_path(args.model)  # fails fast, in one line, when not installed
     draft = model_path(args.draft_model) if args.draft_model else None
@@ -77,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                        rows=args.rows,
                        backend=args.backend, torch_threads=args.torch_threads,
                        log_dir=args.log_dir, tls=args.tls, api_key=args.api_key,
+                       api_keys_file=args.api_keys_file, store_max_bytes=args.store_max_bytes,
                        start_timeout_s=args.start_timeout_s)
     cluster = LocalCluster(spec)
     with _signals_raise_interrupted():
@@ -137,7 +149,10 @@ def _print_endpoints(cluster: LocalCluster) -> None:
     if cluster.ca_file is not None:
         print(f"  TLS       CA {cluster.ca_file} (SDK: TlsConfig(root_certificates=CA); "
               "curl --cacert CA)")
-    if cluster.api_key_file is not None:
+    if cluster.spec.api_keys_file is not None:
+        print(f"  API keys  of {cluster.api_key_file}, a tenant each; HTTP: Authorization: "
+              "Bearer KEY")
+    elif cluster.api_key_file is not None:
         print(f"  API key   in {cluster.api_key_file}: export SNAPSTREAM_API_KEY=$(cat "
               f"{cluster.api_key_file}) for the SDK and CLI; HTTP: Authorization: Bearer KEY")
     print(flush=True)

@@ -34,29 +34,32 @@ class Member:
 
 
 def plan_cluster(spec: ClusterSpec, store_dir: Path, free_port: Callable[[], int],
-                 access: StoreAccess, api_keys_file: Path | None = None
-                 ) -> tuple[tuple[Member, ...], ...]:
+                 access: StoreAccess, api_keys_file: Path | None = None,
+                 secret_file: Path | None = None) -> tuple[tuple[Member, ...], ...]:
     """Stages in start order: the store; the prefill and decode workers; the router. Members of
     a stage start together; stopping runs the stages backwards. Ports given as 0 in ``spec``
     come from ``free_port()``. The store requires ``access``'s password (and TLS with its
     certificates); the workers get its URL in their environment, not on their command line.
     With ``access.certs``, every service serves TLS with them too (mutual between services);
-    with ``api_keys_file``, the router asks its clients for a key of that file."""
+    with ``api_keys_file``, the router asks its clients for a key of that file; with
+    ``secret_file``, the workers seal and check blobs with the cluster secret it holds."""
 
     def port(requested: int) -> int:
         return requested or free_port()
 
     store = STORE_SERVERS[spec.store]
     store_port = port(spec.store_port)
-    store_url = store.url(spec.host, store_port, access)
+    store_url = store.url(spec.host, store_port, access, spec.store_max_bytes)
     config = store_dir / store.config_name
     store_member = Member("store", store.argv(config), store_url, store_port,
                           files=((config, store.config(spec.host, store_port, store_dir,
-                                                       access)),))
+                                                       access, spec.store_max_bytes)),))
     model = ("--model", str(spec.model)) if spec.model is not None else ()
     kv = ("--kv-dtype", spec.kv_dtype) if spec.kv_dtype is not None else ()
     tls = access.certs.flags() if access.certs is not None else ()
-    store_env = (("SNAPSTREAM_STORE", store_url),)
+    store_env = (("SNAPSTREAM_STORE", store_url),
+                 *((("SNAPSTREAM_CLUSTER_SECRET_FILE", str(secret_file)),)
+                   if secret_file is not None else ()))
     draft = ("--draft-model", str(spec.draft_model)) if spec.draft_model is not None else ()
     prefill = _service(spec, "prefill", "prefill", port(spec.prefill_port), free_port(),
                        (*model, *kv, *draft, *tls), store_env)

@@ -38,16 +38,23 @@ class ClusterSpec:
     tls: bool = False  # the store and the services speak only TLS (mutual between services),
     # with a CA and certificate made at start in log_dir/tls
     api_key: bool = False  # the router asks for an API key, made at start in log_dir/api-key
+    api_keys_file: Path | None = None  # or for the keys of this file ('NAME KEY' lines)
+    store_max_bytes: int = 4 << 30  # the store server holds at most this much
     restarts: RestartPolicy = field(default_factory=RestartPolicy)  # see restart_exited
 
     def __post_init__(self) -> None:
         if self.store not in STORE_SERVERS:
             raise ValueError(f"store must be one of {', '.join(STORE_SERVERS)}, "
                              f"got {self.store!r}")
-        for name in ("model", "draft_model", "log_dir"):
+        for name in ("model", "draft_model", "log_dir", "api_keys_file"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         object.__setattr__(self, "decode_ports", tuple(self.decode_ports))
+        if self.api_key and self.api_keys_file is not None:
+            raise ValueError("api_key makes a key; api_keys_file gives the keys: keep one")
+        if self.store_max_bytes < 1 << 20:
+            raise ValueError(f"store_max_bytes must be at least 1 MiB, got "
+                             f"{self.store_max_bytes}")
         if self.torch_threads < 0:
             raise ValueError(f"torch_threads must be >= 0, got {self.torch_threads}")
         if self.decode_workers < 1 or self.rows < 1:

@@ -44,6 +44,7 @@ class LocalCluster:
         self._backoff: dict[str, Backoff] = {}
         self._certs: ClusterCerts | None = None
         self._api_keys_file: Path | None = None
+        self._secret_file: Path | None = None
 
     def start(self) -> LocalCluster:
         if self._stages:
@@ -56,7 +57,7 @@ class LocalCluster:
         access = StoreAccess(password=secrets.token_urlsafe(24), certs=self._certs)
         with free_ports(self.spec.host) as take_port:
             self._stages = plan_cluster(self.spec, self.log_dir / "store", take_port, access,
-                                        self._api_keys_file)
+                                        self._api_keys_file, self._secret_file)
         deadline = time.monotonic() + self.spec.start_timeout_s
         self._backoff = {m.name: Backoff(self.spec.restarts) for stage in self._stages
                          for m in stage}
@@ -152,8 +153,13 @@ class LocalCluster:
 
     @property
     def api_key(self) -> str | None:
-        """With ``spec.api_key``: the key the router asks for (also in ``api_key_file``)."""
-        return None if self._api_keys_file is None else self._api_keys_file.read_text().strip()
+        """With ``spec.api_key``: the key the router asks for (also in ``api_key_file``); with
+        ``spec.api_keys_file``, the first key of that file."""
+        if self._api_keys_file is None:
+            return None
+        lines = [line.split() for line in self._api_keys_file.read_text().splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")]
+        return lines[0][-1]
 
     @property
     def api_key_file(self) -> Path | None:
@@ -197,16 +203,20 @@ class LocalCluster:
                                "store (scripts/setup.sh does)")
 
     def _make_secrets(self) -> None:
-        """With ``spec.tls``, a new CA and certificate (in ``log_dir/tls``); with
-        ``spec.api_key``, a new API key (in ``log_dir/api-key``, mode 0600)."""
+        """A new cluster secret, which keys every blob's MAC (in ``log_dir/store``, mode 0600,
+        beside the store's configuration and its password); with ``spec.tls``, a new CA and
+        certificate (in ``log_dir/tls``); with ``spec.api_key``, a new API key (in
+        ``log_dir/api-key``, mode 0600), or with ``spec.api_keys_file``, that file's keys."""
+        self._secret_file = _private_file(self.log_dir / "store" / "cluster-secret",
+                                          secrets.token_urlsafe(32))
         if self.spec.tls:
             hosts = tuple(dict.fromkeys((self.spec.host, "127.0.0.1", "localhost")))
             self._certs = make_cluster_certs(self.log_dir / "tls", hosts)
         if self.spec.api_key:
-            self._api_keys_file = self.log_dir / "api-key"
-            self._api_keys_file.unlink(missing_ok=True)
-            self._api_keys_file.touch(mode=0o600)
-            self._api_keys_file.write_text(secrets.token_urlsafe(32) + "\n")
+            self._api_keys_file = _private_file(self.log_dir / "api-key",
+                                                secrets.token_urlsafe(32))
+        elif self.spec.api_keys_file is not None:
+            self._api_keys_file = self.spec.api_keys_file.resolve()
 
     def _start_member(self, member: Member) -> Child:
         for path, text in member.files:
@@ -230,8 +240,13 @@ class LocalCluster:
         while not self._is_ready(member):
             if child.has_exited():
                 code = child.kill()
+                tail = child.log_tail()
+                reason = _error_line(tail)
+                if reason is not None:  # the service said what to change, in one line
+                    raise ClusterError(f"{member.name} could not start: {reason} (log: "
+                                       f"{child.log_path})")
                 raise ClusterError(f"{member.name} exited with code {code} while starting; "
-                                   f"{child.log_path} ends with:\n{child.log_tail()}")
+                                   f"{child.log_path} ends with:\n{tail}")
             if time.monotonic() > deadline:
                 raise ClusterError(f"{member.name} was not ready within "
                                    f"{self.spec.start_timeout_s:.0f} s; {child.log_path} ends "
@@ -243,3 +258,17 @@ class LocalCluster:
             return is_accepting(self.spec.host, member.port)
         statuses = health_statuses(member.address, ("", member.service), tls=self.client_tls)
         return all(status == "SERVING" for status in statuses.values())
+
+
+def _private_file(path: Path, text: str) -> Path:
+    """``path`` (mode 0600, made before anything is written to it) holding ``text``."""
+    path.unlink(missing_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(text + "\n")
+    return path
+
+
+def _error_line(log_tail: str) -> str | None:
+    """The one-line reason a service gives when it refuses to start (``error: ...``)."""
+    lines = [line for line in log_tail.splitlines() if line.startswith("error: ")]
+    return lines[-1].removeprefix("error: ") if lines else None

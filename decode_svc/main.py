@@ -42,7 +42,7 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
                            engine.config)
     loop = DecodeLoop(engine, backend, rows=args.rows, max_queue=args.max_queue)
-    servicer = DecodeServicer(loop, store, worker.spec)
+    servicer = DecodeServicer(loop, store, worker.spec, worker.secret)
 
     async def warmup() -> None:
         loop.start()

@@ -11,6 +11,7 @@ from decode_svc.sequence import DecodeEvent, Sequence, StreamSink
 from kvstore import BlobStore
 from kvstore.blob_errors import BlobError
 from kvstore.codec import BlobSpec, decode_blob
+from kvstore.seal import ClusterSecret, Seal
 from kvstore.stores.base import check_key
 from serving import metrics
 from serving.convert import FINISH_TO_PB, duration, sampling_from_pb
@@ -21,8 +22,9 @@ from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
 
 class DecodeServicer(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, loop: DecodeLoop, store: BlobStore, spec: BlobSpec) -> None:
-        self.loop, self.store, self.spec = loop, store, spec
+    def __init__(self, loop: DecodeLoop, store: BlobStore, spec: BlobSpec,
+                 secret: ClusterSecret) -> None:
+        self.loop, self.store, self.spec, self.secret = loop, store, spec, secret
         self.draining = False  # set on SIGTERM: no new streams; cut-off blobs are kept
 
     def start_draining(self) -> None:
@@ -47,7 +49,9 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             data = await self.store.get(request.blob_key)
             metrics.BLOB_TRANSFER.labels("get").observe(time.perf_counter() - start)
             metrics.BLOB_BYTES.labels("get").observe(len(data))
-            cache = await asyncio.to_thread(decode_blob, data, self.spec)
+            # its MAC for this key, then every field: a forged or altered blob is never used
+            cache = await asyncio.to_thread(decode_blob, data, self.spec,
+                                            Seal(self.secret, request.blob_key, None))
             loaded_at = time.monotonic()
         except BlobError:
             self.store.delete_soon(request.blob_key)  # unusable anywhere: do not leave it behind

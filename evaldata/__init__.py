@@ -1,9 +1,12 @@
 """Long-context retrieval data: RULER-style evaluation sets (passkey, niah, multikey,
-multivalue, kv, vartrack, realtext) sized in tokens of the model's tokenizer.
+multivalue, kv, vartrack, realtext) and workloads on real text (codesearch, paraphrase,
+multineedle; the multiquestion document in :mod:`evaldata.document`), sized in tokens of the
+model's tokenizer.
 
 Filler is offline text (standard-library prose, the classic passkey noise). Prompts come raw or
 through the model's chat template (``prompt.PROMPT_FORMATS``; ``model_format`` picks a model's
-own); ``sample.verdict`` scores a generation by exact match of the needle values.
+own); each sample names its scorer (:data:`SCORERS`: exact values, all values, a function's
+name).
 """
 
 from evaldata.evalset import build_eval_set

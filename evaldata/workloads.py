@@ -15,10 +15,11 @@ The multi-question workload is a document with several questions (:mod:`evaldata
 
 from __future__ import annotations
 
+import functools
 import random
 
 from evaldata import values
-from evaldata.codebase import MAX_BLOCK_CHARS, haystack, target_block, targets
+from evaldata.codebase import MAX_BLOCK_CHARS, Target, haystack, target_block, targets
 from evaldata.layout import Draft, Insert
 from evaldata.paraphrases import PARAPHRASES
 from evaldata.phrasing import KEYED_FACTS, PHRASES
@@ -31,8 +32,7 @@ def codesearch(rng: random.Random, cfg: TaskConfig) -> Draft:
     """Blocks hold at most half the context's length in characters and ``MAX_BLOCK_CHARS``."""
     phrases = PHRASES["codesearch"]
     max_chars = min(MAX_BLOCK_CHARS, cfg.context_len // 2)
-    fixed = " ".join((phrases.intro, phrases.question, phrases.cue, phrases.blind_cue))
-    pool = [(t, block) for t in targets(fixed) if (block := target_block(t, max_chars))]
+    pool = _code_targets(max_chars)
     if not pool:
         raise ValueError(f"context_len={cfg.context_len} is too small for codesearch: no "
                          f"function fits in {max_chars} characters")
@@ -41,6 +41,14 @@ def codesearch(rng: random.Random, cfg: TaskConfig) -> Draft:
                  question=phrases.question.format(description=target.description),
                  cue=phrases.cue_for(cfg.placement), answers=(target.name,),
                  filler=haystack(rng, target, max_chars), scoring="name")
+
+
+@functools.cache
+def _code_targets(max_chars: int) -> tuple[tuple[Target, str], ...]:
+    """Every code-search target whose block fits in ``max_chars`` characters, with the block."""
+    phrases = PHRASES["codesearch"]
+    fixed = " ".join((phrases.intro, phrases.question, phrases.cue, phrases.blind_cue))
+    return tuple((t, block) for t in targets(fixed) if (block := target_block(t, max_chars)))
 
 
 def paraphrase(rng: random.Random, cfg: TaskConfig) -> Draft:

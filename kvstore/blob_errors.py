@@ -16,6 +16,15 @@ class BlobTruncated(BlobError): ...
 class BlobCorrupted(BlobError): ...
 
 
+class BlobForged(BlobCorrupted):
+    """The blob fails its MAC: not written by a holder of the cluster secret for this key, or
+    altered since (corruption reads the same)."""
+
+
+class BlobTokensMismatch(BlobError):
+    """The blob's cache was made from other token ids than the reader expects."""
+
+
 class BlobVersionMismatch(BlobError): ...
 
 

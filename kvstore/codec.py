@@ -6,8 +6,11 @@ every header field against what the reader expects and raises a specific :class:
 Encoding copies each tensor once into the output buffer; decoding makes no copy (the tensors view
 the buffer).
 
-The format is version 3. A blob carries layer groups (a hybrid model's global layers in the
-policy's layout, its sliding-window layers in a ring of their window). K and V rows are stored
+The format is version 4. A blob carries layer groups (a hybrid model's global layers in the
+policy's layout, its sliding-window layers in a ring of their window) and is sealed
+(:mod:`kvstore.seal`): the header carries the SHA-256 of the token ids the cache was made from
+and ends with an HMAC-SHA256, under the cluster secret, of the store key, the header and the
+payload. K and V rows are stored
 in the cache's KV dtype (:mod:`snapstream.kvquant`) and copied as they are: float rows, int8 rows
 of D codes + a float32 scale, or fp8 e4m3 rows of D values of each row's Hadamard transform (no
 scale). A reader refuses a dtype code it does not know (code 5 is retired and refused like any
@@ -16,36 +19,38 @@ unknown code), and a blob of another version with :class:`BlobVersionMismatch`.
 
 from __future__ import annotations
 
+import hmac
 import struct
 import warnings
-import zlib
 from dataclasses import dataclass
 
 import torch
 
 from kvstore.blob_errors import (
     BlobCorrupted,
+    BlobForged,
     BlobLayoutMismatch,
     BlobModelMismatch,
+    BlobTokensMismatch,
     BlobTruncated,
     BlobVersionMismatch,
 )
+from kvstore.seal import MAC_SIZE, NO_TOKENS, Seal
 from snapstream.config import ModelConfig
 from snapstream.kvcache import GroupKV, LayerGroup, ModelLayout, SequenceCache
 from snapstream.kvquant import kv_codec, kv_slot_bytes, to_kv
 from snapstream.policy import CacheLayout
 
 MAGIC = b"SNAPKV\x00\x00"
-VERSION = 3
-# magic, version | header size (fixed part + group table + crc), fingerprint, L, Hkv, D, dtype,
-# number of groups, prompt_len, next_position, payload size, payload crc32
+VERSION = 4
+# magic, version | header size (fixed part + group table + MAC), fingerprint, L, Hkv, D, dtype,
+# number of groups, prompt_len, next_position, payload size, SHA-256 of the cache's token ids
 _PREFIX = struct.Struct("<8sH")
-_FIXED = struct.Struct("<8sHI32s3IBxHQQQI")
+_FIXED = struct.Struct("<8sHI32s3IBxHQQQ32s")
 # per group: window (0: global layers), n_sink, n_topk, n_recent, n_ring, number of layers;
 # then its layer indices (uint16 each)
 _GROUP = struct.Struct("<5IH")
 _LAYER = struct.Struct("<H")
-_HEADER_CRC = struct.Struct("<I")
 POSITION_BYTES = 4  # each slot's absolute position (int32), per layer and KV head
 DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.int8: 4,
                torch.float8_e4m3fn: 6}
@@ -53,9 +58,9 @@ DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
 
 def header_size(layout: ModelLayout) -> int:
-    """Bytes of a blob's header for ``layout``: fixed part, group table, header checksum."""
+    """Bytes of a blob's header for ``layout``: fixed part, group table, MAC."""
     table = sum(_GROUP.size + len(group.layers) * _LAYER.size for group in layout.groups)
-    return _FIXED.size + table + _HEADER_CRC.size
+    return _FIXED.size + table + MAC_SIZE
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,8 @@ class BlobSpec:
         return header_size(layout) + self.payload_size(layout)
 
 
-def encode_blob(cache: SequenceCache, spec: BlobSpec) -> bytearray:
+def encode_blob(cache: SequenceCache, spec: BlobSpec, seal: Seal) -> bytearray:
+    """The blob of ``cache``, sealed for the key and tokens ``seal`` names."""
     layout = cache.layout
     size = header_size(layout)
     buf = bytearray(spec.blob_size(layout))
@@ -103,11 +109,11 @@ def encode_blob(cache: SequenceCache, spec: BlobSpec) -> bytearray:
             raw = tensor.detach().contiguous().cpu().view(-1).view(torch.uint8)
             out[offset : offset + raw.numel()].copy_(raw)
             offset += raw.numel()
-    payload_crc = zlib.crc32(memoryview(buf)[size:])
     _FIXED.pack_into(
         buf, 0, MAGIC, VERSION, size, spec.fingerprint, spec.num_layers, spec.num_kv_heads,
         spec.head_dim, DTYPE_CODES[spec.dtype], len(layout.groups), cache.prompt_len,
-        cache.next_position, spec.payload_size(layout), payload_crc,
+        cache.next_position, spec.payload_size(layout),
+        NO_TOKENS if seal.tokens is None else seal.tokens,
     )
     offset = _FIXED.size
     for group in layout.groups:
@@ -118,16 +124,28 @@ def encode_blob(cache: SequenceCache, spec: BlobSpec) -> bytearray:
         for layer in group.layers:
             _LAYER.pack_into(buf, offset, layer)
             offset += _LAYER.size
-    _HEADER_CRC.pack_into(buf, offset, zlib.crc32(memoryview(buf)[:offset]))
+    buf[offset:size] = _mac(memoryview(buf), size, seal)
     return buf
 
 
+def _mac(view: memoryview, size: int, seal: Seal) -> bytes:
+    """The MAC of a blob whose header is ``size`` bytes: the key, the header up to its MAC, the
+    payload."""
+    mac = seal.secret.mac(seal.key)
+    mac.update(view[: size - MAC_SIZE])
+    mac.update(view[size:])
+    return mac.digest()
+
+
 def decode_blob(
-    data: bytes | bytearray | memoryview, spec: BlobSpec, layout: ModelLayout | None = None
+    data: bytes | bytearray | memoryview, spec: BlobSpec, seal: Seal,
+    layout: ModelLayout | None = None
 ) -> SequenceCache:
-    """Validate and view ``data`` as a cache; ``layout``, when given, must match the blob's."""
+    """Validate and view ``data`` as a cache: its MAC for ``seal``'s key first (BlobForged: no
+    field of a blob that fails it is read past the header's size), then every header field and
+    the tokens ``seal`` expects; ``layout``, when given, must match the blob's."""
     view = memoryview(data)
-    if len(view) < _FIXED.size + _HEADER_CRC.size:
+    if len(view) < _FIXED.size + MAC_SIZE:
         raise BlobTruncated(f"blob has {len(view)} bytes, shorter than its header")
     magic, version = _PREFIX.unpack_from(view, 0)
     if magic != MAGIC:
@@ -137,18 +155,19 @@ def decode_blob(
                                   f"{VERSION}: prefill it again")
     fields = _FIXED.unpack_from(view, 0)
     size = fields[2]
-    if not _FIXED.size + _HEADER_CRC.size <= size <= len(view):
+    if not _FIXED.size + MAC_SIZE <= size <= len(view):
         raise BlobTruncated(f"blob has {len(view)} bytes, its header claims {size}")
-    (header_crc,) = _HEADER_CRC.unpack_from(view, size - _HEADER_CRC.size)
-    if zlib.crc32(view[: size - _HEADER_CRC.size]) != header_crc:
-        raise BlobCorrupted("header checksum mismatch: the blob header is corrupted")
+    if not hmac.compare_digest(_mac(view, size, seal), view[size - MAC_SIZE:size]):
+        raise BlobForged(f"blob {seal.key!r} fails its MAC: written without this cluster's "
+                         "secret or under another key, or altered since")
     blob_layout, prompt_len, next_position = _check_header(view, fields, spec, layout)
     payload = view[size:]
     if len(payload) != spec.payload_size(blob_layout):
         raise BlobTruncated(f"payload has {len(payload)} bytes, the header promises "
                             f"{spec.payload_size(blob_layout)}")
-    if zlib.crc32(payload) != fields[-1]:
-        raise BlobCorrupted("payload checksum mismatch: the blob's K/V data is corrupted")
+    if seal.tokens is not None and fields[-1] != seal.tokens:
+        raise BlobTokensMismatch(f"blob {seal.key!r} was made from other tokens than the "
+                                 "request's")
     return _view_cache(payload, spec, blob_layout, prompt_len, next_position)
 
 
@@ -185,7 +204,7 @@ def _check_header(view: memoryview, fields: tuple, spec: BlobSpec, layout: Model
     if DTYPES.get(dtype_code) != spec.dtype:
         raise BlobLayoutMismatch(f"blob dtype {DTYPES.get(dtype_code, dtype_code)}, expected "
                                  f"{spec.dtype}")
-    blob_layout = _read_groups(view, num_groups, size - _HEADER_CRC.size)
+    blob_layout = _read_groups(view, num_groups, size - MAC_SIZE)
     own = spec.model_layout(blob_layout.groups[0].layout)
     if blob_layout != own:
         raise BlobLayoutMismatch(f"blob layer groups {blob_layout} are not this model's for "

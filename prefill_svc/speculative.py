@@ -9,6 +9,7 @@ from serving import metrics
 from serving.convert import duration
 from serving.errors import DraftMissing, RequestError
 from serving.speculative import POSITIONS_TO_PB, speculative_from_pb
+from snapstream.cancel import Cancel
 from snapstream.chat import ChatMessage
 from snapstream.specprefill.pieces import Piece, Rendering, Request
 from snapstream.specprefill.selector import DraftSelector, PromptTooLongForDraft, Selection
@@ -65,12 +66,13 @@ def _request_from_pb(prompt: prefill_pb2.SpeculativePrompt) -> tuple[Request, Re
 
 
 def select(selector: DraftSelector, job: SpeculativeJob, tokenizer: Tokenizer,
-           prompt_ids: list[int], context_len: int) -> Selection:
+           prompt_ids: list[int], context_len: int, cancel: Cancel) -> Selection:
     """On the model thread: the draft's pick among ``prompt_ids`` (the router's tokens of the
-    same text), at most ``context_len`` (the target's) tokens."""
+    same text), at most ``context_len`` (the target's) tokens; Cancelled once ``cancel`` is
+    set."""
     try:
         selection = selector.select(job.request, job.target_view, tokenizer, job.settings,
-                                    job.keep_from_char)
+                                    job.keep_from_char, cancel)
     except PromptTooLongForDraft as exc:
         raise RequestError(f"speculative: {exc}", field="speculative") from None
     if selection.num_prompt_tokens != len(prompt_ids):

@@ -25,6 +25,11 @@ FAILOVER_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
 DECODE_RETRY_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8, *(1.0,) * 28)
 
 
+class BlobRejected(Unavailable):
+    """The decode worker rejected the request's blob (it failed its MAC or its checks, and was
+    deleted): prefilled again once, then UNAVAILABLE with a retry hint."""
+
+
 @dataclass
 class DecodeAttempts:
     """The decode workers one request tried (addresses), each left out of the next pick. Those
@@ -37,11 +42,13 @@ class DecodeAttempts:
     full: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)
     waits: Iterator[float] = field(default_factory=lambda: iter(DECODE_RETRY_WAITS_S))
+    prefilled_again: bool = False  # after a rejected blob
 
     def broke(self, worker: Worker, err: grpc.aio.AioRpcError, tokens_sent: int) -> None:
         """A stream from ``worker`` ended with ``err`` after ``tokens_sent`` tokens: returns when
         another worker may take the stream, raises when the request ends here (Unavailable when
-        the store lost the blob, ``err`` itself when its code is not one to fail over on)."""
+        the store lost the blob, BlobRejected when the worker rejected it, ``err`` itself when its
+        code is not one to fail over on)."""
         code = err.code()
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             self.full.add(worker.address)
@@ -52,6 +59,11 @@ class DecodeAttempts:
             # client asked for is missing, so it may retry
             raise Unavailable(f"the request's KV cache is gone from the store "
                               f"({err.details()}); retry the request") from err
+        if code == grpc.StatusCode.DATA_LOSS:
+            log.warning("decode worker %s rejected the blob of %s: %s", worker.address,
+                        self.request_id, err.details())
+            raise BlobRejected(f"the request's KV cache failed its checks ({err.details()}); "
+                               "retry the request") from err
         if code not in FAILOVER_CODES:
             raise err
         log.warning("decode worker %s failed (%s); resuming %s after %d tokens",

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 import grpc
 
 from kvstore import new_blob_key
-from router.failover import DecodeAttempts
+from router.failover import BlobRejected, DecodeAttempts
 from router.request import ResolvedRequest, ServedModel, resolve
+from router.tenants import Admission, TenantLimits, TenantLoad
 from router.text import TextStream
 from router.workers import Worker, WorkerPool
 from serving import metrics
 from serving.convert import FINISH_FROM_PB, PREFIX_CACHE_FROM_PB, policy_to_pb, sampling_to_pb
-from serving.errors import QueueFull, RequestError, Unavailable, status_for
+from serving.errors import QueueFull, Unavailable, status_for
 from snapstream.finish import finish_reason
 from snapstream.v1 import common_pb2, decode_pb2, generation_pb2, prefill_pb2
 
@@ -54,6 +55,7 @@ class Finished:
     kv_cache_bytes: int
     kv_cache_slots: int
     prefix_cache: str = ""  # stored, hit or bypass when the request marked a document
+    prefix_cache_reason: str = ""  # why a bypass: over_cap, store_full, store_unavailable
     speculative: common_pb2.SpeculativeReport | None = None  # when the request asked for it
 
 
@@ -66,6 +68,7 @@ class Progress:
 
     tokens: list[int] = field(default_factory=list)
     complete: decode_pb2.DecodeComplete | None = None
+    blob_key: str = ""  # the request's blob (another after a prefill again)
 
 
 def _remaining(deadline: float | None) -> float | None:
@@ -76,26 +79,33 @@ class RequestFlow:
     """``generate`` is the one way the router serves a request; ``active`` counts the
     generations in flight (draining waits for it)."""
 
-    def __init__(self, model: ServedModel, prefill: WorkerPool, decode: WorkerPool) -> None:
+    def __init__(self, model: ServedModel, prefill: WorkerPool, decode: WorkerPool,
+                 tenant_limits: TenantLimits | None = None) -> None:
         self.model, self.prefill, self.decode = model, prefill, decode
+        self.tenants = TenantLoad(tenant_limits or TenantLimits())
         self.active = 0
         self.releasing: set[asyncio.Task] = set()
 
     async def generate(self, request: generation_pb2.GenerateRequest, *, api: str,
-                       request_id: str, deadline: float | None = None) -> AsyncIterator[Event]:
-        """Raises RequestError (before any event) for a request that does not resolve;
-        ``deadline`` is a ``time.monotonic()`` time, None for none."""
+                       request_id: str, tenant: str, deadline: float | None = None
+                       ) -> AsyncIterator[Event]:
+        """Raises RequestError (before any event) for a request that does not resolve and
+        OverQuota for one over its tenant's quotas; ``deadline`` is a ``time.monotonic()`` time,
+        None for none."""
         received = time.monotonic()
         try:
-            req = resolve(request, self.model, request_id)
-        except RequestError:
-            metrics.REQUESTS.labels("router", api, "invalid_argument").inc()
+            req = resolve(request, self.model, request_id, tenant)
+            admission = self.tenants.admit(tenant, len(req.prompt_ids))
+        except Exception as exc:
+            outcome = _outcome(exc, deadline)
+            metrics.REQUESTS.labels("router", api, outcome).inc()
+            metrics.TENANT_REQUESTS.labels(tenant, outcome).inc()
             raise
         self.active += 1
         metrics.RUNNING.labels("router").inc()
         outcome = "cancelled"
         try:
-            async for event in self._generate(req, received, deadline):
+            async for event in self._generate(req, admission, received, deadline):
                 if isinstance(event, Finished):  # the last event: the caller may stop here
                     outcome = "ok"
                 yield event
@@ -105,21 +115,17 @@ class RequestFlow:
             raise
         finally:
             self.active -= 1
+            self.tenants.release(admission)
             metrics.RUNNING.labels("router").dec()
             metrics.REQUESTS.labels("router", api, outcome).inc()
+            metrics.TENANT_REQUESTS.labels(tenant, outcome).inc()
             metrics.END_TO_END.labels("router").observe(time.monotonic() - received)
 
-    async def _generate(self, req: ResolvedRequest, received: float, deadline: float | None
-                        ) -> AsyncIterator[Event]:
-        blob_key = new_blob_key()  # chosen here, so that a prefill cut short can be released
-        try:
-            prefilled = await self._prefill(req, blob_key, _remaining(deadline))
-        except (asyncio.CancelledError, grpc.aio.AioRpcError):
-            # the prefill worker may have stored the blob before the cancel, deadline or
-            # broken call reached it
-            self._release_soon(blob_key)
-            raise
-        progress = Progress(tokens=[prefilled.first_token_id])
+    async def _generate(self, req: ResolvedRequest, admission: Admission, received: float,
+                        deadline: float | None) -> AsyncIterator[Event]:
+        prefilled = await self._prefill_once(req, deadline)
+        self.tenants.prefilled(admission)
+        progress = Progress(tokens=[prefilled.first_token_id], blob_key=prefilled.blob_key)
         try:
             text = TextStream(self.model.tokenizer, req.stop)
             first_sent = last_sent = time.monotonic()
@@ -150,10 +156,24 @@ class RequestFlow:
                 simulated_decode_time_s=simulated, kv_cache_bytes=prefilled.blob_size,
                 kv_cache_slots=prefilled.cache_slots,
                 prefix_cache=PREFIX_CACHE_FROM_PB[prefilled.prefix_cache],
+                prefix_cache_reason=prefilled.prefix_cache_reason,
                 speculative=prefilled.speculative if prefilled.HasField("speculative") else None)
         finally:
             if progress.complete is None:  # no decode stream consumed the blob to its end
-                self._release_soon(prefilled.blob_key)
+                self._release_soon(progress.blob_key)
+
+    async def _prefill_once(self, req: ResolvedRequest, deadline: float | None
+                            ) -> prefill_pb2.PrefillResponse:
+        """The request prefilled into a blob of a key picked here, so that a prefill cut short
+        can be released."""
+        blob_key = new_blob_key()
+        try:
+            return await self._prefill(req, blob_key, _remaining(deadline))
+        except (asyncio.CancelledError, grpc.aio.AioRpcError):
+            # the prefill worker may have stored the blob before the cancel, deadline or
+            # broken call reached it
+            self._release_soon(blob_key)
+            raise
 
     def _release_soon(self, blob_key: str) -> None:
         """Deletes a blob through a prefill worker (the router has no store client), in a task
@@ -179,26 +199,29 @@ class RequestFlow:
             request_id=req.request_id, prompt_token_ids=list(req.prompt_ids),
             policy=policy_to_pb(req.policy), sampling=sampling_to_pb(req.sampling),
             max_new_tokens=req.max_new_tokens, blob_key=blob_key,
-            prefix_tokens=req.prefix_tokens,
+            prefix_tokens=req.prefix_tokens, tenant=req.tenant, cache_salt=req.cache_salt,
             speculative=req.speculative, speculative_prompt=req.speculative_prompt)
         tried: set[str] = set()
         full: set[str] = set()
-        reasons: list[str] = []
+        reasons: list[str] = []  # why each unreachable worker was
+        refusals: list[str] = []  # what each full one said
         while True:
             try:
                 worker = self.prefill.pick(exclude=tried)
             except Unavailable as exc:
                 if full and full == tried:
                     raise QueueFull(f"every prefill worker's queue is full ({len(full)} "
-                                    "tried); retry later") from None
+                                    f"tried; the last said: {refusals[-1]}); retry "
+                                    "later") from None
                 raise (Unavailable(f"no prefill worker could serve the request; "
                                    f"{reasons[-1]}") if reasons else exc) from None
             with self.prefill.track(worker):
                 try:
                     return await worker.stub.Prefill(message, timeout=timeout)
                 except grpc.aio.AioRpcError as err:
-                    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        full.add(worker.address)
+                    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # its queue or its
+                        full.add(worker.address)  # store is full
+                        refusals.append(err.details())
                     elif err.code() == grpc.StatusCode.UNAVAILABLE:
                         worker.mark_failed()
                         reasons.append(f"{worker.address}: {err.details()}")
@@ -211,7 +234,10 @@ class RequestFlow:
         """Yields the new tokens of each chunk; resumes on another worker when a stream breaks
         (:class:`router.failover.DecodeAttempts`). When no worker can be picked (all full, dead
         or in their failure backoff, as right after a kill), it waits and tries again, up to
-        ~30 s within the deadline: the blob is made, and a restarted worker takes the stream."""
+        ~30 s within the deadline: the blob is made, and a restarted worker takes the stream.
+        A blob the decode worker rejects (its MAC or checks failed; it deleted it) is made again
+        once, by a prefill of the same request (the same first token: prefill is deterministic
+        and a sampled request's seed is fixed)."""
         attempts = DecodeAttempts(req.request_id)
         while progress.complete is None:
             try:
@@ -220,12 +246,18 @@ class RequestFlow:
                 await attempts.wait(deadline)
                 continue
             try:
-                stream = self._stream(worker, req, prefilled.blob_key, progress, deadline)
+                stream = self._stream(worker, req, progress.blob_key, progress, deadline)
                 async with aclosing(stream) as chunks:
                     async for tokens in chunks:
                         yield tokens
             except grpc.aio.AioRpcError as err:
-                attempts.broke(worker, err, len(progress.tokens))
+                try:
+                    attempts.broke(worker, err, len(progress.tokens))
+                except BlobRejected:
+                    if attempts.prefilled_again:
+                        raise
+                    attempts.prefilled_again = True
+                    progress.blob_key = (await self._prefill_once(req, deadline)).blob_key
 
     async def _stream(self, worker: Worker, req: ResolvedRequest, blob_key: str,
                       progress: Progress, deadline: float | None) -> AsyncIterator[list[int]]:

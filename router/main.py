@@ -11,8 +11,9 @@ from dataclasses import dataclass, replace
 from router.flow import RequestFlow
 from router.openai_api.app import create_app
 from router.openai_api.server import HttpServer
-from router.request import ServedModel
+from router.request import RequestLimits, ServedModel
 from router.service import GenerationServicer
+from router.tenants import TenantLimits
 from router.workers import WorkerPool, poll_decode_stats
 from serving.auth import ApiKeys, add_api_key_settings, api_keys_from_args
 from serving.server import ServerSpec, serve, wait_until_idle
@@ -47,14 +48,29 @@ def register(parser: argparse.ArgumentParser) -> None:
                 help="how often decode workers' free rows are polled")
     add_setting(parser, "--resolve-interval-s", type=float, default=10.0,
                 help="how often worker DNS names are re-resolved")
+    limits, tenants = RequestLimits(), TenantLimits()
+    add_setting(parser, "--limit-max-new-tokens", type=int, default=limits.max_new_tokens,
+                help="the most max_new_tokens (max_tokens) a request may ask for")
+    add_setting(parser, "--limit-look-ahead", type=int, default=limits.look_ahead,
+                help="the most speculative.look_ahead a request may ask for (draft decode "
+                     "steps on the prefill worker's model thread)")
+    add_setting(parser, "--limit-chunk-size", type=int, default=limits.chunk_size,
+                help="the most speculative.chunk_size a request may ask for")
+    add_setting(parser, "--tenant-max-running", type=int, default=tenants.max_running,
+                help="requests a tenant (an API key's name) may have in flight")
+    add_setting(parser, "--tenant-max-queued-tokens", type=int,
+                default=tenants.max_queued_tokens,
+                help="prompt tokens a tenant may have waiting for their prefill")
 
 
 def run(args: argparse.Namespace) -> int:
     return run_service(_serve(args, Security(tls_from_args(args), api_keys_from_args(args))))
 
 
-def load_served_model(path, default_policy: str, default_max_new_tokens: int):
-    """The router's view of the model: config, tokenizer and defaults, no weights."""
+def load_served_model(path, default_policy: str, default_max_new_tokens: int,
+                      limits: RequestLimits | None = None):
+    """The router's view of the model: config, tokenizer, defaults and request limits, no
+    weights."""
     checkpoint = open_checkpoint(path)
     config = checkpoint.config
     policy = replace(load_default_policy(checkpoint.policy_file), kind=default_policy)
@@ -65,7 +81,8 @@ def load_served_model(path, default_policy: str, default_max_new_tokens: int):
         raise ValueError("--default-max-new-tokens must be >= 1")
     return ServedModel(name=checkpoint.name, path=checkpoint.path, config=config,
                        tokenizer=checkpoint.tokenizer(), default_policy=policy,
-                       default_max_new_tokens=default_max_new_tokens)
+                       default_max_new_tokens=default_max_new_tokens,
+                       limits=limits or RequestLimits())
 
 
 @dataclass(frozen=True)
@@ -78,13 +95,16 @@ class Security:
 
 
 async def _serve(args: argparse.Namespace, security: Security) -> None:
-    model = load_served_model(args.model, args.default_policy, args.default_max_new_tokens)
+    model = load_served_model(args.model, args.default_policy, args.default_max_new_tokens,
+                              RequestLimits(args.limit_max_new_tokens, args.limit_look_ahead,
+                                            args.limit_chunk_size))
     prefill = WorkerPool("prefill", args.prefill_addrs, prefill_pb2_grpc.PrefillStub,
                          "least_outstanding", security.tls)
     decode = WorkerPool("decode", args.decode_addrs, decode_pb2_grpc.DecodeStub,
                         "most_free_rows", security.tls)
-    generation = RequestFlow(model, prefill, decode)
-    servicer = GenerationServicer(generation)
+    generation = RequestFlow(model, prefill, decode,
+                             TenantLimits(args.tenant_max_running, args.tenant_max_queued_tokens))
+    servicer = GenerationServicer(generation, security.api_keys)
     is_ready = asyncio.Event()
 
     def can_serve() -> bool:  # warm, not draining, and a worker of each kind connected

@@ -23,6 +23,23 @@ from snapstream.v1 import common_pb2, generation_pb2, prefill_pb2
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
+MAX_CACHE_SALT_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """The most a request may ask of each per-request knob that costs compute (router flags);
+    past one, the request is refused before any work, naming the limit."""
+
+    max_new_tokens: int = 4096  # --limit-max-new-tokens (the context bounds it too)
+    look_ahead: int = 32  # --limit-look-ahead: tokens the draft decodes, one step each
+    chunk_size: int = 512  # --limit-chunk-size: the draft's selection unit, in its tokens
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "look_ahead", "chunk_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--limit-{name.replace('_', '-')} must be >= 1, "
+                                 f"got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,7 @@ class ServedModel:
     tokenizer: Tokenizer
     default_policy: CachePolicy
     default_max_new_tokens: int
+    limits: RequestLimits = RequestLimits()
 
     @property
     def context_len(self) -> int:
@@ -48,6 +66,8 @@ class ResolvedRequest:
     stop: tuple[str, ...]
     policy: CachePolicy
     prefix_tokens: int = 0  # the first ones are a reusable document (cache_prefix*)
+    tenant: str = ""  # whose request (the API key's tenant); its document cache's namespace
+    cache_salt: str = ""  # a finer namespace inside the tenant's (GenerateRequest.cache_salt)
     # speculative prefill: the settings as the client sent them (validated; the prefill
     # worker fills in its defaults) and the prompt's text for the draft; None: not asked
     speculative: common_pb2.SpeculativeSettings | None = None
@@ -55,7 +75,7 @@ class ResolvedRequest:
 
 
 def resolve(request: generation_pb2.GenerateRequest, model: ServedModel,
-            request_id: str) -> ResolvedRequest:
+            request_id: str, tenant: str) -> ResolvedRequest:
     speculative_prompt, is_compact = _speculative(request, model)
     ids, prefix_tokens = _prompt_ids(request, model, check_context=not is_compact)
     if prefix_tokens and speculative_prompt:
@@ -66,6 +86,13 @@ def resolve(request: generation_pb2.GenerateRequest, model: ServedModel,
     if not 1 <= max_new <= model.context_len:
         raise RequestError(f"max_new_tokens must be in [1, {model.context_len}], got {max_new}",
                            field="max_new_tokens")
+    if max_new > model.limits.max_new_tokens:
+        raise RequestError(f"max_new_tokens {max_new} exceeds this server's limit of "
+                           f"{model.limits.max_new_tokens} (--limit-max-new-tokens)",
+                           field="max_new_tokens")
+    if len(request.cache_salt) > MAX_CACHE_SALT_LENGTH:
+        raise RequestError(f"cache_salt has {len(request.cache_salt)} characters; at most "
+                           f"{MAX_CACHE_SALT_LENGTH}", field="cache_salt")
     policy = policy_from_pb(request.policy, model.default_policy)
     try:
         policy.check_context(model.context_len)
@@ -82,7 +109,8 @@ def resolve(request: generation_pb2.GenerateRequest, model: ServedModel,
     return ResolvedRequest(request_id=request_id, prompt_ids=tuple(ids),
                            max_new_tokens=max_new, sampling=_sampling(request, model),
                            stop=_stop_strings(request), policy=policy,
-                           prefix_tokens=prefix_tokens,
+                           prefix_tokens=prefix_tokens, tenant=tenant,
+                           cache_salt=request.cache_salt,
                            speculative=request.speculative if speculative_prompt else None,
                            speculative_prompt=speculative_prompt)
 
@@ -95,6 +123,7 @@ def _speculative(request: generation_pb2.GenerateRequest, model: ServedModel
         return None, False
     settings = speculative_from_pb(request.speculative,
                                    SpeculativeSettings.defaults_for(model.config))
+    _check_limits(settings, model.limits)
     which = request.WhichOneof("input")
     if which == "prompt":
         return prefill_pb2.SpeculativePrompt(text=request.prompt), settings.positions == "compact"
@@ -115,6 +144,16 @@ def _speculative(request: generation_pb2.GenerateRequest, model: ServedModel
     if users:
         prompt.keep_from_char = users[-1].text_start
     return prompt, settings.positions == "compact"
+
+
+def _check_limits(settings: SpeculativeSettings, limits: RequestLimits) -> None:
+    """The draft's work: ``look_ahead`` decode steps and chunks of ``chunk_size``."""
+    for name in ("look_ahead", "chunk_size"):
+        value, limit = getattr(settings, name), getattr(limits, name)
+        if value > limit:
+            raise RequestError(f"speculative.{name} {value} exceeds this server's limit of "
+                               f"{limit} (--limit-{name.replace('_', '-')})",
+                               field=f"speculative.{name}")
 
 
 def _prompt_ids(request: generation_pb2.GenerateRequest, model: ServedModel,

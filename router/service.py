@@ -8,14 +8,18 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from router.flow import Event, Finished, RequestFlow
+from serving.auth import DEFAULT_TENANT, ApiKeys
 from serving.convert import FINISH_TO_PB, PREFIX_CACHE_TO_PB, duration, policy_to_pb
 from serving.errors import current_request_id
 from snapstream.v1 import generation_pb2, generation_pb2_grpc
 
 
 class GenerationServicer(generation_pb2_grpc.GenerationServicer):
-    def __init__(self, generation: RequestFlow) -> None:
-        self.generation = generation
+    """``api_keys``: the router's (their interceptor already refused a call without one); a
+    call's key names its tenant. None: every call is the one default tenant."""
+
+    def __init__(self, generation: RequestFlow, api_keys: ApiKeys | None = None) -> None:
+        self.generation, self.api_keys = generation, api_keys
 
     async def Info(self, request, context) -> generation_pb2.InfoResponse:
         model = self.generation.model
@@ -30,10 +34,17 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
         events = self.generation.generate(request, api="grpc", request_id=current_request_id(),
-                                          deadline=deadline)
+                                          tenant=self._tenant(context), deadline=deadline)
         async with aclosing(events):
             async for event in events:
                 yield event_to_pb(event)
+
+
+    def _tenant(self, context) -> str:
+        if self.api_keys is None:
+            return DEFAULT_TENANT
+        metadata = dict(context.invocation_metadata() or ())
+        return self.api_keys.tenant_of(metadata.get("authorization")) or DEFAULT_TENANT
 
 
 def event_to_pb(event: Event) -> generation_pb2.GenerateResponse:
@@ -48,4 +59,5 @@ def event_to_pb(event: Event) -> generation_pb2.GenerateResponse:
         simulated_decode_time=duration(event.simulated_decode_time_s),
         kv_cache_bytes=event.kv_cache_bytes, kv_cache_slots=event.kv_cache_slots,
         prefix_cache=PREFIX_CACHE_TO_PB[event.prefix_cache],
+        prefix_cache_reason=event.prefix_cache_reason,
         speculative=event.speculative))

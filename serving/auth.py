@@ -1,11 +1,13 @@
 """API keys of the public services: ``Authorization: Bearer KEY`` over HTTP, the same in the
-``authorization`` gRPC metadata.
+``authorization`` gRPC metadata; each key names its tenant.
 
-Keys come from a file (``--api-keys-file``, one key a line, ``#`` comments) or from the
-environment (``SNAPSTREAM_API_KEYS``, comma-separated), never from a command line, where ``ps``
-would show them. A presented key is compared against every key in constant time (HMAC-SHA256
-digests with ``hmac.compare_digest``, no early exit), so the time taken says nothing about
-how much of it matched. Health checks stay open, for probes and load balancers.
+Keys come from a file (``--api-keys-file``: a line is ``NAME KEY``, the tenant's name then its
+key, or a bare ``KEY``, its own tenant; ``#`` comments) or from the environment
+(``SNAPSTREAM_API_KEYS``, comma-separated entries of the same form), never from a command line,
+where ``ps`` would show them. A presented key is compared against every key in constant time
+(HMAC-SHA256 digests with ``hmac.compare_digest``, no early exit), so the time taken says
+nothing about how much of it matched. Health checks stay open, for probes and load balancers.
+Without keys every request is the one tenant ``DEFAULT_TENANT``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,35 +30,73 @@ KEYS_ENV = "SNAPSTREAM_API_KEYS"
 SCHEME = "bearer"
 MIN_KEY_LENGTH = 16
 OPEN_GRPC_PREFIX = "/grpc.health.v1.Health/"
+DEFAULT_TENANT = "default"  # every request's tenant when the service asks for no key
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def tenant_of_bare_key(key: str) -> str:
+    """The tenant of a key given without a name: its own, named by a digest of it (stable
+    across restarts, so its cached documents stay its own)."""
+    return "key-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def parse_entry(entry: str) -> tuple[str, str]:
+    """``NAME KEY`` or ``KEY`` -> (tenant, key); ValueError naming what is wrong."""
+    parts = entry.split()
+    if len(parts) == 1:
+        return tenant_of_bare_key(parts[0]), parts[0]
+    if len(parts) != 2:
+        raise ValueError("api keys: an entry is 'NAME KEY' or 'KEY', got "
+                         f"{len(parts)} words")
+    name, key = parts
+    if not TENANT_PATTERN.fullmatch(name):
+        raise ValueError(f"api keys: tenant name {name!r} must be 1-64 characters of "
+                         "A-Z a-z 0-9 _ . -")
+    return name, key
 
 
 @dataclass(frozen=True)
 class ApiKeys:
-    """Accepted keys, kept only as keyed digests (the salt is per process)."""
+    """Accepted keys, kept only as keyed digests (the salt is per process), each with its
+    tenant."""
 
     digests: tuple[bytes, ...]
+    tenants: tuple[str, ...]  # of each digest
     salt: bytes = field(repr=False)
 
     @classmethod
-    def of(cls, keys: list[str]) -> ApiKeys:
-        if not keys:
+    def of(cls, entries: list[str]) -> ApiKeys:
+        """``entries``: ``NAME KEY`` or bare ``KEY`` each (:func:`parse_entry`)."""
+        if not entries:
             raise ValueError("api keys: none given (an empty file or variable)")
-        short = [i for i, key in enumerate(keys) if len(key) < MIN_KEY_LENGTH]
+        pairs = [parse_entry(entry) for entry in entries]
+        short = [i for i, (_, key) in enumerate(pairs) if len(key) < MIN_KEY_LENGTH]
         if short:
             raise ValueError(f"api keys: key {short[0] + 1} is shorter than {MIN_KEY_LENGTH} "
                              "characters; use a random one (python -c 'import secrets; "
                              "print(secrets.token_urlsafe(32))')")
+        keys = [key for _, key in pairs]
+        if len(set(keys)) != len(keys):
+            raise ValueError("api keys: a key is listed twice; give each tenant its own keys")
         salt = secrets.token_bytes(32)
-        return cls(tuple(_digest(salt, key) for key in keys), salt)
+        return cls(tuple(_digest(salt, key) for key in keys),
+                   tuple(tenant for tenant, _ in pairs), salt)
 
-    def accepts(self, authorization: str | None) -> bool:
-        """Whether ``authorization`` is ``Bearer KEY`` with one of the keys (constant time)."""
+    def tenant_of(self, authorization: str | None) -> str | None:
+        """The tenant of ``authorization`` when it is ``Bearer KEY`` with one of the keys, else
+        None (constant time: every key is compared)."""
         scheme, _, key = (authorization or "").partition(" ")
         presented = _digest(self.salt, key.strip())
-        matched = 0
-        for digest in self.digests:
-            matched |= hmac.compare_digest(presented, digest)
-        return bool(matched) and scheme.lower() == SCHEME
+        matched = -1
+        for i, digest in enumerate(self.digests):
+            is_match = hmac.compare_digest(presented, digest)
+            matched = i if is_match else matched
+        if matched < 0 or scheme.lower() != SCHEME:
+            return None
+        return self.tenants[matched]
+
+    def accepts(self, authorization: str | None) -> bool:
+        return self.tenant_of(authorization) is not None
 
 
 def _digest(salt: bytes, key: str) -> bytes:
@@ -64,7 +105,8 @@ def _digest(salt: bytes, key: str) -> bytes:
 
 def add_api_key_settings(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, "--api-keys-file", default=None,
-                help=f"file of accepted API keys, one a line (or set {KEYS_ENV}=KEY,KEY); "
+                help=f"file of accepted API keys, one a line: 'NAME KEY' (the key of tenant "
+                     f"NAME) or 'KEY' (its own tenant); or set {KEYS_ENV}='NAME KEY,KEY'; "
                      "with neither, the service asks for no key")
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import grpc
 
 from hwsim.memory import DoesNotFitError
-from kvstore.blob_errors import BlobError
-from kvstore.stores import BlobNotFound, StoreUnavailable
+from kvstore.blob_errors import BlobCorrupted, BlobError, BlobTokensMismatch, BlobTruncated
+from kvstore.stores import BlobNotFound, StoreFull, StoreUnavailable
 
 log = logging.getLogger(__name__)
 # how long a client should wait before it retries an overloaded or unreachable service: the
@@ -46,6 +46,11 @@ class Unavailable(Exception):
     """A dependency (worker, store) cannot be reached."""
 
 
+class OverQuota(Exception):
+    """The caller's tenant is over one of its quotas (the message names the limit):
+    RESOURCE_EXHAUSTED, retry later."""
+
+
 class DraftMissing(Exception):
     """A request asks for what this worker was not started with (speculative prefill without
     --draft-model): FAILED_PRECONDITION."""
@@ -55,10 +60,16 @@ class DraftMissing(Exception):
 STATUS_BY_EXCEPTION: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (QueueFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (OverQuota, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
     (BlobNotFound, grpc.StatusCode.NOT_FOUND),
-    # a blob of another model or layout than the decode worker's
+    # a blob that fails its MAC or its checks (deleted): the router prefills the request again
+    (BlobCorrupted, grpc.StatusCode.DATA_LOSS),
+    (BlobTruncated, grpc.StatusCode.DATA_LOSS),
+    (BlobTokensMismatch, grpc.StatusCode.DATA_LOSS),
+    # a blob of another model, layout or format version than the decode worker's
     (BlobError, grpc.StatusCode.FAILED_PRECONDITION),
     (DraftMissing, grpc.StatusCode.FAILED_PRECONDITION),
     # the sn40l-sim back end's static graph does not fit the simulated memory

@@ -38,11 +38,20 @@ STEP_TIME = Histogram("snapstream_decode_step_seconds", "One static decode step 
 SIM_STEP_TIME = Histogram("snapstream_sim_decode_step_seconds",
                           "One decode step on the simulated target", buckets=LATENCY_BUCKETS)
 PREFIX_CACHE = Counter("snapstream_prefix_cache_total",
-                       "Document cache requests by outcome: hit, stored, bypass (served without "
-                       "caching); dropped: a corrupt or mismatched cached blob deleted",
-                       ["outcome"])
+                       "Document cache requests by outcome and tenant: hit, stored, bypass "
+                       "(served without caching); dropped: a cached blob that failed its MAC or "
+                       "checks, deleted", ["outcome", "tenant"])
 PREFIX_CACHE_BYTES = Gauge("snapstream_prefix_cache_bytes",
-                           "Bytes of document caches this prefill worker stored and holds")
+                           "Bytes of document caches each tenant holds in the store (the "
+                           "store's ledger, as this prefill worker last read it)", ["tenant"])
+TENANT_REQUESTS = Counter("snapstream_tenant_requests_total",
+                          "Router requests by tenant and outcome", ["tenant", "outcome"])
+TENANT_RUNNING = Gauge("snapstream_tenant_running_requests", "Router requests in flight",
+                       ["tenant"])
+TENANT_QUEUED_TOKENS = Gauge("snapstream_tenant_queued_prompt_tokens",
+                             "Prompt tokens of requests not yet prefilled", ["tenant"])
+TENANT_PROMPT_TOKENS = Counter("snapstream_tenant_prompt_tokens_total",
+                               "Prompt tokens of admitted requests", ["tenant"])
 PREFIX_CACHE_SAVED = Counter("snapstream_prefix_cache_saved_seconds_total",
                              "Document compression time saved by hits (estimated: the document's "
                              "tokens x this worker's last compression time per token)")

@@ -63,6 +63,9 @@ def add_worker_settings(parser: argparse.ArgumentParser) -> None:
     add_dtype_setting(parser)
     add_setting(parser, "--device", default="cpu")
     add_setting(parser, "--store", default="redis://127.0.0.1:6379/0", help="KV store URL")
+    add_setting(parser, "--cluster-secret-file", default=None,
+                help="file holding the cluster secret that keys every blob's MAC, the same on "
+                     "every prefill and decode worker (or set SNAPSTREAM_CLUSTER_SECRET)")
 
 
 def add_server_settings(parser: argparse.ArgumentParser, *, port: int, metrics_port: int) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from snapstream.attention import PrefillRecorder
+from snapstream.cancel import Cancel, checking
 from snapstream.checkpoints import open_checkpoint
 from snapstream.decode import Decoder
 from snapstream.fingerprint import model_fingerprint
@@ -136,15 +137,16 @@ class Engine:
                              f"{self.config.vocab_size})")
 
     def prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int,
-                capacity: int | None = None, positions: Sequence[int] | None = None
-                ) -> PrefillResult:
+                capacity: int | None = None, positions: Sequence[int] | None = None,
+                cancel: Cancel | None = None) -> PrefillResult:
         """Full attention over the prompt, then the policy's compression into its layout
         (growing policies sized to ``capacity`` when given, see CachePolicy.layout). Checks
         ``ids`` and ``policy`` against the model (ValueError naming what to change).
         ``positions``: the ids' own positions when they are the kept part of a longer prompt
-        (ascending; speculative prefill's original positions), None for 0..len-1."""
+        (ascending; speculative prefill's original positions), None for 0..len-1. ``cancel``:
+        checked before each layer (:class:`~snapstream.cancel.Cancelled` once set)."""
         self.check_prompt(ids)
-        return self._prefill(ids, policy, max_new_tokens, capacity, positions)
+        return self._prefill(ids, policy, max_new_tokens, capacity, positions, cancel)
 
     def warm_up_prefill(self) -> float:
         """Pays at start-up what the first prompt of a prefill worker would pay otherwise: the
@@ -169,8 +171,8 @@ class Engine:
 
     @torch.no_grad()
     def _prefill(self, ids: list[int], policy: CachePolicy, max_new_tokens: int,
-                 capacity: int | None = None, positions: Sequence[int] | None = None
-                 ) -> PrefillResult:
+                 capacity: int | None = None, positions: Sequence[int] | None = None,
+                 cancel: Cancel | None = None) -> PrefillResult:
         """:meth:`prefill` of ids already checked by :meth:`check_prompt`."""
         if positions is not None:
             self.check_positions(ids, positions)
@@ -185,7 +187,7 @@ class Engine:
                                    positions=None if positions is None else at, outputs=1)
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=self.device)  # (1, P)
-        hidden = self.model(input_ids, at[None], recorder, self.prefill_dtype)
+        hidden = self.model(input_ids, at[None], checking(recorder, cancel), self.prefill_dtype)
         logits = self.model.logits(hidden[0, -1].to(self.dtype))  # (V,)
         cache = recorder.cache(len(ids))
         if positions is not None:
@@ -200,8 +202,8 @@ class Engine:
 
     def compress_prefix(self, doc_ids: list[int], policy: CachePolicy, max_new_tokens: int,
                         capacity: int | None = None,
-                        doc_config: DocumentCacheConfig = DEFAULT_DOCUMENT_CACHE
-                        ) -> SequenceCache:
+                        doc_config: DocumentCacheConfig = DEFAULT_DOCUMENT_CACHE,
+                        cancel: Cancel | None = None) -> SequenceCache:
         """A reusable document's question-agnostic cache for requests of ``policy``, scored and
         sized by ``doc_config`` (:mod:`snapstream.prefix_cache`); ValueError for a policy or
         model it cannot serve."""
@@ -212,7 +214,7 @@ class Engine:
         instruction = self.tokenizer.encode(REPEAT_INSTRUCTION)
         pieces = [self.tokenizer.decode([token]) for token in doc_ids]
         return compress_document(self.model, doc_ids, pieces, instruction, layout, doc_config,
-                                 self.kv_dtype, self.prefill_dtype)
+                                 self.kv_dtype, self.prefill_dtype, cancel)
 
     def prefill_on_prefix(self, prefix: SequenceCache, ids: list[int], policy: CachePolicy,
                           max_new_tokens: int, capacity: int | None = None,

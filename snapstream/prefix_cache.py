@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from snapstream.attention import causal_attention
 from snapstream.compress import compress_kv
+from snapstream.cancel import Cancel, checking
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer
@@ -87,17 +88,20 @@ class _FullRecorder:
 def compress_document(model: Transformer, doc_ids: list[int], pieces: list[str],
                       instruction_ids: list[int], layout: CacheLayout,
                       config: DocumentCacheConfig, kv_dtype: torch.dtype,
-                      dtype: torch.dtype | None = None) -> SequenceCache:
+                      dtype: torch.dtype | None = None, cancel: Cancel | None = None
+                      ) -> SequenceCache:
     """The document's stored cache in :func:`store_layout` of ``layout``; a superset store that
     does not hold it all is scored by ``config.score``. Slots past a short document's
     tokens stay EMPTY. ``pieces``: each document token's text; ``dtype``: the activations of
-    the document's forward (the engine's prefill dtype)."""
+    the document's forward (the engine's prefill dtype); ``cancel``: checked before each of its
+    layers."""
     check_model(model)
     stored = store_layout(layout, config, len(doc_ids))
     device = model.lm_head.weight.device
     recorder = _FullRecorder()
     hidden = model(torch.tensor([doc_ids], device=device),
-                   torch.arange(len(doc_ids), device=device)[None], recorder, dtype)
+                   torch.arange(len(doc_ids), device=device)[None], checking(recorder, cancel),
+                   dtype)
     k, v = torch.stack(recorder.keys), torch.stack(recorder.values)  # (L, Hkv, P, D)
     if config.store == "whole" or not stored.compresses(len(doc_ids)) or stored.n_topk == 0:
         return _one_group(stored, *compress_kv(stored, k, v, None, kv_dtype), len(doc_ids))

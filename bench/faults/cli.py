@@ -8,12 +8,14 @@ import asyncio
 import random
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import fields
 from pathlib import Path
 
 from bench.faults.load import reference
 from bench.faults.scenarios import SCENARIOS, FaultConfig, FaultRun, Result, leaks
+from bench.faults.tenants import write_keys
 from bench.report import command_line, markdown_table, write_section
 from cluster import ClusterSpec, LocalCluster
 from cluster.restarts import RestartPolicy
@@ -47,14 +49,18 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = FaultConfig(**{f.name: getattr(args, f.name) for f in fields(FaultConfig)})
-    spec = ClusterSpec(store=args.store, model=model_path(args.model),
-                       router_port=0, rows=args.rows, torch_threads=args.torch_threads,
-                       drain_timeout_s=5.0, restarts=RestartPolicy(first_delay_s=0.5))
     # SIGTERM unwinds as Ctrl-C does, so that the cluster is stopped, not orphaned
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with LocalCluster(spec) as cluster:
-        print(f"cluster up ({args.store}); logs in {cluster.log_dir}", file=sys.stderr)
-        results = asyncio.run(_run_all(cluster, config, args.scenarios))
+    with tempfile.TemporaryDirectory(prefix="snapstream-faults-") as tmp:
+        keys_file = Path(tmp) / "api-keys"
+        keys = write_keys(keys_file)  # the router asks for the keys of two tenants
+        spec = ClusterSpec(store=args.store, model=model_path(args.model),
+                           router_port=0, rows=args.rows, torch_threads=args.torch_threads,
+                           drain_timeout_s=5.0, restarts=RestartPolicy(first_delay_s=0.5),
+                           api_keys_file=keys_file)
+        with LocalCluster(spec) as cluster:
+            print(f"cluster up ({args.store}); logs in {cluster.log_dir}", file=sys.stderr)
+            results = asyncio.run(_run_all(cluster, config, args.scenarios, keys))
     table = _table(results)
     print(table)
     if args.doc:
@@ -63,10 +69,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...]) -> list[Result]:
-    async with AsyncSnapstreamClient(cluster.endpoints["router"]) as client:
-        run = FaultRun(cluster, client, await reference(client, config.max_new_tokens), config,
-                  random.Random(config.seed))
+async def _run_all(cluster, config: FaultConfig, names: tuple[str, ...],
+                   keys: dict[str, str]) -> list[Result]:
+    async with AsyncSnapstreamClient(cluster.endpoints["router"],
+                                     api_key=keys["load"]) as client:
+        run = FaultRun(cluster, client, keys, await reference(client, config.max_new_tokens),
+                       config, random.Random(config.seed))
         supervisor = asyncio.ensure_future(run.supervise())
         results = []
         try:

@@ -40,10 +40,11 @@ POISON: dict[str, bytes] = {
 }
 
 
-async def send_raw(router: str, body: bytes, timeout_s: float = 60.0) -> str:
+async def send_raw(router: str, body: bytes, api_key: str, timeout_s: float = 60.0) -> str:
     """The status the router ends the stream with (its name; OK for a full stream)."""
     async with grpc.aio.insecure_channel(router) as channel:
-        call = channel.unary_stream("/snapstream.v1.Generation/Generate")(body, timeout=timeout_s)
+        call = channel.unary_stream("/snapstream.v1.Generation/Generate")(
+            body, timeout=timeout_s, metadata=(("authorization", f"Bearer {api_key}"),))
         try:
             async for _ in call:
                 pass

@@ -16,6 +16,7 @@ import grpc
 
 from bench.faults.load import Tally, closed_loop, wait_for
 from bench.faults.poison import POISON, send_raw
+from bench.faults.tenants import tenant_cases
 from cluster import LocalCluster
 from kvstore import open_store
 from snapstream.client import AsyncSnapstreamClient
@@ -28,6 +29,7 @@ class FaultConfig:
     prefill_kills: int = 10
     store_restarts: int = 5
     poison_rounds: int = 20  # each sends every poison request once, beside the normal load
+    tenant_rounds: int = 5  # each sends a new document as two tenants (bench/faults/tenants.py)
     deadline_requests: int = 200  # normal requests with a client deadline of 0.05-2 s
     soak_s: float = 600.0
     soak_streams: int = 200
@@ -38,7 +40,7 @@ class FaultConfig:
 
     def __post_init__(self) -> None:
         for name in ("decode_kills", "prefill_kills", "store_restarts", "poison_rounds",
-                     "deadline_requests"):
+                     "tenant_rounds", "deadline_requests"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("soak_s", "hang_timeout_s"):
@@ -73,7 +75,8 @@ class FaultRun:
     block) go through one lock, one at a time, off the event loop."""
 
     cluster: LocalCluster
-    client: AsyncSnapstreamClient
+    client: AsyncSnapstreamClient  # with the key of tenant "load"
+    keys: dict[str, str]  # tenant -> its API key
     expected: dict[str, tuple]
     config: FaultConfig
     rng: random.Random
@@ -197,12 +200,28 @@ async def poison(run: FaultRun) -> Result:
     async def inject(result: Result) -> None:
         for done in range(1, run.config.poison_rounds + 1):
             for name, request in POISON.items():
-                code = await send_raw(run.cluster.endpoints["router"], request)
+                code = await send_raw(run.cluster.endpoints["router"], request,
+                                      run.keys["load"])
                 result.codes[f"{name}: {code}"] += 1
                 result.faults += 1
             _progress(f"poison round {done}/{run.config.poison_rounds}")
 
     return await _under_load(run, run.config.streams, inject, Result("poison", 0, Tally()))
+
+
+async def tenants(run: FaultRun) -> Result:
+    """Two tenants send one document, beside the normal load: the second stores its own copy
+    (no hit tells it what the first sent), the first hits its own; a cache_salt is a namespace
+    of its own; a key of no tenant is refused."""
+    async def inject(result: Result) -> None:
+        for done in range(1, run.config.tenant_rounds + 1):
+            seen = await tenant_cases(run.cluster.endpoints["router"], run.keys, done)
+            for case, outcome in seen.items():
+                result.codes[f"{case}: {outcome}"] += 1
+            result.faults += 1
+            _progress(f"tenants round {done}/{run.config.tenant_rounds}")
+
+    return await _under_load(run, run.config.streams, inject, Result("tenants", 0, Tally()))
 
 
 async def deadlines(run: FaultRun) -> Result:
@@ -214,8 +233,8 @@ async def deadlines(run: FaultRun) -> Result:
             body = generation_pb2.GenerateRequest(
                 prompt=run.rng.choice(prompts),
                 max_new_tokens=run.config.max_new_tokens).SerializeToString()
-            code = await send_raw(run.cluster.endpoints["router"], body,
-                                     timeout_s=run.rng.uniform(0.05, 2.0))
+            code = await send_raw(run.cluster.endpoints["router"], body, run.keys["load"],
+                                  timeout_s=run.rng.uniform(0.05, 2.0))
             result.codes[f"deadline 0.05-2 s: {code}"] += 1
             result.faults += 1
             if done % 50 == 0:
@@ -239,6 +258,7 @@ SCENARIOS: dict[str, Callable[[FaultRun], Awaitable[Result]]] = {
     "prefill-kills": prefill_kills,
     "store-restarts": store_restarts,
     "poison": poison,
+    "tenants": tenants,
     "deadlines": deadlines,
     "soak": soak,
 }

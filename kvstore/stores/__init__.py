@@ -4,7 +4,13 @@ Importing a back end registers it in STORES for open_store.
 """
 
 from kvstore.stores.base import STORES, BlobStore, new_blob_key, open_store
-from kvstore.stores.errors import BlobNotFound, StoreCorrupted, StoreError, StoreUnavailable
+from kvstore.stores.errors import (
+    BlobNotFound,
+    StoreCorrupted,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
 from kvstore.stores.nats_store import NatsBlobStore, NatsStoreConfig
 from kvstore.stores.redis_store import RedisBlobStore, RedisStoreConfig
 
@@ -18,6 +24,7 @@ __all__ = [
     "RedisStoreConfig",
     "StoreCorrupted",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "new_blob_key",
     "open_store",

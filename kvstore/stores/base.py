@@ -11,7 +11,12 @@ Every back end keeps these invariants:
   the sequence ends, so that a failover can read it again); ``delete`` is idempotent.
 
 Back ends implement five primitives (write chunks, write manifest, read manifest, read chunks,
-delete); the chunking, checksum and validation live here, once.
+delete); the chunking, checksum and validation live here, once. Besides blobs, a store keeps
+small **records** that a writer replaces only if nobody replaced them since it read them
+(compare and set on a version): the document cache's ledger is one.
+
+A write the server refuses for want of room raises ``StoreFull``; one it cannot make for a
+lost connection, ``StoreUnavailable``.
 """
 
 from __future__ import annotations
@@ -25,17 +30,18 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from kvstore.stores.errors import BlobNotFound, StoreCorrupted, StoreUnavailable
+from kvstore.stores.errors import BlobNotFound, StoreCorrupted, StoreFull, StoreUnavailable
 from kvstore.stores.janitor import Janitor
 from kvstore.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,200}")
+FULL_CLEANUP_WAIT_S = 5.0  # a put refused for want of room waits this long for its clean-up
 
 
 def new_blob_key() -> str:
@@ -47,6 +53,22 @@ def check_key(key: str) -> str:
     if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
         raise ValueError(f"blob key {key!r} must be 1-200 characters of A-Z a-z 0-9 _ -")
     return key
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record's value (None: absent) and its version, which a write must name."""
+
+    value: bytes | None
+    version: int
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """What the store server says it holds at most; None where it sets or tells no limit."""
+
+    max_bytes: int | None = None  # of everything stored (Redis maxmemory)
+    max_ttl_s: float | None = None  # of one blob (a NATS stream's max_age)
 
 
 def redact_url(url: str) -> str:
@@ -65,6 +87,7 @@ class BlobStore(ABC):
     chunks_per_round_trip: ClassVar[int]  # chunks written or read per round trip
     round_trips_in_flight: ClassVar[int]  # of one put or get, each on its own connection
     unavailable_errors: ClassVar[tuple[type[BaseException], ...]]
+    url_options: ClassVar[tuple[str, ...]] = ("tls_ca_file",)  # options a URL may carry
 
     def __init__(self, url: str, chunk_size: int) -> None:
         self.url = redact_url(url)
@@ -97,10 +120,14 @@ class BlobStore(ABC):
         writing = asyncio.ensure_future(self._write(key, view, manifest, stop))
         try:
             await asyncio.shield(writing)
-        except BaseException:
+        except BaseException as exc:
             stop.set()
-            self.janitor.soon(f"delete the failed put of blob {key!r}",
-                              lambda: self._discard_after(writing, key, manifest))
+            cleanup = self.janitor.soon(f"delete the failed put of blob {key!r}",
+                                        lambda: self._discard_after(writing, key, manifest))
+            if isinstance(exc, StoreFull):
+                # the room the put took is given back before its caller hears of it, so that
+                # the caller's next write (a request's blob after its document's) may fit
+                await asyncio.wait([cleanup], timeout=FULL_CLEANUP_WAIT_S)
             raise
 
     async def _write(self, key: str, view: memoryview, manifest: Manifest,
@@ -186,6 +213,24 @@ class BlobStore(ABC):
         check_key(key)
         self.janitor.soon(f"delete blob {key!r}", lambda: self.delete(key))
 
+    async def read_record(self, name: str) -> StoredRecord:
+        """The record ``name`` (a key's characters) as stored now."""
+        check_key(name)
+        with self._translate_errors():
+            return await self._read_record(name)
+
+    async def write_record(self, name: str, value: bytes, version: int) -> bool:
+        """Replaces the record ``name`` with ``value`` if it is still at ``version`` (0: absent);
+        False, writing nothing, when another writer came first."""
+        check_key(name)
+        with self._translate_errors():
+            return await self._write_record(name, value, version)
+
+    async def limits(self) -> StoreLimits:
+        """The server's limits, as far as it tells them."""
+        with self._translate_errors():
+            return await self._limits()
+
     async def exists(self, key: str) -> bool:
         check_key(key)
         try:
@@ -241,14 +286,32 @@ class BlobStore(ABC):
     @abstractmethod
     async def _keys(self) -> list[str]: ...
 
+    @abstractmethod
+    async def _read_record(self, name: str) -> StoredRecord: ...
+
+    @abstractmethod
+    async def _write_record(self, name: str, value: bytes, version: int) -> bool: ...
+
+    @abstractmethod
+    async def _limits(self) -> StoreLimits: ...
+
+    @abstractmethod
+    def _is_full(self, exc: Exception) -> bool:
+        """Whether ``exc`` is the server refusing a write for want of room."""
+
     @contextlib.contextmanager
     def _translate_errors(self) -> Iterator[None]:
-        """Turns the back end's connection errors into StoreUnavailable naming the URL."""
+        """Turns the back end's refusals for want of room into StoreFull and its connection
+        errors into StoreUnavailable, naming the URL."""
         try:
             yield
-        except self.unavailable_errors as exc:
-            raise StoreUnavailable(f"KV store {self.url} unavailable: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            if self._is_full(exc):
+                raise StoreFull(f"KV store {self.url} is full: {exc}; retry later") from exc
+            if isinstance(exc, self.unavailable_errors):
+                raise StoreUnavailable(f"KV store {self.url} unavailable: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+            raise
 
 
 async def _stop_tasks(tasks: Sequence[asyncio.Future]) -> None:
@@ -299,19 +362,18 @@ def register_store(cls: type[BlobStore]) -> type[BlobStore]:
     return cls
 
 
-URL_OPTIONS = ("tls_ca_file",)  # store options a URL may carry in its query
-
-
 async def open_store(url: str, **options: Any) -> BlobStore:
     """Open the store a URL names (``redis://host:6379/0``, ``nats://host:4222``; over TLS
-    ``rediss://`` and ``tls://``, with ``?tls_ca_file=/path/ca.pem`` to trust a private CA)."""
+    ``rediss://`` and ``tls://``, with ``?tls_ca_file=/path/ca.pem`` to trust a private CA;
+    a back end's other ``url_options`` may ride in the query too)."""
     parts = urlsplit(url)
     if parts.scheme not in STORES:
         known = ", ".join(f"{name}://" for name in sorted(STORES))
         raise ValueError(f"unknown KV store URL scheme {parts.scheme!r} in {redact_url(url)!r}; "
                          f"expected one of {known}")
+    store_cls = STORES[parts.scheme]
     query = parse_qsl(parts.query)
-    options = {**{k: v for k, v in query if k in URL_OPTIONS}, **options}
+    options = {**{k: v for k, v in query if k in store_cls.url_options}, **options}
     url = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query
-                                                     if k not in URL_OPTIONS])))
-    return await STORES[parts.scheme].open(url, **options)
+                                                     if k not in store_cls.url_options])))
+    return await store_cls.open(url, **options)

@@ -21,3 +21,8 @@ class StoreCorrupted(StoreError):
 
 class StoreUnavailable(StoreError):
     """The store server cannot be reached or refused to serve; the message names the URL."""
+
+
+class StoreFull(StoreError):
+    """The store refused a write for want of room (Redis maxmemory, JetStream's storage
+    limit): nothing was kept; retry later."""

@@ -43,12 +43,13 @@ class Janitor:
         """Clean-ups not finished yet (running or waiting to retry)."""
         return len(self._tasks)
 
-    def soon(self, what: str, operation: Callable[[], Awaitable[None]]) -> None:
+    def soon(self, what: str, operation: Callable[[], Awaitable[None]]) -> asyncio.Task:
         """Runs ``operation()`` in a task of its own, retrying while the store is unavailable;
-        ``what`` names it in the log."""
+        ``what`` names it in the log. -> the task (a caller may wait for it)."""
         task = asyncio.ensure_future(self._with_retry(what, operation))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _with_retry(self, what: str, operation: Callable[[], Awaitable[None]]) -> None:
         delay, give_up_at = self.retry.first_delay_s, time.monotonic() + self.retry.give_up_after_s

@@ -5,10 +5,16 @@ Layout in stream ``stream`` (default ``SNAPSTREAM_BLOBS``), subjects under ``sub
 
     <subject_prefix>.m.<key>                  manifest (JSON), published last
     <subject_prefix>.c.<key>.<put_id>.<i>     chunk i, at most the server's max_payload
+    <subject_prefix>.r.<name>                 a record; its version is its message's sequence
 
 Chunks are published and read over the store's own connections (kvstore.stores.nats_direct),
 which send each payload from where it lies and receive it straight into place; manifests,
 purges and stream management go through nats-py.
+
+Room: with ``max_bytes`` (a URL may carry it, ``?max_bytes=N``, as ``max_ttl_s``), the stream
+holds at most that many bytes and refuses a publish past them (discard new: nothing stored is
+dropped to make room), which the store raises as ``StoreFull``. Every process must open the
+stream with the same ``max_bytes`` and ``max_ttl_s``.
 
 TTL: JetStream before 2.11 has no per-message TTL, so the stream's ``max_age`` (``max_ttl_s``)
 bounds every blob's life and removes its messages; a blob's own ``ttl_s`` (at most
@@ -38,6 +44,8 @@ from kvstore.stores.base import (
     BlobNotFound,
     BlobStore,
     Manifest,
+    StoredRecord,
+    StoreLimits,
     StoreUnavailable,
     redact_url,
     register_store,
@@ -53,6 +61,10 @@ IDLE_DIRECT_CONNECTIONS = 4  # kept open between calls, for puts and gets side b
 STREAM_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 SUBJECT_PATTERN = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 STREAM_NAME_IN_USE = 10058  # JetStream API error code
+WRONG_LAST_SEQUENCE = 10071  # a publish's expected last subject sequence did not hold
+# JetStream's refusals of a publish for want of room: the server's or account's storage limit
+FULL_DESCRIPTIONS = ("insufficient resources", "maximum bytes exceeded",
+                     "resource limits exceeded")
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class NatsStoreConfig:
     stream: str = "SNAPSTREAM_BLOBS"
     subject_prefix: str = "snapstream.blob"
     max_ttl_s: float = 3600.0
+    max_bytes: int | None = None  # of the whole stream; None: no limit
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 5.0  # per JetStream request (one chunk, one manifest)
     tls_ca_file: str | None = None  # tls://: the CA of the server's certificate
@@ -71,6 +84,11 @@ class NatsStoreConfig:
         return client_tls(self.tls_ca_file) if urlsplit(self.url).scheme == "tls" else None
 
     def __post_init__(self) -> None:
+        for name, kind in (("max_ttl_s", float), ("max_bytes", int)):  # as a URL gives them
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, kind(getattr(self, name)))
+        if self.max_bytes is not None and self.max_bytes <= 0:
+            raise ValueError(f"max_bytes must be > 0, got {self.max_bytes}")
         if self.chunk_size is not None and self.chunk_size <= 0:
             raise ValueError(f"chunk_size must be > 0, got {self.chunk_size}")
         if not STREAM_PATTERN.fullmatch(self.stream):
@@ -92,6 +110,7 @@ class NatsBlobStore(BlobStore):
     schemes = ("nats", "tls")
     chunks_per_round_trip = CHUNKS_PER_ROUND_TRIP
     round_trips_in_flight = ROUND_TRIPS_IN_FLIGHT
+    url_options = ("tls_ca_file", "max_bytes", "max_ttl_s")
     unavailable_errors = (
         nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
         nats.errors.ConnectionReconnectingError, nats.errors.NoRespondersError,
@@ -143,7 +162,8 @@ class NatsBlobStore(BlobStore):
         config = api.StreamConfig(
             name=self._config.stream, subjects=[f"{self._config.subject_prefix}.>"],
             max_age=self._config.max_ttl_s, max_msgs_per_subject=1, allow_direct=True,
-            storage=api.StorageType.FILE, discard=api.DiscardPolicy.OLD)
+            max_bytes=self._config.max_bytes or -1, storage=api.StorageType.FILE,
+            discard=api.DiscardPolicy.NEW)
         try:
             await self._js.add_stream(config)
         except nats.js.errors.ServiceUnavailableError as exc:
@@ -154,7 +174,8 @@ class NatsBlobStore(BlobStore):
                 raise
             raise ValueError(f"NATS stream {self._config.stream!r} at {self.url} exists with "
                              f"another configuration; give every process the same "
-                             f"subject_prefix and max_ttl_s, or delete the stream") from exc
+                             f"subject_prefix, max_ttl_s and max_bytes, or delete the "
+                             f"stream") from exc
 
     def _manifest_subject(self, key: str) -> str:
         return f"{self._config.subject_prefix}.m.{key}"
@@ -200,6 +221,34 @@ class NatsBlobStore(BlobStore):
         head = self._manifest_subject("")
         info = await self._js.stream_info(self._config.stream, subjects_filter=f"{head}*")
         return [subject.removeprefix(head) for subject in info.state.subjects or {}]
+
+    def _record_subject(self, name: str) -> str:
+        return f"{self._config.subject_prefix}.r.{name}"
+
+    async def _read_record(self, name: str) -> StoredRecord:
+        try:
+            message = await self._js.get_msg(self._config.stream,
+                                             subject=self._record_subject(name), direct=True)
+        except nats.js.errors.NotFoundError:
+            return StoredRecord(None, 0)
+        return StoredRecord(message.data or b"", message.seq)
+
+    async def _write_record(self, name: str, value: bytes, version: int) -> bool:
+        try:
+            await self._js.publish(self._record_subject(name), value, headers={
+                "Nats-Expected-Last-Subject-Sequence": str(version)})
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
+    async def _limits(self) -> StoreLimits:
+        return StoreLimits(max_bytes=self._config.max_bytes, max_ttl_s=self._config.max_ttl_s)
+
+    def _is_full(self, exc: Exception) -> bool:
+        return isinstance(exc, nats.js.errors.APIError | NatsError) and any(
+            text in str(exc) for text in FULL_DESCRIPTIONS)
 
     async def _delete(self, key: str) -> None:
         await self._purge(self._manifest_subject(key))

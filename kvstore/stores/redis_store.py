@@ -7,6 +7,7 @@ Layout under ``prefix`` (default ``snapstream``)::
 
     <prefix>:blob:<key>                    manifest (JSON), expires with the blob
     <prefix>:chunk:<key>:<put_id>:<i>      chunk i
+    <prefix>:record:<name>                 a record: hash of its version (v) and value (d)
 
 Every key is written with what is left of the blob's TTL (PX), so chunks and manifest expire
 together at put start + ttl_s; Redis expires them on its own clock.
@@ -32,6 +33,8 @@ from kvstore.stores.base import (
     BlobStore,
     Manifest,
     StoreCorrupted,
+    StoredRecord,
+    StoreLimits,
     StoreUnavailable,
     register_store,
 )
@@ -47,6 +50,14 @@ CHUNKS_PER_ROUND_TRIP = 4  # pipelined SETs/GETs per round trip
 ROUND_TRIPS_IN_FLIGHT = 2
 IDLE_BULK_CONNECTIONS = 4  # kept open between calls, for puts and gets running side by side
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
+# a record's compare and set, atomic on the server: KEYS[1] the record, ARGV the version the
+# writer read and the new value -> 1 written, 0 another writer came first
+WRITE_RECORD = """
+local version = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+if version ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'v', version + 1, 'd', ARGV[2])
+return 1
+"""
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,7 @@ class RedisBlobStore(BlobStore):
                               port=int(options.get("port", 6379)), db=int(options.get("db", 0)),
                               username=options.get("username"), password=options.get("password"),
                               tls=config.tls)
+        self._write_record_script = client.register_script(WRITE_RECORD)
         self._bulk = ConnectionPool(
             lambda: RespConnection.open(address, config.connect_timeout_s,
                                         config.request_timeout_s),
@@ -160,6 +172,30 @@ class RedisBlobStore(BlobStore):
         head = self._manifest_key("")
         return [name.decode().removeprefix(head)
                 async for name in self._client.scan_iter(match=f"{head}*", count=1000)]
+
+    def _record_key(self, name: str) -> str:
+        return f"{self._prefix}:record:{name}"
+
+    async def _read_record(self, name: str) -> StoredRecord:
+        version, value = await self._client.hmget(self._record_key(name), "v", "d")
+        return StoredRecord(value, int(version or 0))
+
+    async def _write_record(self, name: str, value: bytes, version: int) -> bool:
+        return bool(await self._write_record_script(keys=[self._record_key(name)],
+                                                    args=[version, value]))
+
+    async def _limits(self) -> StoreLimits:
+        try:
+            config = await self._client.config_get("maxmemory")
+        except redis.exceptions.ResponseError:  # a managed Redis may not allow CONFIG
+            return StoreLimits()
+        max_bytes = int(config.get("maxmemory", 0) or 0)
+        return StoreLimits(max_bytes=max_bytes or None)
+
+    def _is_full(self, exc: Exception) -> bool:
+        # redis-py's reply error for OOM; the chunk connections' own
+        return isinstance(exc, redis.exceptions.OutOfMemoryError) or (
+            isinstance(exc, RespError) and str(exc).startswith("OOM"))
 
     async def _delete(self, key: str) -> None:
         raw = await self._client.getdel(self._manifest_key(key))

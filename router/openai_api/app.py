@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.flow import RequestFlow
-from router.openai_api.auth import ApiKeyMiddleware
+from router.openai_api.auth import ApiKeyMiddleware, tenant_of_scope
 from router.openai_api.convert import chat_request, completion_request
 from router.openai_api.errors import ApiError
 from router.openai_api.frames import CHAT, TEXT, Flavor, Framer
@@ -82,7 +82,8 @@ class OpenAIApi:
             framer = Framer.new(endpoint.flavor, self.model_id,
                                 self.generation.decode.model_fingerprint(),
                                 body.options.return_token_ids)
-            events = self.generation.generate(native, api="openai", request_id=request_id)
+            events = self.generation.generate(native, api="openai", request_id=request_id,
+                                              tenant=tenant_of_scope(request.scope))
             return GenerationResponse(events, framer, body.stream, body.include_usage)
 
         return handle

@@ -1,5 +1,6 @@
 """API keys on the HTTP API: 401 with an OpenAI error object and ``WWW-Authenticate: Bearer``
-for a request without an accepted ``Authorization: Bearer KEY``; ``/health`` stays open."""
+for a request without an accepted ``Authorization: Bearer KEY``; ``/health`` stays open. An
+accepted key's tenant goes in the request's scope (``tenant_of_scope``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from router.openai_api.errors import ApiError
 from router.openai_api.responses import error_response
-from serving.auth import ApiKeys, refusal
+from serving.auth import DEFAULT_TENANT, ApiKeys, refusal
 
 OPEN_PATHS = frozenset({"/health"})
+TENANT_SCOPE_KEY = "snapstream.tenant"
+
+
+def tenant_of_scope(scope: Scope) -> str:
+    """The tenant of the request's key; the default tenant when the API asks for no key."""
+    return scope.get(TENANT_SCOPE_KEY, DEFAULT_TENANT)
 
 
 class ApiKeyMiddleware:
@@ -22,8 +29,9 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         authorization = Headers(scope=scope).get("authorization")
-        if self.keys.accepts(authorization):
-            await self.app(scope, receive, send)
+        tenant = self.keys.tenant_of(authorization)
+        if tenant is not None:
+            await self.app({**scope, TENANT_SCOPE_KEY: tenant}, receive, send)
             return
         # OpenAI's own 401: an invalid_request_error with code invalid_api_key
         response = error_response(ApiError(401, refusal(authorization), code="invalid_api_key"))

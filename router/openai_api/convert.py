@@ -45,6 +45,7 @@ def chat_request(body: ChatCompletionBody) -> generation_pb2.GenerateRequest:
     request = _common(body)
     request.messages.messages.extend(_message(m) for m in body.messages)
     request.cache_prefix = body.options.cache_prefix or ""
+    request.cache_salt = body.options.cache_salt or ""
     if body.options.cache_prefix_chars is not None:
         raise RequestError("snapstream.cache_prefix_chars applies to completions; a chat "
                            "request marks its document with cache_prefix",
@@ -65,6 +66,7 @@ def completion_request(body: CompletionBody) -> generation_pb2.GenerateRequest:
         raise RequestError("prompt: give one prompt (a string or a list of token "
                            f"ids); got a list of {len(prompt)}", field="prompt")
     request.cache_prefix_chars = body.options.cache_prefix_chars or 0
+    request.cache_salt = body.options.cache_salt or ""
     if body.options.cache_prefix is not None:
         raise RequestError("snapstream.cache_prefix applies to chat completions; a "
                            "completion marks its document with cache_prefix_chars",
@@ -117,6 +119,9 @@ def _speculative(options: SpeculativeOptions) -> common_pb2.SpeculativeSettings:
     if options.keep is not None and options.keep_tokens is not None:
         raise RequestError("snapstream.speculative: give keep or keep_tokens, not both",
                            field="snapstream.speculative")
+    if options.keep is not None and not 0 < options.keep <= 1:  # before float32 rounds it
+        raise RequestError(f"snapstream.speculative.keep must be in (0, 1], got {options.keep}",
+                           field="snapstream.speculative.keep")
     msg = common_pb2.SpeculativeSettings(
         positions=POSITIONS_TO_PB[options.positions] if options.positions else 0)
     for name in ("keep", "keep_tokens", "chunk_size", "look_ahead"):

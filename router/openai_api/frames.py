@@ -46,11 +46,14 @@ TEXT = Flavor("text_completion", "text_completion", "cmpl-",
 
 def usage(done: Finished) -> dict:
     """OpenAI's usage; for a request that marked a document, what happened to it
-    (``"snapstream": {"prefix_cache": "stored" | "hit" | "bypass"}``)."""
+    (``"snapstream": {"prefix_cache": "stored" | "hit" | "bypass"}``, and with a bypass its
+    ``prefix_cache_reason``: over_cap, store_full, store_unavailable)."""
     counts = {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
               "total_tokens": done.prompt_tokens + done.completion_tokens}
     if done.prefix_cache:
         counts["snapstream"] = {"prefix_cache": done.prefix_cache}
+        if done.prefix_cache_reason:
+            counts["snapstream"]["prefix_cache_reason"] = done.prefix_cache_reason
     return counts
 
 

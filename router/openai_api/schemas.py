@@ -53,6 +53,9 @@ class SnapstreamOptions(Body):
     # to the "first_user" one; a completion's first N characters
     cache_prefix: str | None = None
     cache_prefix_chars: UInt32 | None = None
+    # the document cache is the caller's tenant's; requests that also share this salt share
+    # their documents (the others of the tenant do not see them)
+    cache_salt: str | None = None
     speculative: SpeculativeOptions | None = None
 
 

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from snapstream.attention import causal_attention
+from snapstream.cancel import Cancel, checking
 from snapstream.model import Transformer
 
 
@@ -94,22 +95,26 @@ def voting_layers(windows: tuple[int | None, ...]) -> frozenset[int]:
 
 @torch.no_grad()
 def score_prompt(model: Transformer, ids: list[int], look_ahead: int, kernel: int,
-                 stop_ids: set[int], prefill_dtype: torch.dtype | None = None) -> DraftScores:
+                 stop_ids: set[int], prefill_dtype: torch.dtype | None = None,
+                 cancel: Cancel | None = None) -> DraftScores:
     """Importance of every token of ``ids`` (the draft's own tokens) to the draft's next
     ``look_ahead`` greedy tokens (fewer when one of ``stop_ids`` comes first).
     ``prefill_dtype``: the prompt forward's activations (an Engine's ``prefill_dtype``; None:
-    the model's own)."""
+    the model's own); ``cancel``: checked before each layer of every forward."""
     windows = model.config.attention_windows
     attention = _DraftAttention(windows, voting_layers(windows), capacity=look_ahead)
+    attend = checking(attention, cancel)
     device = model.lm_head.weight.device
     hidden = model(torch.tensor([ids], device=device), torch.arange(len(ids), device=device)[None],
-                   attention, prefill_dtype)  # (1, P, hidden)
+                   attend, prefill_dtype)  # (1, P, hidden)
     token = int(model.logits(hidden[0, -1].to(model.model.norm.weight.dtype)).argmax())
     generated: list[int] = []
     while len(generated) < look_ahead and token not in stop_ids:
+        if cancel is not None:
+            cancel.check()
         generated.append(token)
         position = torch.tensor([[len(ids) + len(generated) - 1]], device=device)
-        hidden = model(torch.tensor([[token]], device=device), position, attention)
+        hidden = model(torch.tensor([[token]], device=device), position, attend)
         token = int(model.logits(hidden[0, -1]).argmax())
     scores = torch.stack([_layer_scores(torch.cat(attention.queries[i], dim=1),
                                         attention.keys[i][:, : attention.lengths[i]],

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from snapstream.cancel import Cancel
 from snapstream.engine import Engine
 from snapstream.specprefill.chunks import chunk_bounds, rank_chunks
 from snapstream.specprefill.mapping import (
@@ -72,13 +73,17 @@ class DraftSelector:
         self.draft = draft
 
     def select(self, request: Request, target_view: Rendering, target: Tokenizer,
-               settings: SpeculativeSettings, keep_from_char: int | None = None) -> Selection:
+               settings: SpeculativeSettings, keep_from_char: int | None = None,
+               cancel: Cancel | None = None) -> Selection:
         """``target_view``: the prompt as the target reads it, its pieces located (see
         :func:`pick`). ValueError when a tokenizer gives no character offsets;
-        PromptTooLongForDraft when the draft's rendering is longer than its context."""
-        return pick(self.rank(request, settings), target_view, target, settings, keep_from_char)
+        PromptTooLongForDraft when the draft's rendering is longer than its context;
+        Cancelled once ``cancel`` is set (checked each layer and look-ahead step)."""
+        return pick(self.rank(request, settings, cancel), target_view, target, settings,
+                    keep_from_char)
 
-    def rank(self, request: Request, settings: SpeculativeSettings) -> DraftRanking:
+    def rank(self, request: Request, settings: SpeculativeSettings,
+             cancel: Cancel | None = None) -> DraftRanking:
         """The draft's scores of its tokens of ``request`` as it reads it (``settings``'
         look-ahead and kernel; :func:`pick` chunks them by ``settings.chunk_size``)."""
         start = time.perf_counter()
@@ -97,7 +102,7 @@ class DraftSelector:
                                         f"context is {self.draft.context_len}: shorten it")
         scores = score_prompt(self.draft.model, draft_ids, settings.look_ahead, settings.kernel,
                               set(self.draft.tokenizer.eos_token_ids),
-                              self.draft.prefill_dtype).scores  # (N,)
+                              self.draft.prefill_dtype, cancel).scores  # (N,)
         return DraftRanking(view, draft_offsets, scores, settings.chunk_size,
                             time.perf_counter() - start)
 

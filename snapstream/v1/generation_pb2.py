@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from snapstream.v1 import common_pb2 as snapstream_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1esnapstream/v1/generation.proto\x12\rsnapstream.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1asnapstream/v1/common.proto\"\x8a\x03\n\x0fGenerateRequest\x12\x10\n\x06prompt\x18\x01 \x01(\tH\x00\x12\x33\n\x10prompt_token_ids\x18\x02 \x01(\x0b\x32\x17.snapstream.v1.TokenIdsH\x00\x12/\n\x08messages\x18\x06 \x01(\x0b\x32\x1b.snapstream.v1.ChatMessagesH\x00\x12\x1b\n\x0emax_new_tokens\x18\x03 \x01(\rH\x01\x88\x01\x01\x12/\n\x08sampling\x18\x04 \x01(\x0b\x32\x1d.snapstream.v1.SamplingParams\x12*\n\x06policy\x18\x05 \x01(\x0b\x32\x1a.snapstream.v1.CachePolicy\x12\x14\n\x0c\x63\x61\x63he_prefix\x18\x07 \x01(\t\x12\x1a\n\x12\x63\x61\x63he_prefix_chars\x18\x08 \x01(\r\x12\x37\n\x0bspeculative\x18\t \x01(\x0b\x32\".snapstream.v1.SpeculativeSettingsB\x07\n\x05inputB\x11\n\x0f_max_new_tokens\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"<\n\x0c\x43hatMessages\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.snapstream.v1.ChatMessage\"~\n\x10GenerateResponse\x12-\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x1c.snapstream.v1.GenerateChunkH\x00\x12\x33\n\x08\x63omplete\x18\x02 \x01(\x0b\x32\x1f.snapstream.v1.GenerateCompleteH\x00\x42\x06\n\x04kind\"0\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xb3\x03\n\x10GenerateComplete\x12\x32\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x1b.snapstream.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x02 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\r\x12\x36\n\x13time_to_first_token\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0b\x64\x65\x63ode_time\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x38\n\x15simulated_decode_time\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0ekv_cache_bytes\x18\x07 \x01(\x04\x12\x16\n\x0ekv_cache_slots\x18\x08 \x01(\r\x12\x30\n\x0cprefix_cache\x18\t \x01(\x0e\x32\x1a.snapstream.v1.PrefixCache\x12\x35\n\x0bspeculative\x18\x0b \x01(\x0b\x32 .snapstream.v1.SpeculativeReport\"\r\n\x0bInfoRequest\"\xcf\x01\n\x0cInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x19\n\x11model_fingerprint\x18\x02 \x01(\t\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\x15\n\reos_token_ids\x18\x05 \x03(\r\x12\x32\n\x0e\x64\x65\x66\x61ult_policy\x18\x06 \x01(\x0b\x32\x1a.snapstream.v1.CachePolicy\x12\x19\n\x11has_chat_template\x18\x07 \x01(\x08\x32\x9c\x01\n\nGeneration\x12M\n\x08Generate\x12\x1e.snapstream.v1.GenerateRequest\x1a\x1f.snapstream.v1.GenerateResponse0\x01\x12?\n\x04Info\x12\x1a.snapstream.v1.InfoRequest\x1a\x1b.snapstream.v1.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1esnapstream/v1/generation.proto\x12\rsnapstream.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1asnapstream/v1/common.proto\"\x9e\x03\n\x0fGenerateRequest\x12\x10\n\x06prompt\x18\x01 \x01(\tH\x00\x12\x33\n\x10prompt_token_ids\x18\x02 \x01(\x0b\x32\x17.snapstream.v1.TokenIdsH\x00\x12/\n\x08messages\x18\x06 \x01(\x0b\x32\x1b.snapstream.v1.ChatMessagesH\x00\x12\x1b\n\x0emax_new_tokens\x18\x03 \x01(\rH\x01\x88\x01\x01\x12/\n\x08sampling\x18\x04 \x01(\x0b\x32\x1d.snapstream.v1.SamplingParams\x12*\n\x06policy\x18\x05 \x01(\x0b\x32\x1a.snapstream.v1.CachePolicy\x12\x14\n\x0c\x63\x61\x63he_prefix\x18\x07 \x01(\t\x12\x1a\n\x12\x63\x61\x63he_prefix_chars\x18\x08 \x01(\r\x12\x37\n\x0bspeculative\x18\t \x01(\x0b\x32\".snapstream.v1.SpeculativeSettings\x12\x12\n\ncache_salt\x18\n \x01(\tB\x07\n\x05inputB\x11\n\x0f_max_new_tokens\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"<\n\x0c\x43hatMessages\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.snapstream.v1.ChatMessage\"~\n\x10GenerateResponse\x12-\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x1c.snapstream.v1.GenerateChunkH\x00\x12\x33\n\x08\x63omplete\x18\x02 \x01(\x0b\x32\x1f.snapstream.v1.GenerateCompleteH\x00\x42\x06\n\x04kind\"0\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xd0\x03\n\x10GenerateComplete\x12\x32\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x1b.snapstream.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x02 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\r\x12\x36\n\x13time_to_first_token\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0b\x64\x65\x63ode_time\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x38\n\x15simulated_decode_time\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0ekv_cache_bytes\x18\x07 \x01(\x04\x12\x16\n\x0ekv_cache_slots\x18\x08 \x01(\r\x12\x30\n\x0cprefix_cache\x18\t \x01(\x0e\x32\x1a.snapstream.v1.PrefixCache\x12\x35\n\x0bspeculative\x18\x0b \x01(\x0b\x32 .snapstream.v1.SpeculativeReport\x12\x1b\n\x13prefix_cache_reason\x18\x0c \x01(\t\"\r\n\x0bInfoRequest\"\xcf\x01\n\x0cInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x19\n\x11model_fingerprint\x18\x02 \x01(\t\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\x15\n\reos_token_ids\x18\x05 \x03(\r\x12\x32\n\x0e\x64\x65\x66\x61ult_policy\x18\x06 \x01(\x0b\x32\x1a.snapstream.v1.CachePolicy\x12\x19\n\x11has_chat_template\x18\x07 \x01(\x08\x32\x9c\x01\n\nGeneration\x12M\n\x08Generate\x12\x1e.snapstream.v1.GenerateRequest\x1a\x1f.snapstream.v1.GenerateResponse0\x01\x12?\n\x04Info\x12\x1a.snapstream.v1.InfoRequest\x1a\x1b.snapstream.v1.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,21 +34,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'snapstream.v1.generation_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATEREQUEST']._serialized_start=110
-  _globals['_GENERATEREQUEST']._serialized_end=504
-  _globals['_CHATMESSAGE']._serialized_start=506
-  _globals['_CHATMESSAGE']._serialized_end=550
-  _globals['_CHATMESSAGES']._serialized_start=552
-  _globals['_CHATMESSAGES']._serialized_end=612
-  _globals['_GENERATERESPONSE']._serialized_start=614
-  _globals['_GENERATERESPONSE']._serialized_end=740
-  _globals['_GENERATECHUNK']._serialized_start=742
-  _globals['_GENERATECHUNK']._serialized_end=790
-  _globals['_GENERATECOMPLETE']._serialized_start=793
-  _globals['_GENERATECOMPLETE']._serialized_end=1228
-  _globals['_INFOREQUEST']._serialized_start=1230
-  _globals['_INFOREQUEST']._serialized_end=1243
-  _globals['_INFORESPONSE']._serialized_start=1246
-  _globals['_INFORESPONSE']._serialized_end=1453
-  _globals['_GENERATION']._serialized_start=1456
-  _globals['_GENERATION']._serialized_end=1612
+  _globals['_GENERATEREQUEST']._serialized_end=524
+  _globals['_CHATMESSAGE']._serialized_start=526
+  _globals['_CHATMESSAGE']._serialized_end=570
+  _globals['_CHATMESSAGES']._serialized_start=572
+  _globals['_CHATMESSAGES']._serialized_end=632
+  _globals['_GENERATERESPONSE']._serialized_start=634
+  _globals['_GENERATERESPONSE']._serialized_end=760
+  _globals['_GENERATECHUNK']._serialized_start=762
+  _globals['_GENERATECHUNK']._serialized_end=810
+  _globals['_GENERATECOMPLETE']._serialized_start=813
+  _globals['_GENERATECOMPLETE']._serialized_end=1277
+  _globals['_INFOREQUEST']._serialized_start=1279
+  _globals['_INFOREQUEST']._serialized_end=1292
+  _globals['_INFORESPONSE']._serialized_start=1295
+  _globals['_INFORESPONSE']._serialized_end=1502
+  _globals['_GENERATION']._serialized_start=1505
+  _globals['_GENERATION']._serialized_end=1661
 # @@protoc_insertion_point(module_scope)

@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("prompt", "prompt_token_ids", "messages", "max_new_tokens", "sampling", "policy", "cache_prefix", "cache_prefix_chars", "speculative")
+    __slots__ = ("prompt", "prompt_token_ids", "messages", "max_new_tokens", "sampling", "policy", "cache_prefix", "cache_prefix_chars", "speculative", "cache_salt")
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class GenerateRequest(_message.Message):
     CACHE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     CACHE_PREFIX_CHARS_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     prompt: str
     prompt_token_ids: _common_pb2.TokenIds
     messages: ChatMessages
@@ -30,7 +31,8 @@ class GenerateRequest(_message.Message):
     cache_prefix: str
     cache_prefix_chars: int
     speculative: _common_pb2.SpeculativeSettings
-    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[_common_pb2.TokenIds, _Mapping]] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., cache_prefix: _Optional[str] = ..., cache_prefix_chars: _Optional[int] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeSettings, _Mapping]] = ...) -> None: ...
+    cache_salt: str
+    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[_common_pb2.TokenIds, _Mapping]] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., cache_prefix: _Optional[str] = ..., cache_prefix_chars: _Optional[int] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeSettings, _Mapping]] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -63,7 +65,7 @@ class GenerateChunk(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class GenerateComplete(_message.Message):
-    __slots__ = ("finish_reason", "prompt_tokens", "completion_tokens", "time_to_first_token", "decode_time", "simulated_decode_time", "kv_cache_bytes", "kv_cache_slots", "prefix_cache", "speculative")
+    __slots__ = ("finish_reason", "prompt_tokens", "completion_tokens", "time_to_first_token", "decode_time", "simulated_decode_time", "kv_cache_bytes", "kv_cache_slots", "prefix_cache", "speculative", "prefix_cache_reason")
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +76,7 @@ class GenerateComplete(_message.Message):
     KV_CACHE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_REASON_FIELD_NUMBER: _ClassVar[int]
     finish_reason: _common_pb2.FinishReason
     prompt_tokens: int
     completion_tokens: int
@@ -84,7 +87,8 @@ class GenerateComplete(_message.Message):
     kv_cache_slots: int
     prefix_cache: _common_pb2.PrefixCache
     speculative: _common_pb2.SpeculativeReport
-    def __init__(self, finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., decode_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., simulated_decode_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kv_cache_bytes: _Optional[int] = ..., kv_cache_slots: _Optional[int] = ..., prefix_cache: _Optional[_Union[_common_pb2.PrefixCache, str]] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeReport, _Mapping]] = ...) -> None: ...
+    prefix_cache_reason: str
+    def __init__(self, finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., decode_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., simulated_decode_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., kv_cache_bytes: _Optional[int] = ..., kv_cache_slots: _Optional[int] = ..., prefix_cache: _Optional[_Union[_common_pb2.PrefixCache, str]] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeReport, _Mapping]] = ..., prefix_cache_reason: _Optional[str] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ()

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from snapstream.v1 import common_pb2 as snapstream_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsnapstream/v1/prefill.proto\x12\rsnapstream.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1asnapstream/v1/common.proto\"\xd3\x02\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\r\x12*\n\x06policy\x18\x03 \x01(\x0b\x32\x1a.snapstream.v1.CachePolicy\x12/\n\x08sampling\x18\x04 \x01(\x0b\x32\x1d.snapstream.v1.SamplingParams\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x10\n\x08\x62lob_key\x18\x06 \x01(\t\x12\x15\n\rprefix_tokens\x18\x07 \x01(\r\x12\x37\n\x0bspeculative\x18\t \x01(\x0b\x32\".snapstream.v1.SpeculativeSettings\x12<\n\x12speculative_prompt\x18\n \x01(\x0b\x32 .snapstream.v1.SpeculativePrompt\"\x82\x01\n\x11SpeculativePrompt\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x1b\n\x0ekeep_from_char\x18\x02 \x01(\rH\x00\x88\x01\x01\x12/\n\x06pieces\x18\x03 \x03(\x0b\x32\x1f.snapstream.v1.SpeculativePieceB\x11\n\x0f_keep_from_char\"A\n\x10SpeculativePiece\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\r\"\xf5\x02\n\x0fPrefillResponse\x12\x10\n\x08\x62lob_key\x18\x01 \x01(\t\x12\x11\n\tblob_size\x18\x02 \x01(\x04\x12\x16\n\x0e\x66irst_token_id\x18\x03 \x01(\r\x12\x15\n\rprompt_tokens\x18\x04 \x01(\r\x12/\n\x0cprefill_time\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\rcompress_time\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nstore_time\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x63\x61\x63he_slots\x18\x08 \x01(\r\x12\x30\n\x0cprefix_cache\x18\t \x01(\x0e\x32\x1a.snapstream.v1.PrefixCache\x12\x35\n\x0bspeculative\x18\x0c \x01(\x0b\x32 .snapstream.v1.SpeculativeReport\"\"\n\x0eReleaseRequest\x12\x10\n\x08\x62lob_key\x18\x01 \x01(\t\"\x11\n\x0fReleaseResponse2\x9d\x01\n\x07Prefill\x12H\n\x07Prefill\x12\x1d.snapstream.v1.PrefillRequest\x1a\x1e.snapstream.v1.PrefillResponse\x12H\n\x07Release\x12\x1d.snapstream.v1.ReleaseRequest\x1a\x1e.snapstream.v1.ReleaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsnapstream/v1/prefill.proto\x12\rsnapstream.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1asnapstream/v1/common.proto\"\xf7\x02\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\r\x12*\n\x06policy\x18\x03 \x01(\x0b\x32\x1a.snapstream.v1.CachePolicy\x12/\n\x08sampling\x18\x04 \x01(\x0b\x32\x1d.snapstream.v1.SamplingParams\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x10\n\x08\x62lob_key\x18\x06 \x01(\t\x12\x15\n\rprefix_tokens\x18\x07 \x01(\r\x12\x37\n\x0bspeculative\x18\t \x01(\x0b\x32\".snapstream.v1.SpeculativeSettings\x12<\n\x12speculative_prompt\x18\n \x01(\x0b\x32 .snapstream.v1.SpeculativePrompt\x12\x0e\n\x06tenant\x18\x0b \x01(\t\x12\x12\n\ncache_salt\x18\x0c \x01(\t\"\x82\x01\n\x11SpeculativePrompt\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x1b\n\x0ekeep_from_char\x18\x02 \x01(\rH\x00\x88\x01\x01\x12/\n\x06pieces\x18\x03 \x03(\x0b\x32\x1f.snapstream.v1.SpeculativePieceB\x11\n\x0f_keep_from_char\"A\n\x10SpeculativePiece\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\r\"\x92\x03\n\x0fPrefillResponse\x12\x10\n\x08\x62lob_key\x18\x01 \x01(\t\x12\x11\n\tblob_size\x18\x02 \x01(\x04\x12\x16\n\x0e\x66irst_token_id\x18\x03 \x01(\r\x12\x15\n\rprompt_tokens\x18\x04 \x01(\r\x12/\n\x0cprefill_time\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\rcompress_time\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nstore_time\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x63\x61\x63he_slots\x18\x08 \x01(\r\x12\x30\n\x0cprefix_cache\x18\t \x01(\x0e\x32\x1a.snapstream.v1.PrefixCache\x12\x35\n\x0bspeculative\x18\x0c \x01(\x0b\x32 .snapstream.v1.SpeculativeReport\x12\x1b\n\x13prefix_cache_reason\x18\r \x01(\t\"\"\n\x0eReleaseRequest\x12\x10\n\x08\x62lob_key\x18\x01 \x01(\t\"\x11\n\x0fReleaseResponse2\x9d\x01\n\x07Prefill\x12H\n\x07Prefill\x12\x1d.snapstream.v1.PrefillRequest\x1a\x1e.snapstream.v1.PrefillResponse\x12H\n\x07Release\x12\x1d.snapstream.v1.ReleaseRequest\x1a\x1e.snapstream.v1.ReleaseResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'snapstream.v1.prefill_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PREFILLREQUEST']._serialized_start=107
-  _globals['_PREFILLREQUEST']._serialized_end=446
-  _globals['_SPECULATIVEPROMPT']._serialized_start=449
-  _globals['_SPECULATIVEPROMPT']._serialized_end=579
-  _globals['_SPECULATIVEPIECE']._serialized_start=581
-  _globals['_SPECULATIVEPIECE']._serialized_end=646
-  _globals['_PREFILLRESPONSE']._serialized_start=649
-  _globals['_PREFILLRESPONSE']._serialized_end=1022
-  _globals['_RELEASEREQUEST']._serialized_start=1024
-  _globals['_RELEASEREQUEST']._serialized_end=1058
-  _globals['_RELEASERESPONSE']._serialized_start=1060
-  _globals['_RELEASERESPONSE']._serialized_end=1077
-  _globals['_PREFILL']._serialized_start=1080
-  _globals['_PREFILL']._serialized_end=1237
+  _globals['_PREFILLREQUEST']._serialized_end=482
+  _globals['_SPECULATIVEPROMPT']._serialized_start=485
+  _globals['_SPECULATIVEPROMPT']._serialized_end=615
+  _globals['_SPECULATIVEPIECE']._serialized_start=617
+  _globals['_SPECULATIVEPIECE']._serialized_end=682
+  _globals['_PREFILLRESPONSE']._serialized_start=685
+  _globals['_PREFILLRESPONSE']._serialized_end=1087
+  _globals['_RELEASEREQUEST']._serialized_start=1089
+  _globals['_RELEASEREQUEST']._serialized_end=1123
+  _globals['_RELEASERESPONSE']._serialized_start=1125
+  _globals['_RELEASERESPONSE']._serialized_end=1142
+  _globals['_PREFILL']._serialized_start=1145
+  _globals['_PREFILL']._serialized_end=1302
 # @@protoc_insertion_point(module_scope)

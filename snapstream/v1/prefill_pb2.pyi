@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "policy", "sampling", "max_new_tokens", "blob_key", "prefix_tokens", "speculative", "speculative_prompt")
+    __slots__ = ("request_id", "prompt_token_ids", "policy", "sampling", "max_new_tokens", "blob_key", "prefix_tokens", "speculative", "speculative_prompt", "tenant", "cache_salt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,8 @@ class PrefillRequest(_message.Message):
     PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     policy: _common_pb2.CachePolicy
@@ -30,7 +32,9 @@ class PrefillRequest(_message.Message):
     prefix_tokens: int
     speculative: _common_pb2.SpeculativeSettings
     speculative_prompt: SpeculativePrompt
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., blob_key: _Optional[str] = ..., prefix_tokens: _Optional[int] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeSettings, _Mapping]] = ..., speculative_prompt: _Optional[_Union[SpeculativePrompt, _Mapping]] = ...) -> None: ...
+    tenant: str
+    cache_salt: str
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.CachePolicy, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., blob_key: _Optional[str] = ..., prefix_tokens: _Optional[int] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeSettings, _Mapping]] = ..., speculative_prompt: _Optional[_Union[SpeculativePrompt, _Mapping]] = ..., tenant: _Optional[str] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class SpeculativePrompt(_message.Message):
     __slots__ = ("text", "keep_from_char", "pieces")
@@ -53,7 +57,7 @@ class SpeculativePiece(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time", "cache_slots", "prefix_cache", "speculative")
+    __slots__ = ("blob_key", "blob_size", "first_token_id", "prompt_tokens", "prefill_time", "compress_time", "store_time", "cache_slots", "prefix_cache", "speculative", "prefix_cache_reason")
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
     BLOB_SIZE_FIELD_NUMBER: _ClassVar[int]
     FIRST_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +68,7 @@ class PrefillResponse(_message.Message):
     CACHE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_REASON_FIELD_NUMBER: _ClassVar[int]
     blob_key: str
     blob_size: int
     first_token_id: int
@@ -74,7 +79,8 @@ class PrefillResponse(_message.Message):
     cache_slots: int
     prefix_cache: _common_pb2.PrefixCache
     speculative: _common_pb2.SpeculativeReport
-    def __init__(self, blob_key: _Optional[str] = ..., blob_size: _Optional[int] = ..., first_token_id: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., compress_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., store_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_slots: _Optional[int] = ..., prefix_cache: _Optional[_Union[_common_pb2.PrefixCache, str]] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeReport, _Mapping]] = ...) -> None: ...
+    prefix_cache_reason: str
+    def __init__(self, blob_key: _Optional[str] = ..., blob_size: _Optional[int] = ..., first_token_id: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefill_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., compress_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., store_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_slots: _Optional[int] = ..., prefix_cache: _Optional[_Union[_common_pb2.PrefixCache, str]] = ..., speculative: _Optional[_Union[_common_pb2.SpeculativeReport, _Mapping]] = ..., prefix_cache_reason: _Optional[str] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("blob_key",)

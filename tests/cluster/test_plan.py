@@ -35,7 +35,7 @@ def test_router_gets_every_worker_and_workers_get_the_store() -> None:
         ClusterSpec(store="nats", model=Path("/m"), decode_workers=2, rows=3,
                     backend="sn40l-sim", router_port=50051))
     (store,) = store
-    assert store.address == "nats://snapstream:pw-1@127.0.0.1:41000"
+    assert store.address == "nats://snapstream:pw-1@127.0.0.1:41000?max_bytes=4294967296"
     assert store.argv == ("nats-server", "-js", "-c", "/data/nats.conf")
     assert 'password: "pw-1"' in store.files[0][1]
     assert router.address == "127.0.0.1:50051"
@@ -148,3 +148,18 @@ def test_the_router_serves_the_openai_api_on_its_own_port() -> None:
     assert router.http_port not in {m.port for m in members} | {m.metrics_port for m in members}
     *_, (given,) = _plan(ClusterSpec(http_port=8000))
     assert (given.http_port, _flags(given.argv)["--http-port"]) == (8000, "8000")
+
+
+@pytest.mark.parametrize("store", ["redis", "nats"])
+def test_the_store_holds_at_most_its_limit_and_the_workers_get_the_secret(store) -> None:
+    ports = itertools.count(41000)
+    (stored,), workers, (router,) = plan_cluster(
+        ClusterSpec(store=store, store_max_bytes=8 << 20), Path("/data"), lambda: next(ports),
+        ACCESS, secret_file=Path("/data/cluster-secret"))
+    if store == "redis":
+        assert "maxmemory 8388608\nmaxmemory-policy noeviction" in stored.files[0][1]
+    else:  # the blob stream's own limit, which every service opens it with
+        assert stored.address.endswith("?max_bytes=8388608")
+    for worker in workers:
+        assert dict(worker.env)["SNAPSTREAM_CLUSTER_SECRET_FILE"] == "/data/cluster-secret"
+    assert "SNAPSTREAM_CLUSTER_SECRET_FILE" not in dict(router.env)

@@ -7,12 +7,15 @@ import torch
 
 from kvstore.blob_errors import (
     BlobCorrupted,
+    BlobForged,
     BlobLayoutMismatch,
     BlobModelMismatch,
+    BlobTokensMismatch,
     BlobTruncated,
     BlobVersionMismatch,
 )
 from kvstore.codec import VERSION, BlobSpec, decode_blob, encode_blob, header_size
+from kvstore.seal import ClusterSecret, Seal, tokens_digest
 from snapstream.config import FULL, SLIDING
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvquant import kv_float
@@ -23,6 +26,12 @@ from tests.tiny_models import random_model, tiny_config
 POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, window=8)
 # a hybrid model: two sliding-window layers of window 16 around a global one
 HYBRID = dict(num_layers=3, layer_types=(SLIDING, FULL, SLIDING), sliding_window=16)
+
+
+SECRET = ClusterSecret(b"a test cluster secret")
+TOKENS = tokens_digest(range(200))
+SEAL = Seal(SECRET, "blob-key", TOKENS)  # as the writer seals and a reader who knows the tokens
+READ = Seal(SECRET, "blob-key", None)  # a reader who checks no tokens (a decode worker)
 
 
 @pytest.fixture(scope="module", params=["llama", "hybrid"])
@@ -37,12 +46,12 @@ def spec(engine):
 
 def _blob(engine, spec, length=200):
     cache = engine.prefill([i % 256 for i in range(length)], POLICY, max_new_tokens=8).cache
-    return cache, encode_blob(cache, spec)
+    return cache, encode_blob(cache, spec, SEAL)
 
 
 def test_round_trip_is_bit_exact(engine, spec):
     cache, blob = _blob(engine, spec)
-    back = decode_blob(bytes(blob), spec, layout=cache.layout)
+    back = decode_blob(bytes(blob), spec, READ, layout=cache.layout)
     assert back.layout == cache.layout
     for got, sent in zip(back.groups, cache.groups, strict=True):
         for name in ("k", "v", "positions"):
@@ -52,7 +61,7 @@ def test_round_trip_is_bit_exact(engine, spec):
 
 def test_a_hybrid_blob_carries_both_layer_kinds(engine, spec):
     _, blob = _blob(engine, spec)
-    back = decode_blob(blob, spec)
+    back = decode_blob(blob, spec, READ)
     windows = engine.config.attention_windows
     assert [g.window for g in back.layout.groups] == ([None, 16] if windows[0] else [None])
     for part in back.groups:
@@ -66,7 +75,7 @@ def test_a_hybrid_blob_carries_both_layer_kinds(engine, spec):
 def test_bfloat16_round_trip(engine):
     spec = BlobSpec.for_model(engine.config, b"\x01" * 32, torch.bfloat16)
     cache = engine.prefill(list(range(90)), POLICY, max_new_tokens=8).cache
-    back = decode_blob(encode_blob(cache, spec), spec)
+    back = decode_blob(encode_blob(cache, spec, SEAL), spec, READ)
     assert all(torch.equal(got.k, sent.k.to(torch.bfloat16))
                for got, sent in zip(back.groups, cache.groups, strict=True))
 
@@ -77,7 +86,7 @@ def test_int8_round_trip_carries_codes_and_scales_as_they_are(engine):
     spec = BlobSpec.for_model(engine.config, b"\x01" * 32, torch.int8)
     int8_engine = engine_for(engine.model, kv_dtype=torch.int8)
     cache = int8_engine.prefill(list(range(90)), POLICY, max_new_tokens=8).cache
-    back = decode_blob(encode_blob(cache, spec), spec)
+    back = decode_blob(encode_blob(cache, spec, SEAL), spec, READ)
     for got, sent in zip(back.groups, cache.groups, strict=True):
         assert got.k.dtype == torch.int8 and got.k.shape[-1] == engine.config.head_dim + 4
         for name in ("k", "v", "positions"):
@@ -87,13 +96,13 @@ def test_int8_round_trip_carries_codes_and_scales_as_they_are(engine):
     assert spec.payload_size(layout) == slots * (2 * (engine.config.head_dim + 4) + 4)
     float_spec = dataclasses.replace(spec, dtype=torch.float32)
     with pytest.raises(BlobLayoutMismatch, match=r"dtype torch\.int8, expected torch\.float32"):
-        decode_blob(encode_blob(cache, spec), float_spec)
+        decode_blob(encode_blob(cache, spec, SEAL), float_spec, READ)
 
 
 def test_a_float_cache_is_quantized_into_an_int8_blob(engine):
     spec = BlobSpec.for_model(engine.config, b"\x01" * 32, torch.int8)
     cache = engine.prefill(list(range(90)), POLICY, max_new_tokens=8).cache  # float32 K/V
-    back = decode_blob(encode_blob(cache, spec), spec)
+    back = decode_blob(encode_blob(cache, spec, SEAL), spec, READ)
     for got, sent in zip(back.groups, cache.groups, strict=True):
         scale = got.k[..., -4:].contiguous().view(torch.float32)  # (Lg, Hkv, S, 1)
         error = (kv_float(got.k) - sent.k).abs()
@@ -107,7 +116,7 @@ def test_size_is_independent_of_prompt_length(engine, spec):
 
 def test_decode_views_the_buffer_without_copying(engine, spec):
     cache, blob = _blob(engine, spec)
-    back = decode_blob(blob, spec)
+    back = decode_blob(blob, spec, READ)
     start = header_size(cache.layout)
     blob[start] ^= 0xFF  # the view sees the change: no copy was made
     assert back.groups[0].k.view(-1).view(torch.uint8)[0] == blob[start]
@@ -117,27 +126,29 @@ def test_decode_views_the_buffer_without_copying(engine, spec):
 
 def test_truncated(engine, spec):
     _, blob = _blob(engine, spec)
-    with pytest.raises(BlobTruncated, match="payload"):
-        decode_blob(blob[:-1], spec)
+    with pytest.raises(BlobForged, match="fails its MAC"):  # a payload cut short
+        decode_blob(blob[:-1], spec, READ)
     with pytest.raises(BlobTruncated, match="header"):
-        decode_blob(blob[:10], spec)
+        decode_blob(blob[:10], spec, READ)
 
 
-@pytest.mark.parametrize("where", ["payload", "end", "fixed header", "group table"])
+@pytest.mark.parametrize("where", ["payload", "end", "group count", "prompt length",
+                                   "group table", "token digest", "mac"])
 def test_bit_flip_is_detected(engine, spec, where):
     cache, blob = _blob(engine, spec)
-    offset = {"payload": header_size(cache.layout) + 5, "end": -1, "fixed header": 60,
-              "group table": header_size(cache.layout) - 6}[where]
+    offset = {"payload": header_size(cache.layout) + 5, "end": -1, "group count": 60,
+              "prompt length": 62, "token digest": 100, "mac": header_size(cache.layout) - 1,
+              "group table": header_size(cache.layout) - 40}[where]
     blob[offset] ^= 0x10
-    with pytest.raises(BlobCorrupted, match="checksum"):
-        decode_blob(blob, spec)
+    with pytest.raises(BlobCorrupted, match="fails its MAC"):
+        decode_blob(blob, spec, READ)
 
 
 def test_wrong_version(engine, spec):
     _, blob = _blob(engine, spec)
     blob[8] = 99
     with pytest.raises(BlobVersionMismatch, match="version 99"):
-        decode_blob(blob, spec)
+        decode_blob(blob, spec, READ)
 
 
 def test_a_version_1_blob_is_refused(engine, spec):
@@ -147,42 +158,42 @@ def test_a_version_1_blob_is_refused(engine, spec):
     old = bytearray(b"SNAPKV\x00\x00" + (1).to_bytes(2, "little") + (112).to_bytes(2, "little"))
     old += bytes(112 - len(old) + spec.payload_size(cache.layout))
     with pytest.raises(BlobVersionMismatch, match=f"version 1, this reader handles {VERSION}"):
-        decode_blob(old, spec)
+        decode_blob(old, spec, READ)
 
 
-def test_a_version_2_blob_is_refused(engine, spec):
-    """Version 2 (layer groups, float K/V only) had this header layout: only its version field
-    differs, and it is refused by that."""
-    assert VERSION == 3
+def test_a_version_3_blob_is_refused(engine, spec):
+    """Version 3 (unkeyed CRCs, no token digest) is refused by its version field before its
+    MAC is read."""
+    assert VERSION == 4
     _, blob = _blob(engine, spec)
-    blob[8:10] = (2).to_bytes(2, "little")
-    with pytest.raises(BlobVersionMismatch, match="version 2, this reader handles 3"):
-        decode_blob(blob, spec)
+    blob[8:10] = (3).to_bytes(2, "little")
+    with pytest.raises(BlobVersionMismatch, match="version 3, this reader handles 4"):
+        decode_blob(blob, spec, READ)
 
 
 def test_wrong_model(engine, spec):
     _, blob = _blob(engine, spec)
     other = dataclasses.replace(spec, fingerprint=b"\x00" * 32)
     with pytest.raises(BlobModelMismatch, match="model"):
-        decode_blob(blob, other)
+        decode_blob(blob, other, READ)
     with pytest.raises(BlobModelMismatch, match="layers"):
-        decode_blob(blob, dataclasses.replace(spec, num_layers=spec.num_layers + 1))
+        decode_blob(blob, dataclasses.replace(spec, num_layers=spec.num_layers + 1), READ)
 
 
 def test_layer_groups_of_another_layer_pattern_are_refused(engine, spec):
     _, blob = _blob(engine, spec)
     other = (None,) * spec.num_layers if spec.windows[0] else (7, *spec.windows[1:])
     with pytest.raises(BlobLayoutMismatch, match="layer groups"):
-        decode_blob(blob, dataclasses.replace(spec, windows=other))
+        decode_blob(blob, dataclasses.replace(spec, windows=other), READ)
 
 
 def test_wrong_layout_or_dtype(engine, spec):
     _, blob = _blob(engine, spec)
     other = spec.model_layout(CachePolicy(n_sink=4, n_topk=21, n_recent=11).layout(1, 1))
     with pytest.raises(BlobLayoutMismatch, match="layout"):
-        decode_blob(blob, spec, layout=other)
+        decode_blob(blob, spec, READ, layout=other)
     with pytest.raises(BlobLayoutMismatch, match="dtype"):
-        decode_blob(blob, dataclasses.replace(spec, dtype=torch.bfloat16))
+        decode_blob(blob, dataclasses.replace(spec, dtype=torch.bfloat16), READ)
 
 
 def test_fingerprint_changes_with_any_weight(engine):
@@ -202,8 +213,25 @@ def test_a_blob_of_the_retired_fp8_code_is_refused(engine, monkeypatch):
     cache = engine_for(engine.model, kv_dtype=torch.float8_e4m3fn).prefill(
         list(range(40)), POLICY, max_new_tokens=8).cache
     monkeypatch.setitem(codec.DTYPE_CODES, torch.float8_e4m3fn, 5)
-    old = encode_blob(cache, spec)
+    old = encode_blob(cache, spec, SEAL)
     monkeypatch.undo()
     with pytest.raises(BlobLayoutMismatch, match=r"blob dtype 5, expected torch\.float8_e4m3fn"):
-        decode_blob(old, spec)
-    assert decode_blob(encode_blob(cache, spec), spec).prompt_len == cache.prompt_len
+        decode_blob(old, spec, READ)
+    assert decode_blob(encode_blob(cache, spec, SEAL), spec, READ).prompt_len == cache.prompt_len
+
+
+def test_a_blob_sealed_with_another_secret_or_moved_to_another_key_is_forged(engine, spec):
+    cache, blob = _blob(engine, spec)
+    forged = encode_blob(cache, spec, Seal(ClusterSecret(b"the store password, guessed"),
+                                           "blob-key", TOKENS))
+    with pytest.raises(BlobForged, match="fails its MAC"):
+        decode_blob(forged, spec, READ)
+    with pytest.raises(BlobForged, match="'popular-document'"):
+        decode_blob(blob, spec, Seal(SECRET, "popular-document", None))
+
+
+def test_a_reader_that_knows_the_tokens_checks_them(engine, spec):
+    _, blob = _blob(engine, spec)
+    assert decode_blob(blob, spec, SEAL).prompt_len == 200
+    with pytest.raises(BlobTokensMismatch, match="other tokens"):
+        decode_blob(blob, spec, Seal(SECRET, "blob-key", tokens_digest(range(199))))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kvstore.codec import BlobSpec, encode_blob
+from kvstore.seal import ClusterSecret, Seal
 from snapstream.config import FULL, SLIDING
 from snapstream.fingerprint import model_fingerprint
 from snapstream.kvcache import BatchCache, ModelLayout, pool_row_bytes
@@ -43,5 +44,6 @@ def test_a_blob_is_its_slots_plus_positions_plus_header(dtype):
     cache = engine.prefill([i % 256 for i in range(200)], POLICY, max_new_tokens=8).cache
     slots = cache.layout.num_slots * engine.config.num_kv_heads
     payload = slots * (kv_slot_bytes(dtype, engine.config.head_dim) + 4)  # + int32 position
-    assert len(encode_blob(cache, spec)) == spec.blob_size(cache.layout)
+    seal = Seal(ClusterSecret(b"a test cluster secret"), "blob-key")
+    assert len(encode_blob(cache, spec, seal)) == spec.blob_size(cache.layout)
     assert spec.payload_size(cache.layout) == payload

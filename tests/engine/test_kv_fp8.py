@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kvstore.codec import BlobSpec, decode_blob, encode_blob
+from kvstore.seal import ClusterSecret, Seal
 from snapstream import kernels
 from snapstream.attention import slot_attention
 from snapstream.engine import Engine
@@ -158,7 +159,8 @@ def test_an_fp8_cache_travels_as_its_bytes():
     assert torch.equal(as_bits(rows.k[:, 0]), as_bits(part.k))
     assert torch.equal(as_bits(rows.v[:, 1]), as_bits(part.v))
     spec = BlobSpec.for_model(fp8_engine.config, b"\x01" * 32, torch.float8_e4m3fn)
-    (back,) = decode_blob(encode_blob(cache, spec), spec).groups
+    seal = Seal(ClusterSecret(b"a test cluster secret"), "blob-key")
+    (back,) = decode_blob(encode_blob(cache, spec, seal), spec, seal).groups
     for name in ("k", "v"):
         assert torch.equal(as_bits(getattr(back, name)), as_bits(getattr(part, name))), name
     assert torch.equal(back.positions, part.positions)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvstore.codec import decode_blob, encode_blob
+from kvstore.seal import ClusterSecret, Seal
 from serving.settings import add_dtype_setting
 from serving.worker import blob_spec
 from snapstream.cpu import MATMUL_DTYPE_ENV, matmul_dtype_name
@@ -250,8 +251,9 @@ def test_quantized_engines_keep_an_int8_kv_cache(engines, dtype):
     # K and V rows of D codes + a float32 scale instead of D float32s; the int32 positions stay
     assert reference_spec.payload_size(layout) - spec.payload_size(layout) == slots * (
         kv_slot_bytes(torch.float32, head_dim) - kv_slot_bytes(torch.int8, head_dim))
-    blob = encode_blob(result.cache, spec)
-    assert decode_blob(blob, spec, layout=layout).groups[0].k.dtype == torch.int8
+    seal = Seal(ClusterSecret(b"a test cluster secret"), "blob-key")
+    blob = encode_blob(result.cache, spec, seal)
+    assert decode_blob(blob, spec, seal, layout=layout).groups[0].k.dtype == torch.int8
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])

@@ -57,7 +57,7 @@ def test_a_chat_request_stops_at_the_end_of_turn_token(model_dir):
 
     model = load_served_model(model_dir, "snapstream", 16)
     im_end = model.tokenizer.inner.token_to_id("<|im_end|>")
-    resolved = resolve(_chat(("user", "hi")), model, "r1")
+    resolved = resolve(_chat(("user", "hi")), model, "r1", "default")
     assert im_end in resolved.sampling.stop_token_ids
     assert model.tokenizer.decode(list(resolved.prompt_ids)).endswith("user\nhi\nassistant\n")
 

@@ -12,6 +12,7 @@ import pytest
 
 from decode_svc.backends import BackendConfig
 from kvstore.codec import decode_blob, encode_blob
+from kvstore.seal import Seal
 from serving.convert import sampling_to_pb
 from serving.worker import blob_spec
 from snapstream.policy import CachePolicy
@@ -20,6 +21,7 @@ from snapstream.v1 import common_pb2, decode_pb2, generation_pb2, prefill_pb2
 from tests.integration.test_services import (
     ENGINE_POLICY,
     POLICY,
+    SECRET,
     collect,
     serving_stack,
     wait_idle,
@@ -63,7 +65,8 @@ async def test_prefill_reports_the_global_layers_slots_and_a_two_group_blob(gemm
         reply = await stack.prefill.Prefill(prefill_pb2.PrefillRequest(
             request_id="p", prompt_token_ids=ids, policy=POLICY, max_new_tokens=8))
         assert reply.cache_slots == ENGINE_POLICY.budget  # the global layers' budget
-        cache = decode_blob(await stack.store.get(reply.blob_key), spec)
+        cache = decode_blob(await stack.store.get(reply.blob_key), spec,
+                            Seal(SECRET, reply.blob_key, None))
         global_part, sliding = cache.groups
         assert (global_part.group.layers, sliding.group.layers) == ((2,), (0, 1, 3, 4))
         assert sliding.k.shape[2] == engine.config.sliding_window  # the window, whole
@@ -85,8 +88,8 @@ async def test_a_stream_resumes_from_its_blob_plus_the_streamed_tokens(gemma_dir
         engine = stack.engine
         result = engine.prefill(engine.encode(prompt), ENGINE_POLICY, NEW_TOKENS,
                                 capacity=engine.context_len)
-        await stack.store.put("resume-key", encode_blob(result.cache, blob_spec(engine)),
-                              ttl_s=60)
+        await stack.store.put("resume-key", encode_blob(result.cache, blob_spec(engine),
+                                                        Seal(SECRET, "resume-key")), ttl_s=60)
         streamed = 25  # past the sliding window: the replay wraps its ring
         resumed = []
         async for message in stack.decode.Decode(decode_pb2.DecodeRequest(

@@ -17,11 +17,16 @@ from decode_svc.loop import DecodeLoop
 from decode_svc.service import DecodeServicer
 from kvstore import BlobStore, open_store
 from kvstore.codec import BlobSpec
+from kvstore.seal import ClusterSecret, Seal
+from prefill_svc.prefix_store import PrefixStore, PrefixStoreConfig
 from prefill_svc.service import PrefillServicer
 from router.flow import RequestFlow
 from router.main import load_served_model
+from router.request import RequestLimits
 from router.service import GenerationServicer
+from router.tenants import TenantLimits
 from router.workers import WorkerPool, poll_decode_stats
+from serving.auth import ApiKeyInterceptor, ApiKeys
 from serving.errors import StatusInterceptor
 from serving.worker import blob_spec
 from snapstream.engine import Engine
@@ -39,6 +44,7 @@ from snapstream.v1 import (
 )
 from tests.tiny_models import random_model, tiny_config, write_hf_dir
 
+SECRET = ClusterSecret(b"the test cluster's secret")  # every stack's workers share it
 POLICY = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4, n_topk=40,
                                 n_recent=24, window=8)
 ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=40, n_recent=24, window=8)
@@ -63,29 +69,48 @@ class Stack:
     router: RequestFlow  # the router's generation path, which the servicer serves
 
 
+class RouterKeys(ApiKeyInterceptor):
+    """The router's API keys on the stack's one server: its internal services ask for none."""
+
+    async def intercept_service(self, continuation, handler_call_details):
+        if not handler_call_details.method.startswith("/snapstream.v1.Generation/"):
+            return await continuation(handler_call_details)
+        return await super().intercept_service(continuation, handler_call_details)
+
+
 @contextlib.asynccontextmanager
 async def serving_stack(model_dir: Path, store_url: str,
                         backend: BackendConfig = TORCH, rows: int = 4, max_queue: int = 16,
                         prefill_queue: int = 8,
                         prefill_cls: type[PrefillServicer] = PrefillServicer,
-                        kv_dtype: str | None = None) -> AsyncIterator[Stack]:
+                        kv_dtype: str | None = None, store_options: dict | None = None,
+                        prefix_config: PrefixStoreConfig | None = None,
+                        limits: RequestLimits | None = None,
+                        tenant_limits: TenantLimits | None = None,
+                        api_keys: ApiKeys | None = None) -> AsyncIterator[Stack]:
+    """Router, prefill and decode servicers on one server; the router asks for ``api_keys``
+    (a key's name is its tenant) when given."""
     engine = Engine.from_pretrained(model_dir, kv_dtype=kv_dtype)
     spec = blob_spec(engine)
-    store = await open_store(store_url)
+    store = await open_store(store_url, **(store_options or {}))
     loop = DecodeLoop(engine, make_backend(backend, engine.config), rows=rows,
                       max_queue=max_queue)
-    server = grpc.aio.server(interceptors=[StatusInterceptor()])
+    auth = [] if api_keys is None else [RouterKeys(api_keys)]
+    server = grpc.aio.server(interceptors=[*auth, StatusInterceptor()])
     port = server.add_insecure_port("127.0.0.1:0")
     address = f"127.0.0.1:{port}"
     prefill = WorkerPool("prefill", (address,), prefill_pb2_grpc.PrefillStub, "least_outstanding")
     decode = WorkerPool("decode", (address,), decode_pb2_grpc.DecodeStub, "most_free_rows")
-    model = load_served_model(model_dir, "snapstream", 16)
+    model = load_served_model(model_dir, "snapstream", 16, limits)
+    prefixes = PrefixStore(store, spec, SECRET, prefix_config or PrefixStoreConfig())
     prefill_pb2_grpc.add_PrefillServicer_to_server(
-        prefill_cls(engine, store, spec, blob_ttl_s=60, max_queue=prefill_queue), server)
-    decode_servicer = DecodeServicer(loop, store, spec)
+        prefill_cls(engine, store, spec, SECRET, blob_ttl_s=60, max_queue=prefill_queue,
+                    prefixes=prefixes), server)
+    decode_servicer = DecodeServicer(loop, store, spec, SECRET)
     decode_pb2_grpc.add_DecodeServicer_to_server(decode_servicer, server)
-    router = RequestFlow(model, prefill, decode)
-    generation_pb2_grpc.add_GenerationServicer_to_server(GenerationServicer(router), server)
+    router = RequestFlow(model, prefill, decode, tenant_limits)
+    generation_pb2_grpc.add_GenerationServicer_to_server(GenerationServicer(router, api_keys),
+                                                         server)
     await server.start()
     loop.start()
     await prefill.refresh()
@@ -255,7 +280,8 @@ async def test_decode_resumes_from_blob_plus_streamed_tokens(model_dir, redis_ur
         from kvstore.codec import encode_blob
 
         spec = blob_spec(engine)
-        await stack.store.put("resume-key", encode_blob(result.cache, spec), ttl_s=60)
+        await stack.store.put("resume-key", encode_blob(result.cache, spec,
+                                                        Seal(SECRET, "resume-key")), ttl_s=60)
         resumed = []
         async for message in stack.decode.Decode(decode_pb2.DecodeRequest(
                 request_id="r", blob_key="resume-key", first_token_id=ids[0],
@@ -284,8 +310,8 @@ async def test_an_8_bit_kv_stream_resumes_token_identically(model_dir, redis_url
         assert ids == engine.generate(prompt, 24, ENGINE_POLICY).token_ids
         result = engine.prefill(prompt, ENGINE_POLICY, 24, capacity=engine.context_len)
         spec = blob_spec(engine)
-        blob = encode_blob(result.cache, spec)
-        (part,) = decode_blob(blob, spec).groups
+        blob = encode_blob(result.cache, spec, Seal(SECRET, "resume-key"))
+        (part,) = decode_blob(blob, spec, Seal(SECRET, "resume-key", None)).groups
         width = kv_codec(engine.kv_dtype).row_width(engine.config.head_dim)
         assert part.k.dtype == engine.kv_dtype and part.k.shape[-1] == width
         await stack.store.put("resume-key", blob, ttl_s=60)
@@ -306,7 +332,7 @@ async def test_blob_from_another_model_is_failed_precondition(model_dir, redis_u
 
     cache = other.prefill([1, 2, 3], ENGINE_POLICY, 4).cache
     blob = encode_blob(cache, BlobSpec.for_model(other.config, model_fingerprint(other.model),
-                                                 other.dtype))
+                                                 other.dtype), Seal(SECRET, "foreign"))
     async with serving_stack(model_dir, redis_url) as stack:
         await stack.store.put("foreign", blob, ttl_s=60)
         with pytest.raises(grpc.aio.AioRpcError) as err:

@@ -220,7 +220,8 @@ def test_the_router_marks_a_chat_prompts_final_user_turn(model_dir):
         generation_pb2.ChatMessage(role="assistant", content="Noted."),
         generation_pb2.ChatMessage(role="user", content="What does item 7 cost?")])
     resolved = resolve(generation_pb2.GenerateRequest(
-        messages=chat, speculative=common_pb2.SpeculativeSettings(keep=0.3)), model, "r1")
+        messages=chat, speculative=common_pb2.SpeculativeSettings(keep=0.3)), model, "r1",
+        "default")
     text = resolved.speculative_prompt.text
     assert text[resolved.speculative_prompt.keep_from_char:].startswith("What does item 7 cost?")
     pieces = resolved.speculative_prompt.pieces
@@ -228,7 +229,7 @@ def test_the_router_marks_a_chat_prompts_final_user_turn(model_dir):
     assert all(text[p.offset:p.offset + len(p.content)] == p.content for p in pieces)
     assert model.tokenizer.encode(text) == list(resolved.prompt_ids)
     assert resolved.speculative.keep == pytest.approx(0.3)
-    plain = resolve(generation_pb2.GenerateRequest(messages=chat), model, "r1")
+    plain = resolve(generation_pb2.GenerateRequest(messages=chat), model, "r1", "default")
     assert plain.speculative is None and plain.speculative_prompt is None
 
 

@@ -3,6 +3,7 @@ caller holding a certificate of the cluster's CA, and refuses one without it or 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from cluster.certs import ClusterCerts, make_cluster_certs
 from cluster.health import health_statuses
 from serving.tls import TlsFiles, open_channel
+from serving.worker import SECRET_ENV
 from snapstream.client.tls import TlsConfig
 from snapstream.v1 import decode_pb2, decode_pb2_grpc
 
@@ -38,7 +40,8 @@ def decode_address(certs: ClusterCerts, tiny_model_dir: Path, redis_url: str,
         [sys.executable, "-m", "cli.main", "serve", "decode", "--model",
          str(tiny_model_dir), "--store", redis_url, "--port", str(port), "--metrics-port", "0",
          "--tls-cert", str(certs.cert), "--tls-key", str(certs.key), "--tls-ca", str(certs.ca)],
-        stdout=log, stderr=subprocess.STDOUT)
+        stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, SECRET_ENV: "a cluster secret for the tests"})
     address = f"127.0.0.1:{port}"
     client_tls = TlsConfig(root_certificates=certs.ca, certificate_chain=certs.cert,
                            private_key=certs.key)
