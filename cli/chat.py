@@ -23,6 +23,7 @@ from snapstream.chat import ChatMessage
 from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.client import SnapstreamClient
 from snapstream.tokenizer import IncrementalDetokenizer
+from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP
 
 PROMPT = "you> "
 
@@ -31,6 +32,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--model", default=None, help=f"in process: {MODEL_HELP}")
     where.add_argument("--addr", default=None, help="a running router (host:port) instead")
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=AUTO,
+                        help=f"in process: {DTYPE_HELP}")
     parser.add_argument("--system", default=None, help="system message that opens the chat")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     add_policy_flags(parser)
@@ -54,7 +57,7 @@ class LocalChat:
     def __init__(self, args: argparse.Namespace) -> None:
         from snapstream.engine import Engine
 
-        self.engine = Engine.from_pretrained(args.model)
+        self.engine = Engine.from_pretrained(args.model, dtype=args.dtype)
         if self.engine.tokenizer.chat_template is None:
             raise ValueError(f"{self.engine.name} has no chat template: use snapstream "
                              "generate --prompt")
@@ -91,6 +94,8 @@ class RemoteChat:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.addr and args.dtype != AUTO:
+        raise ValueError("--dtype is the in-process engine's: a router's workers have their own")
     chat = RemoteChat(args) if args.addr else LocalChat(args)
     conversation = Conversation()
     if args.system:

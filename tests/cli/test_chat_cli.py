@@ -52,3 +52,17 @@ def test_chat_refuses_a_model_without_a_template(tmp_path, capsys):
     assert main(["chat", "--model", str(path)]) == 2
     assert "has no chat template" in capsys.readouterr().err
 
+
+
+def test_chat_loads_the_dtype_it_is_given(tiny_model_dir, capsys, monkeypatch):
+    """In process, --dtype picks the engine's weight format; a router's is not the chat's."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+    loaded = []
+    real = Engine.from_pretrained
+    monkeypatch.setattr(Engine, "from_pretrained",
+                        lambda *a, **kw: loaded.append(kw["dtype"]) or real(*a, **kw))
+    assert main(["chat", "--model", str(tiny_model_dir), "--dtype", "int8",
+                 "--max-new-tokens", "2"]) == 0
+    assert loaded == ["int8"]
+    assert main(["chat", "--addr", "127.0.0.1:1", "--dtype", "float32"]) == 2
+    assert "--dtype is the in-process engine's" in capsys.readouterr().err
