@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     config = PrefixStoreConfig(
         ttl_s=args.prefix_cache_ttl_s, max_bytes=args.prefix_cache_max_bytes,
-        document=DocumentCacheConfig(args.prefix_score, args.prefix_superset,
         tenant_max_bytes=args.prefix_cache_tenant_max_bytes,
+        document=DocumentCacheConfig(args.prefix_score, args.prefix_superset,
                                      args.prefix_store))
     draft_path = args.draft_model and _draft_path(args.draft_model)  # before the target loads
     worker = await open_worker(args)

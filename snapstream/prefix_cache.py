@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from snapstream.attention import causal_attention
-from snapstream.compress import compress_kv
 from snapstream.cancel import Cancel, checking
+from snapstream.compress import compress_kv
 from snapstream.kvcache import EMPTY, GroupKV, LayerGroup, SequenceCache
 from snapstream.kvquant import kv_float
 from snapstream.model import Transformer
