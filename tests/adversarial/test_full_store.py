@@ -20,11 +20,11 @@ from tests.integration.conftest import start_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24}
-DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(60))
+DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(80))
 BACKENDS = ["redis", "nats"]
-# room for a few requests' blobs (36 KB each), not for the document's (750 KB: it is stored
-# whole)
-ROOM_BYTES = 512 << 10
+# room for a request's blob (36 KB) beside what the store's clients take of a Redis server's
+# memory (their buffers), not for the document's (about 1 MB: it is stored whole)
+ROOM_BYTES = 768 << 10
 
 
 @contextlib.asynccontextmanager
@@ -55,15 +55,18 @@ async def ask_document(keyed: Keyed) -> dict:
 
 
 async def fill(store: BlobStore) -> list[str]:
-    """Puts blobs until the store refuses one: -> their keys."""
+    """Puts blobs, smaller and smaller, until the store refuses even a small one: -> their
+    keys."""
     keys = []
-    while True:
-        key = new_blob_key()
-        try:
-            await store.put(key, random.randbytes(64 << 10), ttl_s=600)
-        except StoreFull:
-            return keys
-        keys.append(key)
+    for size in (64 << 10, 4 << 10, 512):
+        while True:
+            key = new_blob_key()
+            try:
+                await store.put(key, random.randbytes(size), ttl_s=600)
+            except StoreFull:
+                break
+            keys.append(key)
+    return keys
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -83,7 +86,8 @@ async def test_a_full_store_answers_429_with_a_retry_hint_then_serves_again(
         filler = await fill(store)
         client = keyed.client("bob")
         with pytest.raises(openai.RateLimitError) as err:
-            await client.completions.create(model=keyed.model, prompt="x " * 200, max_tokens=4)
+            await client.completions.create(model=keyed.model, prompt="x " * 200, max_tokens=4,
+                                            extra_body={"snapstream": EXTENSION})
         assert "is full" in err.value.message
         assert err.value.response.headers["retry-after"]
         with pytest.raises(openai.RateLimitError):  # a document request too: its own blob
@@ -91,5 +95,6 @@ async def test_a_full_store_answers_429_with_a_retry_hint_then_serves_again(
         for key in filler:
             await store.delete(key)
         answer = await client.completions.create(model=keyed.model, prompt="x " * 200,
-                                                 max_tokens=4)
+                                                 max_tokens=4,
+                                                 extra_body={"snapstream": EXTENSION})
         assert answer.usage.completion_tokens >= 1

@@ -30,7 +30,7 @@ def test_each_poison_body_is_what_its_name_says(name: str) -> None:
 def test_scenarios_are_named_and_an_unknown_one_is_refused() -> None:
     assert _names("soak, poison") == ("soak", "poison")
     assert set(SCENARIOS) == {"decode-kills", "prefill-kills", "store-restarts", "poison",
-                              "deadlines", "soak"}
+                              "tenants", "deadlines", "soak"}
     with pytest.raises(ValueError, match="unknown scenario"):
         _names("decode-kills,meteor")
 
