@@ -1,5 +1,7 @@
 """`bench serve`, blob part: put and get latency and bandwidth of one blob on each KV store
-server, started on a free loopback port as the local cluster starts it."""
+server, started on a free loopback port as the local cluster starts it, and what the blob's MAC
+(HMAC-SHA256 under the cluster secret, :mod:`kvstore.seal`) costs to compute once: a prefill
+worker pays it on encoding, a decode worker on decoding."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from cluster.health import is_accepting
 from cluster.process import Child, free_ports
 from cluster.stores import StoreAccess
 from kvstore import new_blob_key, open_store
+from kvstore.seal import ClusterSecret
 
 MIB = 2**20
 HOST = "127.0.0.1"
@@ -54,6 +57,7 @@ class BlobPoint:
     size: int  # bytes
     put_s: float
     get_s: float
+    mac_s: float  # one HMAC-SHA256 of the blob (its seal, made or checked)
     other_cores: float | None  # cores other processes kept busy meanwhile (None: too short)
 
 
@@ -99,7 +103,7 @@ async def _measure_store(kind: str, url: str, server_pid: int,
     async with await open_store(url) as store:
         for size in cfg.sizes:
             data = np.random.default_rng(size).bytes(size)
-            puts, gets = [], []
+            puts, gets, macs = [], [], []
             others_start, start_all = others_cpu_s(), time.perf_counter()
             for _ in tqdm(range(cfg.repeats), desc=f"{kind} {size / MIB:g} MiB", leave=False):
                 key = new_blob_key()
@@ -111,11 +115,21 @@ async def _measure_store(kind: str, url: str, server_pid: int,
                 gets.append(time.perf_counter() - start)
                 if len(got) != size:
                     raise RuntimeError(f"{kind}: got {len(got)} bytes back, put {size}")
+                macs.append(_mac_seconds(got, key))
                 del got
                 await store.delete(key)
             elapsed_s = time.perf_counter() - start_all
             other_cores = ((others_cpu_s() - others_start) / elapsed_s
                            if elapsed_s >= MIN_LOAD_WINDOW_S else None)
             points.append(BlobPoint(kind, size, statistics.median(puts),
-                                    statistics.median(gets), other_cores))
+                                    statistics.median(gets), statistics.median(macs),
+                                    other_cores))
     return points
+
+
+def _mac_seconds(data: bytearray, key: str) -> float:
+    mac = ClusterSecret(secrets.token_bytes(32)).mac(key)
+    start = time.perf_counter()
+    mac.update(data)
+    mac.digest()
+    return time.perf_counter() - start

@@ -177,14 +177,18 @@ def _blob_text(points: list[dict]) -> list[str]:
         target = (_mark(min(put_mb_s, get_mb_s) >= BLOB_MB_S)
                   if p["size"] == BLOB_TARGET_SIZE else "—")
         rows.append([p["store"], f"{p['size'] / 2**20:g} MiB", fmt_ms(p["put_s"]),
-                     fmt_ms(p["get_s"]), f"{put_mb_s:.0f}", f"{get_mb_s:.0f}", target,
+                     fmt_ms(p["get_s"]), f"{put_mb_s:.0f}", f"{get_mb_s:.0f}",
+                     fmt_ms(p["mac_s"]), target,
                      "—" if p["other_cores"] is None else f"{p['other_cores']:.2f}"])
     return ["KV blob transfer on loopback: one client, `put` then `get` of a random blob "
             "through `kvstore.open_store` with default options, to a store server started "
-            "as the local cluster starts it; medians of the repeats, MB = 10^6 bytes; other = "
-            "cores that other processes kept busy meanwhile (— : too short to tell).", "",
+            "as the local cluster starts it; medians of the repeats, MB = 10^6 bytes; MAC = one "
+            "HMAC-SHA256 of the blob (its seal: the prefill worker makes it, the decode worker "
+            "checks it); other = cores that other processes kept busy meanwhile (— : too short "
+            "to tell).", "",
             markdown_table(["store", "blob", "put ms", "get ms", "put MB/s", "get MB/s",
-                            f"≥ {BLOB_MB_S:.0f} MB/s both ways (64 MiB)", "other"], rows)]
+                            "MAC ms", f"≥ {BLOB_MB_S:.0f} MB/s both ways (64 MiB)", "other"],
+                           rows)]
 
 
 def plot(serve: dict, path: Path) -> None:

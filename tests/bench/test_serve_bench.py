@@ -56,6 +56,7 @@ def test_bench_serve_measures_both_systems_and_writes_its_section(tiny_model_dir
     [blob] = results["blob"]
     assert (blob["store"], blob["size"]) == ("redis", 2**20)
     assert blob["put_s"] > 0 and blob["get_s"] > 0 and math.isfinite(blob["get_s"])
+    assert blob["mac_s"] > 0
     text = doc.read_text()
     assert "<!-- bench:engine -->\nkept" in text
     assert "<!-- bench:serve -->" in text and "<!-- /bench:serve -->" in text
