@@ -62,7 +62,7 @@ class DocCacheClient:
         self.options = dict(
             max_new_tokens=cfg.max_new_tokens, temperature=0.0, cache_prefix="system",
             policy=policy.kind, n_sink=policy.n_sink, n_topk=policy.n_topk,
-            n_recent=policy.n_recent, window=policy.window, kernel=policy.kernel,
+            n_recent=policy.n_recent, observation=policy.observation, kernel=policy.kernel,
             pooling=policy.pooling)
 
     async def ask(self, messages: list[dict[str, str]]) -> Asked:

@@ -36,7 +36,7 @@ class OpenAIClient:
         self.client, self.model, self.max_tokens = client, model, cfg.max_new_tokens
         self.extension = {"snapstream": {
             "policy": policy.kind, "n_sink": policy.n_sink, "n_topk": policy.n_topk,
-            "n_recent": policy.n_recent, "window": policy.window, "kernel": policy.kernel,
+            "n_recent": policy.n_recent, "observation": policy.observation, "kernel": policy.kernel,
             "pooling": policy.pooling, "return_token_ids": True}, **dict(cfg.openai_fields)}
 
     async def generate(self, ids: list[int]) -> RequestTrace:

@@ -60,7 +60,7 @@ def _workload_text(serve: dict) -> list[str]:
         f"tokens, greedy, up to {cfg['max_new_tokens']} new tokens (a stream also ends at EOS: "
         f"throughput counts tokens), the model's default policy {policy['kind']} "
         f"(n_sink={policy['n_sink']}, n_topk={policy['n_topk']}, n_recent={policy['n_recent']}, "
-        f"window={policy['window']}, kernel={policy['kernel']}), "
+        f"observation={policy['observation']}, kernel={policy['kernel']}), "
         f"blob {model['blob_bytes'] / 2**20:.2f} MiB. Closed loop: at concurrency c, c clients "
         "each send their next request when the previous one ends; every system gets the same "
         f"prompts in each of {cfg['rounds']} rounds (the systems take turns, alternating which "

@@ -38,7 +38,7 @@ class RouterClient:
         self.options = dict(
             max_new_tokens=cfg.max_new_tokens, temperature=0.0, policy=policy.kind,
             n_sink=policy.n_sink, n_topk=policy.n_topk, n_recent=policy.n_recent,
-            window=policy.window, kernel=policy.kernel, pooling=policy.pooling)
+            observation=policy.observation, kernel=policy.kernel, pooling=policy.pooling)
 
     async def generate(self, ids: list[int]) -> RequestTrace:
         arrivals: list[float] = []

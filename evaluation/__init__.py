@@ -4,7 +4,7 @@
   rule that splits one into ``n_sink | n_topk | n_recent``;
 - :mod:`~evaluation.config`: :class:`EvalConfig`, the sample grid and its runs;
 - :mod:`~evaluation.forward`: a prompt's forward, run once and compressed into any
-  policy's layout (SnapKV scores computed per (window, kernel, pooling) when first asked);
+  policy's layout (SnapKV scores computed per (observation, kernel, pooling) when first asked);
 - :mod:`~evaluation.lockstep`: greedy decoding of a group of prompts under one
   layout, scored as it goes;
 - :mod:`~evaluation.runner`, :mod:`~evaluation.results`,

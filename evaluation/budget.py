@@ -7,9 +7,10 @@ an absolute token count (``256``, any integer). The split, for a budget of ``B``
   StreamingLLM's 4 (``KIND_OWN_FIELDS``), whatever the rule's: without them its window
   attention breaks down once the first tokens leave it, and the rule's sinks are tuned for
   SnapKV, which keeps them by score),
-- ``window = min(window, B - n_sink)`` (SnapKV observation window, default 32),
-- ``n_recent = min(B - n_sink, max(window, round(B * recent_fraction)))`` (default 0.25; 0
-  keeps the window alone), so the ring always holds the observation window, i.e. the question
+- ``observation = min(observation, B - n_sink)`` (SnapKV's observation window, default 32),
+- ``n_recent = min(B - n_sink, max(observation, round(B * recent_fraction)))`` (default 0.25; 0
+  keeps the observation window alone), so the ring always holds the observation window, i.e.
+  the question
   when it comes last,
 - ``n_topk = B - n_sink - n_recent`` (SnapKV picks; ``streaming`` spends them on its ring).
 
@@ -64,7 +65,7 @@ class SplitRule:
     """How a budget of ``B`` tokens becomes a :class:`CachePolicy` (module docstring)."""
 
     n_sink: int = 4
-    window: int = 32
+    observation: int = 32
     recent_fraction: float = 0.25
     kernel: int = 5
     pooling: str = "avg"
@@ -72,8 +73,8 @@ class SplitRule:
     def __post_init__(self) -> None:
         if self.n_sink < 0:
             raise ValueError(f"n_sink must be >= 0, got {self.n_sink}")
-        if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
+        if self.observation < 1:
+            raise ValueError(f"observation must be >= 1, got {self.observation}")
         if not 0.0 <= self.recent_fraction <= 1.0:
             raise ValueError(f"recent_fraction must lie in [0, 1], got {self.recent_fraction}")
         CachePolicy(kernel=self.kernel, pooling=self.pooling)  # their checks name the field
@@ -81,21 +82,21 @@ class SplitRule:
     @classmethod
     def from_policy(cls, policy: CachePolicy) -> SplitRule:
         """The rule that splits any budget the way ``policy`` splits its own (a model's
-        default policy: its ring's share of the budget, sinks, window and pooling)."""
-        return cls(n_sink=policy.n_sink, window=policy.window,
+        default policy: its ring's share of the budget, sinks, observation window and pooling)."""
+        return cls(n_sink=policy.n_sink, observation=policy.observation,
                    recent_fraction=round(policy.n_recent / policy.budget, 4),
                    kernel=policy.kernel, pooling=policy.pooling)
 
     def policy(self, kind: str, budget: int) -> CachePolicy:
         """``kind`` at ``budget`` tokens; ``full`` keeps the SnapKV settings and default sizes."""
         if kind == "full":
-            return CachePolicy(kind="full", window=self.window, kernel=self.kernel,
+            return CachePolicy(kind="full", observation=self.observation, kernel=self.kernel,
                                pooling=self.pooling)
         if budget < 2:
             raise ValueError(f"budgets: a budget of {budget} token(s) leaves no room for a ring")
         n_sink = min(KIND_OWN_FIELDS.get(kind, {}).get("n_sink", self.n_sink), budget - 1)
-        window = min(self.window, budget - n_sink)
-        n_recent = min(budget - n_sink, max(window, round(budget * self.recent_fraction)))
+        observation = min(self.observation, budget - n_sink)
+        n_recent = min(budget - n_sink, max(observation, round(budget * self.recent_fraction)))
         return CachePolicy(kind=kind, n_sink=n_sink, n_topk=budget - n_sink - n_recent,
-                           n_recent=n_recent, window=window, kernel=self.kernel,
+                           n_recent=n_recent, observation=observation, kernel=self.kernel,
                            pooling=self.pooling)

@@ -91,9 +91,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="tokens of prose decoded between the question and the answer cue as if "
         "generated (placements=after only); 0: the cue follows the question")
     add("--n-sink", type=int, default=None, help="(default: the model's policy)")
-    add("--window", type=int, default=None, help="(default: the model's policy)")
+    add("--observation", type=int, default=None, help="(default: the model's policy)")
     add("--recent-fraction", type=float, default=None,
-        help="share of the budget for the recent ring, at least --window tokens (default: "
+        help="share of the budget for the recent ring, at least --observation tokens (default: "
         "the model's policy)")
     add("--kernel", type=int, default=None, help="SnapKV pooling kernel (default: the model's)")
     add("--pooling", choices=POOLINGS, default=None, help="(default: the model's)")
@@ -122,7 +122,7 @@ def config_from_args(args: argparse.Namespace, model_policy: CachePolicy,
     ``model_prompt_format``: the format used unless --prompt-format names one;
     ``model_positions``: the speculative position mode unless --positions names one."""
     given = {name: getattr(args, name) for name in
-             ("n_sink", "window", "recent_fraction", "kernel", "pooling")}
+             ("n_sink", "observation", "recent_fraction", "kernel", "pooling")}
     rule = replace(SplitRule.from_policy(model_policy),
                    **{name: value for name, value in given.items() if value is not None})
     return EvalConfig(

@@ -9,7 +9,7 @@ Each document holds ``--needles`` needles of one task (distinct keys, spread ove
 needle is asked in turn. ``after``: the document is the
 system message (cached once, its compression timed), the question the user's; ``before``: one
 user message with the question before the document, stored (each question its own document),
-the template's opening of the answer as the suffix (shorter than SnapKV's window: the
+the template's opening of the answer as the suffix (shorter than SnapKV's observation window: the
 message's opening paragraph, the question, is read again as the probe). The answer cue is
 decoded after compression, as the evaluation does. Prints a table; ``--ttft-doc-len`` adds
 the time to first token of a question on the cached document against a full re-prefill of

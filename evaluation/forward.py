@@ -1,8 +1,8 @@
 """A prompt's full-attention forward, run once and compressed into any policy's layout.
 
 The prompt's K/V do not depend on the cache policy, and SnapKV's scores depend only on
-``(window, kernel, pooling)`` and the last ``window`` queries of each layer. A
-:class:`PromptForward` keeps K/V and the last ``max_window`` queries, computes scores for a
+``(observation, kernel, pooling)`` and the last ``observation`` queries of each layer. A
+:class:`PromptForward` keeps K/V and the last ``max_observation`` queries, computes scores for a
 triple when first asked, and builds the same :class:`SequenceCache` as :meth:`Engine.prefill`
 (same attention call, windowed on a hybrid model's sliding layers; same scoring function;
 same placement).
@@ -25,9 +25,9 @@ from snapstream.snapkv import snapkv_scores
 
 @dataclass
 class _Recorder:
-    """Causal attention that keeps every layer's K/V and its last ``max_window`` queries."""
+    """Causal attention that keeps every layer's K/V and its last ``max_observation`` queries."""
 
-    max_window: int
+    max_observation: int
     windows: tuple[int | None, ...]  # per layer: its sliding window, None for a global layer
     keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
     values: list[torch.Tensor] = field(default_factory=list)
@@ -36,7 +36,7 @@ class _Recorder:
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
         self.keys.append(k[0])
         self.values.append(v[0])
-        self.queries.append(q[0, :, -self.max_window :])
+        self.queries.append(q[0, :, -self.max_observation :])
         return causal_attention(q, k, v, self.windows[layer_idx])
 
 
@@ -44,7 +44,7 @@ class _Recorder:
 class PromptForward:
     keys: torch.Tensor  # (L, Hkv, P, D)
     values: torch.Tensor  # (L, Hkv, P, D)
-    queries: list[torch.Tensor]  # L x (Hq, W, D), the last max_window prompt queries
+    queries: list[torch.Tensor]  # L x (Hq, O, D), the last max_observation prompt queries
     logits: torch.Tensor  # (V,) next-token logits after the last prompt token
     seconds: float
     windows: tuple[int | None, ...]  # the model's attention_windows
@@ -52,8 +52,9 @@ class PromptForward:
 
     @classmethod
     @torch.no_grad()
-    def run(cls, model: Transformer, ids: list[int], max_window: int) -> PromptForward:
-        recorder = _Recorder(max_window=max_window, windows=model.config.attention_windows)
+    def run(cls, model: Transformer, ids: list[int], max_observation: int) -> PromptForward:
+        recorder = _Recorder(max_observation=max_observation,
+                             windows=model.config.attention_windows)
         device = model.lm_head.weight.device
         start = time.perf_counter()
         input_ids = torch.tensor([ids], device=device)  # (1, P)
@@ -69,16 +70,16 @@ class PromptForward:
         return self.keys.shape[2]
 
     @torch.no_grad()
-    def scores(self, window: int, kernel: int, pooling: str) -> torch.Tensor:
-        """(L, Hkv, P) SnapKV scores of the last ``window`` queries (at most those kept)."""
-        window = min(window, self.prompt_len)
-        if window > self.queries[0].shape[1]:
-            raise ValueError(f"window {window} exceeds the {self.queries[0].shape[1]} queries "
-                             "this forward kept (its max_window)")
-        key = (window, kernel, pooling)
+    def scores(self, observation: int, kernel: int, pooling: str) -> torch.Tensor:
+        """(L, Hkv, P) SnapKV scores of the last ``observation`` queries (at most those kept)."""
+        observation = min(observation, self.prompt_len)
+        if observation > self.queries[0].shape[1]:
+            raise ValueError(f"observation {observation} exceeds the {self.queries[0].shape[1]} "
+                             "queries this forward kept (its max_observation)")
+        key = (observation, kernel, pooling)
         if key not in self._scores:
             self._scores[key] = torch.stack([
-                snapkv_scores(q[:, -window:], k, kernel, pooling)
+                snapkv_scores(q[:, -observation:], k, kernel, pooling)
                 for q, k in zip(self.queries, self.keys, strict=True)])
         return self._scores[key]
 
@@ -88,5 +89,5 @@ class PromptForward:
         layout = policy.layout(self.prompt_len, max_new_tokens, capacity)
         groups = ModelLayout.build(self.windows, layout)
         selects = layout.compresses(self.prompt_len) and layout.n_topk > 0
-        scores = self.scores(policy.window, policy.kernel, policy.pooling) if selects else None
+        scores = self.scores(policy.observation, policy.kernel, policy.pooling) if selects else None
         return build_sequence_cache(groups, self.keys, self.values, scores)

@@ -36,7 +36,7 @@ PAIRS = (("kvpress full", "full"), ("kvpress SnapKVPress", "snapkv (kvpress layo
 
 @dataclass(frozen=True)
 class Settings:
-    window: int
+    observation: int
     kernel: int
     budgets: tuple[Budget, ...]
     other_press_budgets: tuple[str, ...]  # budgets at which StreamingLLM/ExpectedAttention run
@@ -50,13 +50,14 @@ def our_policies(s: Settings, tokens: int | None) -> dict[str, CachePolicy]:
     return {
         # kvpress's SnapKV: no sinks, the observation window kept as the recent part
         "snapkv (kvpress layout)": CachePolicy(
-            kind="snapkv", n_sink=0, n_topk=tokens - s.window, n_recent=s.window,
-            window=s.window, kernel=s.kernel, pooling="avg"),
+            kind="snapkv", n_sink=0, n_topk=tokens - s.observation, n_recent=s.observation,
+            observation=s.observation, kernel=s.kernel, pooling="avg"),
         "streaming": CachePolicy(kind="streaming", n_sink=N_SINK, n_topk=0,
-                                 n_recent=tokens - N_SINK, window=s.window),
-        # snapstream with the presses' window and kernel: 4 sinks, a quarter of the budget ring
-        "snapstream (same window, kernel)": SplitRule(
-            n_sink=N_SINK, window=s.window, recent_fraction=0.25, kernel=s.kernel,
+                                 n_recent=tokens - N_SINK, observation=s.observation),
+        # snapstream with the presses' observation window and kernel: 4 sinks, a quarter of the
+        # budget ring
+        "snapstream (same observation, kernel)": SplitRule(
+            n_sink=N_SINK, observation=s.observation, recent_fraction=0.25, kernel=s.kernel,
             pooling="avg").policy("snapstream", tokens),
     }
 
@@ -72,7 +73,7 @@ def kvpress_presses(s: Settings, num_tokens: int, label: str | None, tokens: int
         return {"kvpress full": None} if s.with_full else {}
     ratio = compression_ratio(num_tokens, tokens)
     presses = {"kvpress SnapKVPress": {"name": "SnapKVPress", "kwargs": {
-        "compression_ratio": ratio, "window_size": s.window, "kernel_size": s.kernel}}}
+        "compression_ratio": ratio, "window_size": s.observation, "kernel_size": s.kernel}}}
     if label in s.other_press_budgets:
         presses |= {
             "kvpress StreamingLLMPress": {"name": "StreamingLLMPress", "kwargs": {
@@ -94,7 +95,7 @@ def run_ours(engine, s: Settings, samples: list[Sample], ids: list[list[int]],
 
     records = []
     for index, sample in enumerate(samples):
-        forward = PromptForward.run(engine.model, ids[index], s.window)
+        forward = PromptForward.run(engine.model, ids[index], s.observation)
         for label, tokens in _budget_points(s, sample):
             for name, policy in our_policies(s, tokens).items():
                 cache = forward.sequence_cache(policy, max_new[index])
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     engine = Engine.from_pretrained(None, dtype="float32")  # kvpress runs the fp32 weights
-    settings = Settings(window=args.window, kernel=args.kernel,
+    settings = Settings(observation=args.observation, kernel=args.kernel,
                         budgets=tuple(Budget.parse(b) for b in args.budgets.split(",")),
                         other_press_budgets=tuple(args.other_press_budgets.split(",")),
                         with_full=args.kvpress_full)
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         records = run_ours(engine, settings, samples, ids, max_new)
         their_records, info = theirs.result()
     records += their_records
-    result = {"config": {**cfg.to_json(), "window": args.window, "kernel": args.kernel,
+    result = {"config": {**cfg.to_json(), "observation": args.observation, "kernel": args.kernel,
                          "budgets": args.budgets, "n_sink": N_SINK,
                          "other_press_budgets": args.other_press_budgets,
                          "kvpress_full": args.kvpress_full}, "kvpress": info,
@@ -202,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--context-lens", default="1024,2048")
     parser.add_argument("--n-per-cell", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2)
-    parser.add_argument("--window", type=int, default=32)
+    parser.add_argument("--observation", type=int, default=32)
     parser.add_argument("--kernel", type=int, default=7)
     parser.add_argument("--budgets", default="1/4,1/8")
     parser.add_argument("--other-press-budgets", default="1/4",

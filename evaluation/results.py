@@ -52,7 +52,7 @@ class Row:
     n_sink: int
     n_topk: int
     n_recent: int
-    window: int
+    observation: int
     kernel: int
     pooling: str
     correct: bool

@@ -35,11 +35,12 @@ GAP_CHARS_PER_TOKEN = 8  # filler characters drawn per gap token (more than enou
 def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progress: bool = True,
              runs_for: Callable[[int], list[Run]] | None = None,
              forwards: dict[tuple[int, ...], PromptForward] | None = None,
-             max_window: int = 0, indices: Sequence[int] | None = None) -> list[Row]:
+             max_observation: int = 0, indices: Sequence[int] | None = None) -> list[Row]:
     """One :class:`Row` per sample, gap and run (``runs_for(context_len)``, by default
     ``cfg.runs``). ``forwards``: a cache the caller keeps, so that a later call on the same
-    samples runs no prompt again (it must ask for no window above the first call's, which
-    keeps the last ``max_window`` queries at least). ``indices``: each sample's index in the
+    samples runs no prompt again (it must ask for no observation window above the first call's,
+    which
+    keeps the last ``max_observation`` queries at least). ``indices``: each sample's index in the
     grid (by default its place in ``samples``), which its rows carry and its gap prose is
     drawn by."""
     runs_for = runs_for or cfg.runs
@@ -55,10 +56,10 @@ def evaluate(engine: Engine, cfg: EvalConfig, samples: Sequence[Sample], progres
         for group, runs in groups:
             # every gap has the same prompt; a caller's cache keeps every prompt
             shared = {} if forwards is None else forwards
-            window = max(max_window, *(run.policy.window for run in runs))
+            observation = max(max_observation, *(run.policy.observation for run in runs))
             for gap in cfg.gaps:
                 rows += _evaluate_group(engine, gap, group, [inputs[gap, i] for i, _ in group],
-                                        runs, window, shared, on_progress=bar.update)
+                                        runs, observation, shared, on_progress=bar.update)
     return rows
 
 
@@ -92,7 +93,7 @@ def _groups(samples: list[tuple[int, Sample]], max_tokens: int
 
 def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
                     inputs: list[tuple[list[int], list[int]]], runs: list[Run],
-                    max_window: int, shared: dict[tuple[int, ...], PromptForward], *,
+                    max_observation: int, shared: dict[tuple[int, ...], PromptForward], *,
                     on_progress: Callable[[int], object]) -> list[Row]:
     """``inputs``: each row's :func:`model_inputs`; ``shared``: forwards kept for the next gap
     (and, when the caller passed its cache, for the caller)."""
@@ -100,7 +101,7 @@ def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
     for ids, _ in inputs:
         forward = shared.get(tuple(ids))
         if forward is None:
-            forward = PromptForward.run(engine.model, ids, max_window)
+            forward = PromptForward.run(engine.model, ids, max_observation)
             on_progress(len(ids))
         shared[tuple(ids)] = forward
         forwards.append(forward)
@@ -143,7 +144,7 @@ class Analysis:
 
 def _analysis(forward: PromptForward, cache: SequenceCache, policy: CachePolicy,
               where: NeedleTokens) -> Analysis:
-    votes = forward.scores(policy.window, 1, "avg")  # (L, Hkv, P), unpooled
+    votes = forward.scores(policy.observation, 1, "avg")  # (L, Hkv, P), unpooled
     return Analysis(needle_kept=held_share(cache, where.needle),
                     answer_kept=held_share(cache, where.answer),
                     needle_attention=attention_share(votes, forward.windows, where.needle))
@@ -188,7 +189,7 @@ def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int, num_fo
         placement=str(sample.placement), gap=gap, policy=policy.kind,
         budget_label=run.budget.label if run.budget else None, budget=run.budget_tokens,
         budget_fraction=fraction, n_sink=policy.n_sink, n_topk=policy.n_topk,
-        n_recent=policy.n_recent, window=policy.window, kernel=policy.kernel,
+        n_recent=policy.n_recent, observation=policy.observation, kernel=policy.kernel,
         pooling=policy.pooling, correct=bool(out.correct), answer=sample.answer,
         generated=out.text, prompt_tokens=prompt_len, new_tokens=len(out.token_ids),
         finish_reason=out.finish_reason, forced_nll=out.mean_forced_nll(num_forced),

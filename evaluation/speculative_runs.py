@@ -111,7 +111,7 @@ def _row(index: int, sample: Sample, grid: SpeculativeGrid, keep: float, policy:
         placement=str(sample.placement), gap=0, policy=SPECULATIVE,
         budget_label=keep_label(keep), budget=len(selection.ids),
         budget_fraction=selection.kept_share, n_sink=policy.n_sink, n_topk=policy.n_topk,
-        n_recent=policy.n_recent, window=policy.window, kernel=policy.kernel,
+        n_recent=policy.n_recent, observation=policy.observation, kernel=policy.kernel,
         pooling=policy.pooling, correct=bool(out.correct), answer=sample.answer,
         generated=out.text, prompt_tokens=selection.num_prompt_tokens,
         new_tokens=len(out.token_ids), finish_reason=out.finish_reason,

@@ -3,7 +3,8 @@
 ``python -m evaluation.sweep --out DIR [--write-policy]`` evaluates ``snapstream`` on
 one sample grid at budgets 1/4 and 1/8, in stages that share the prompts' forwards: first every
 kernel with every pooling around ``BASE``; then rounds of coordinate descent around the best so
-far: the kernel, the window, the sinks and the ring's share of the budget, one axis at a time,
+far: the kernel, the observation window, the sinks and the ring's share of the budget, one axis
+at a time,
 the next round centred on the last round's pick of each axis (ties go to the centre's), until
 the pick is its own centre or ``MAX_ROUNDS`` have run. Those answers come right after the
 prompt, where the sinks and the ring only take slots from SnapKV; a last stage, on prompts
@@ -38,11 +39,11 @@ from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 
-BASE = SplitRule(n_sink=4, window=32, recent_fraction=0.25, kernel=7, pooling="avg")
+BASE = SplitRule(n_sink=4, observation=32, recent_fraction=0.25, kernel=7, pooling="avg")
 AXES: dict[str, tuple] = {
     "kernel": (1, 3, 7, 15, 31, 63),
     "pooling": ("avg", "max"),
-    "window": (4, 8, 16, 32, 64, 128),
+    "observation": (4, 8, 16, 32, 64, 128),
     "n_sink": (0, 4, 16, 64),
     "recent_fraction": (0.0, 0.125, 0.25, 0.5),
 }
@@ -63,7 +64,7 @@ class Variant:
 
 
 KERNEL_AXIS = "kernel x pooling"
-ROUND_AXES = ("kernel", "window", "n_sink", "recent_fraction")
+ROUND_AXES = ("kernel", "observation", "n_sink", "recent_fraction")
 
 
 def kernel_variants(base: SplitRule = BASE) -> list[Variant]:
@@ -105,7 +106,7 @@ def _rows_of(rows: list[Row], rule: SplitRule, label: str) -> list[Row]:
 
 def _policy_of(row: Row):
     return CachePolicy(kind=row.policy, n_sink=row.n_sink, n_topk=row.n_topk,
-                       n_recent=row.n_recent, window=row.window, kernel=row.kernel,
+                       n_recent=row.n_recent, observation=row.observation, kernel=row.kernel,
                        pooling=row.pooling)
 
 
@@ -170,7 +171,7 @@ def policy_fields(rule: SplitRule) -> dict:
     """The policy file's fields: ``snapstream`` at the serving budget, split by ``rule``."""
     policy = rule.policy("snapstream", SERVING_BUDGET)
     return {"kind": policy.kind, "n_sink": policy.n_sink, "n_topk": policy.n_topk,
-            "n_recent": policy.n_recent, "window": policy.window, "kernel": policy.kernel,
+            "n_recent": policy.n_recent, "observation": policy.observation, "kernel": policy.kernel,
             "pooling": policy.pooling}
 
 
@@ -187,12 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     forwards: dict = {}  # shared by both stages
     first = kernel_variants()
     rows = evaluate(engine, cfg, samples, runs_for=lambda n: sweep_runs(first, n),
-                    forwards=forwards, max_window=max(AXES["window"]))
+                    forwards=forwards, max_observation=max(AXES["observation"]))
     table = tabulate(rows, first, stage=0)
     centres = [choose_kernel(table)]
     for stage in range(1, MAX_ROUNDS + 1):
         centre = centres[-1]
-        print(f"round {stage}: kernel, window, sinks and ring share around {centre}",
+        print(f"round {stage}: kernel, observation, sinks and ring share around {centre}",
               flush=True)
         found = axis_variants(centre)
         done = frozenset(_policy_of(row) for row in rows)

@@ -9,7 +9,7 @@ from evaluation.plots import _pyplot, _save
 
 # (axis, the rule's field on the x axis, stage): "first" is the kernel x pooling stage, "round"
 # the descent's last round, "generation" the sinks and ring scored after generated tokens
-PANELS = (("kernel x pooling", "kernel", "first"), ("window", "window", "round"),
+PANELS = (("kernel x pooling", "kernel", "first"), ("observation", "observation", "round"),
           ("n_sink", "n_sink", "round"), ("recent_fraction", "recent_fraction", "round"),
           ("n_sink", "n_sink", "generation"),
           ("recent_fraction", "recent_fraction", "generation"))
@@ -46,10 +46,10 @@ def plot_sweep(table: list[dict], centre: SplitRule, chosen: SplitRule, full_acc
         if stage == "generation":
             _plot_nll(ax, entries, field, generation_full["forced_nll"], nll_limits)
         ax.axvline(getattr(chosen, field), color="black", linestyle=":", label="chosen")
-        if field in ("kernel", "window"):
+        if field in ("kernel", "observation"):
             ax.set_xscale("log", base=2)
         gaps = ", ".join(map(str, entries[0]["gaps"]))
-        where = {"first": "window, sinks, ring at base", "round": "others at centre",
+        where = {"first": "observation, sinks, ring at base", "round": "others at centre",
                  "generation": f"after {gaps} generated tokens"}[stage]
         ax.set(xlabel=field, title=f"{axis} ({where})", ylim=(-0.03, 1.03))
         ax.grid(True, alpha=0.3)

@@ -52,7 +52,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                      "many')")
     add_setting(parser, "--prefix-superset", type=int, default=DocumentCacheConfig.superset,
                 help="under --prefix-store superset: a stored document keeps this many picks "
-                     "per pick of a request's policy (the question's SnapKV window chooses "
+                     "per pick of a request's policy (the question's SnapKV observation window "
+                     "chooses "
                      "among them)")
     add_setting(parser, "--prefix-store", default=DocumentCacheConfig.store, choices=STORES,
                 help="'whole': a reusable document is stored whole (each question selects "

@@ -86,8 +86,9 @@ def slot_attention(
 @dataclass
 class PrefillRecorder:
     """Causal attention for one prompt that compresses each layer's K/V into its group's layout
-    as soon as the layer has run, scoring the global layers with SnapKV when ``window`` > 0 (the
-    window queries are never stored): a prompt holds one layer's whole K/V at a time, beside the
+    as soon as the layer has run, scoring the global layers with SnapKV when ``observation`` > 0
+    (the observed queries are never stored): a prompt holds one layer's whole K/V at a time,
+    beside the
     compressed layers. A sliding-window layer attends within its window and keeps the last
     ``window`` tokens (its group's ring), never scored. ``positions``: the prompt tokens'
     positions when they are the kept part of a longer prompt (a window is one of positions).
@@ -99,7 +100,7 @@ class PrefillRecorder:
     layout: ModelLayout
     dtype: torch.dtype  # of the compressed K/V
     positions: torch.Tensor | None = None  # (P,) ascending; None: 0..P-1
-    window: int = 0  # 0: no SnapKV scores
+    observation: int = 0  # SnapKV's observed queries; 0: no SnapKV scores
     outputs: int | None = None  # rows the final layer returns; None: all
     kernel: int = 1
     pooling: str = "avg"
@@ -116,9 +117,9 @@ class PrefillRecorder:
         out = causal_attention(q, k, v, group.window, self.positions, outputs)
         start = time.perf_counter()
         scores = None
-        if self.window and group.window is None:
-            q_window = q[0, :, -self.window :]  # (Hq, W, D)
-            scores = snapkv_scores(q_window, k[0], self.kernel, self.pooling)[None]  # (1, Hkv, P)
+        if self.observation and group.window is None:
+            q_observed = q[0, :, -self.observation :]  # (Hq, O, D)
+            scores = snapkv_scores(q_observed, k[0], self.kernel, self.pooling)[None]  # (1, Hkv, P)
         kept = compress_kv(group.layout, k, v, scores, self.dtype)  # K, V (1, Hkv, S, D), pos
         self.kept[layer_idx] = tuple(tensor[0] for tensor in kept)
         self.select_s += time.perf_counter() - start

@@ -182,7 +182,7 @@ class Engine:
         at = (torch.arange(len(ids)) if positions is None else torch.tensor(positions)
               ).to(self.device)  # (P,)
         recorder = PrefillRecorder(self.model_layout(layout), self.kv_dtype,
-                                   window=policy.window if selects else 0,
+                                   observation=policy.observation if selects else 0,
                                    kernel=policy.kernel, pooling=policy.pooling,
                                    positions=None if positions is None else at, outputs=1)
         start = time.perf_counter()

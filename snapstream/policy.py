@@ -27,7 +27,7 @@ from typing import Protocol
 
 POOLINGS = ("avg", "max")
 # the integer fields of a CachePolicy: what a request may set besides ``kind`` and ``pooling``
-SIZE_FIELDS = ("n_sink", "n_topk", "n_recent", "window", "kernel")
+SIZE_FIELDS = ("n_sink", "n_topk", "n_recent", "observation", "kernel")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class CachePolicy:
     n_sink: int = 4
     n_topk: int = 764
     n_recent: int = 256
-    window: int = 32
+    observation: int = 32  # SnapKV's observation window: the last prompt queries that vote
     kernel: int = 5
     pooling: str = "avg"
 
@@ -89,8 +89,9 @@ class CachePolicy:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.n_recent < 1:
             raise ValueError("n_recent must be >= 1: decode writes new tokens into the ring")
-        if self.window < 1 or self.window > self.budget:
-            raise ValueError(f"window must be in [1, budget={self.budget}], got {self.window}")
+        if self.observation < 1 or self.observation > self.budget:
+            raise ValueError(f"observation must be in [1, budget={self.budget}], got "
+                             f"{self.observation}")
         if self.kernel < 1 or self.kernel % 2 == 0:
             raise ValueError(f"kernel must be a positive odd number, got {self.kernel}")
         if self.pooling not in POOLINGS:
@@ -111,7 +112,8 @@ class CachePolicy:
     def check_context(self, context_len: int) -> None:
         """ValueError when this policy cannot run on a model with ``context_len`` positions.
         Every size is bounded by it: the budget (except under ``full``, which keeps the whole
-        prompt and ignores the sizes), the window by the budget, and the pooling kernel by the
+        prompt and ignores the sizes), the observation window by the budget, and the pooling
+        kernel by the
         context (no prompt is longer, and pooling costs prompt length x kernel)."""
         if self.spec.is_sized and self.budget > context_len:
             raise ValueError(

@@ -12,10 +12,11 @@ Question time (:func:`prefill_on_prefix`): only the rest of the prompt (the suff
 queries attend to the stored keys (at their original positions, already rotated) and causally
 to each other. Each layer then compresses into the request's layout exactly as a whole prompt
 would be (``compress_kv``), with the stored keys and the suffix's as the only candidates and
-SnapKV's window (the suffix's last queries, so the question's) picking the final ``n_topk``
+SnapKV's observation window (the suffix's last queries, so the question's) picking the final
+``n_topk``
 among them. A question after a document stored whole gets the same cache as a full prefill.
-A suffix shorter than the window (the question was inside the document's message, before
-it) has no question in it: the window is then the queries of a probe run after it, the
+A suffix shorter than the observation window (the question was inside the document's message, before
+it) has no question in it: the observed queries are then those of a probe run after it, the
 opening paragraph of the document's last turn and the suffix again (:func:`_probe`).
 """
 
@@ -128,10 +129,10 @@ class _SuffixAttention:
     keys: torch.Tensor  # (L, Hkv, M + T + A, D): the stored keys, then room for the run tokens
     values: torch.Tensor  # (L, Hkv, M + T + A, D)
     num_prefix: int  # M
-    window: int  # the last queries kept for SnapKV's scores; 0: none
+    observation: int  # the last queries kept for SnapKV's scores; 0: none
     num_run: int = 0  # tokens run so far
     mask: torch.Tensor | None = None  # (t, M + num_run + t) bool of the current forward
-    q_windows: list[list[torch.Tensor]] = field(default_factory=list)  # L x [(Hq, w, D)]
+    q_observed: list[list[torch.Tensor]] = field(default_factory=list)  # L x [(Hq, o, D)]
 
     def run(self, model: Transformer, ids: list[int], first_position: int,
             dtype: torch.dtype) -> torch.Tensor:
@@ -151,21 +152,22 @@ class _SuffixAttention:
         end = start + k.shape[2]
         self.keys[layer_idx, :, start:end] = k[0]
         self.values[layer_idx, :, start:end] = v[0]
-        if self.window:
-            if layer_idx == len(self.q_windows):
-                self.q_windows.append([])
-            self.q_windows[layer_idx].append(q[0, :, -self.window:])
+        if self.observation:
+            if layer_idx == len(self.q_observed):
+                self.q_observed.append([])
+            self.q_observed[layer_idx].append(q[0, :, -self.observation:])
         return F.scaled_dot_product_attention(
             q, self.keys[layer_idx, None, :, :end], self.values[layer_idx, None, :, :end],
             attn_mask=self.mask, enable_gqa=True)
 
     def window_queries(self) -> torch.Tensor:
-        """(L, Hq, window, D): the last ``window`` queries run, every layer."""
-        return torch.stack([torch.cat(parts, dim=1)[:, -self.window:]
-                            for parts in self.q_windows])
+        """(L, Hq, O, D): the last ``observation`` queries run, every layer."""
+        return torch.stack([torch.cat(parts, dim=1)[:, -self.observation:]
+                            for parts in self.q_observed])
 
 
-def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int, dtype: torch.dtype
+def _suffix_attention(prefix: SequenceCache, num_tokens: int, observation: int,
+                      dtype: torch.dtype
                       ) -> tuple[_SuffixAttention, torch.Tensor]:
     """The attention of up to ``num_tokens`` tokens run on ``prefix``, and the positions
     (L, Hkv, M) of the stored document's present slots (the prompt's keys before the
@@ -176,7 +178,7 @@ def _suffix_attention(prefix: SequenceCache, num_tokens: int, window: int, dtype
     stored_pos = stored.positions[present].view(num_layers, num_kv_heads, -1).long()
     keys, values = (_decoded_with_room(rows, present, num_tokens, dtype)
                     for rows in (stored.k, stored.v))
-    return _SuffixAttention(keys, values, stored_pos.shape[2], window), stored_pos
+    return _SuffixAttention(keys, values, stored_pos.shape[2], observation), stored_pos
 
 
 def _decoded_with_room(rows: torch.Tensor, present: torch.Tensor, num_tokens: int,
@@ -210,7 +212,7 @@ def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: i
                           dim=2)  # (L, Hkv, M + T + A): the probe's A after the prompt
     num_prompt = stored_pos.shape[2] + num_suffix  # M + T
     scores = None
-    if attention.window:  # as if the probe ended the prompt, then cut to it
+    if attention.observation:  # as if the probe ended the prompt, then cut to it
         scores = snapkv_scores(attention.window_queries().flatten(0, 1),  # (L*Hq, W, D)
                                attention.keys.flatten(0, 1), policy.kernel, policy.pooling,
                                positions.flatten(0, 1))
@@ -235,7 +237,7 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     in ``layout`` -> its cache and the final hidden state (hidden,) of the last token; only the
     suffix runs through the model, its activations in ``dtype``. ``opening_ids``: the opening
     paragraph of the document's last turn (``Tokenizer.turn_opening``), the probe of a suffix
-    shorter than SnapKV's window (:func:`_probe`)."""
+    shorter than SnapKV's observation window (:func:`_probe`)."""
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
@@ -244,9 +246,9 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
                          f"{layout}: it was compressed for another policy")
     prompt_len = prefix.prompt_len + len(suffix_ids)
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
-    window = policy.window if selects else 0
-    probe = [*opening_ids, *suffix_ids] if len(suffix_ids) < window else []
-    attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + len(probe), window,
+    observation = policy.observation if selects else 0
+    probe = [*opening_ids, *suffix_ids] if len(suffix_ids) < observation else []
+    attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + len(probe), observation,
                                               dtype)
     hidden = attention.run(model, suffix_ids, prefix.prompt_len, dtype)[-1]  # (hidden,)
     _probe(model, attention, probe, prefix.prompt_len, dtype)
@@ -258,10 +260,11 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
 def _probe(model: Transformer, attention: _SuffixAttention, probe_ids: list[int],
            first_position: int, dtype: torch.dtype) -> None:
     """Run ``probe_ids`` after the suffix through ``attention``, for their queries only: they
-    are SnapKV's window when the suffix is shorter than the window. Such a suffix is the
+    are SnapKV's observed queries when the suffix is shorter than its observation window. Such
+    a suffix is the
     template's opening of the answer after a document whose own message began with the
     question (its queries know nothing of it: 0-1 of 9 answers, docs/accuracy.md); the probe
-    reads that opening paragraph again, then the suffix, so the window's queries are the
+    reads that opening paragraph again, then the suffix, so the observed queries are the
     question's as if it had come after the document. None of it is kept."""
     if probe_ids:
         attention.run(model, probe_ids, first_position, dtype)

@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     model = peer_model(args.model)
     budget = model.budget if args.budget is None else replace(
         model.budget, total=args.budget, n_recent=max(
-            model.budget.window, round(args.budget * model.budget.n_recent / model.budget.total)))
+            model.budget.observation,
+            round(args.budget * model.budget.n_recent / model.budget.total)))
     cfg = PeersBenchConfig(
         systems=tuple(args.systems.split(",")), lengths=_ints(args.lengths),
         max_new_tokens=args.max_new_tokens, rounds=args.rounds, n_threads=args.threads,

@@ -61,4 +61,4 @@ def peer_model(model: str | None = None) -> PeerModel:
         gguf=checkpoint.path, context_len=checkpoint.config.max_position_embeddings,
         attention_windows=checkpoint.config.attention_windows,
         budget=PeerBudget(total=policy.budget, n_sink=policy.n_sink, n_recent=policy.n_recent,
-                          window=policy.window, kernel=policy.kernel))
+                          observation=policy.observation, kernel=policy.kernel))

@@ -22,22 +22,23 @@ from bench.peers.venvs import Echo, Venv, VenvSpec
 class PeerBudget:
     """The KV budget that systems with a fixed-size or compressed cache get, in tokens:
     ``n_sink`` first tokens, ``n_recent`` last ones, the rest chosen by the system's scoring
-    (SnapKV) over a ``window`` of the last prompt queries, smoothed by a ``kernel``-wide pooling
+    (SnapKV) over an ``observation`` window of the last prompt queries, smoothed by a
+    ``kernel``-wide pooling
     where the system has one. By default the model's policy file (``peer_model``; the sweep's
     choice, docs/accuracy.md)."""
 
     total: int
     n_sink: int
     n_recent: int
-    window: int
+    observation: int
     kernel: int
 
     def __post_init__(self) -> None:
         if self.n_sink + self.n_recent >= self.total:
             raise ValueError(f"budget total {self.total} must exceed n_sink + n_recent "
                              f"({self.n_sink} + {self.n_recent})")
-        if self.window < 1:
-            raise ValueError(f"budget window must be ≥ 1, got {self.window}")
+        if self.observation < 1:
+            raise ValueError(f"budget observation must be ≥ 1, got {self.observation}")
         if self.kernel < 1 or self.kernel % 2 == 0:
             raise ValueError(f"budget kernel must be odd and ≥ 1, got {self.kernel}")
 
@@ -129,13 +130,13 @@ def _eviction(budget: PeerBudget) -> dict:
     start_size = max(1, -(-budget.n_sink // OPENVINO_BLOCK)) * OPENVINO_BLOCK
     return {"cache_eviction": {"start_size": start_size, "recent_size": budget.n_recent,
                                "max_cache_size": budget.total, "aggregation_mode": "NORM_SUM",
-                               "snapkv_window_size": budget.window}}
+                               "snapkv_window_size": budget.observation}}
 
 
 def _snapstream_policy(num_tokens: int, budget: PeerBudget) -> dict:
     n_topk = budget.total - budget.n_sink - budget.n_recent
     return {"policy": {"kind": "snapstream", "n_sink": budget.n_sink, "n_topk": n_topk,
-                       "n_recent": budget.n_recent, "window": budget.window,
+                       "n_recent": budget.n_recent, "observation": budget.observation,
                        "kernel": budget.kernel}}
 
 
@@ -145,7 +146,7 @@ def _full_policy(num_tokens: int, budget: PeerBudget) -> dict:
 
 def _snapkv_press(num_tokens: int, budget: PeerBudget) -> dict:
     kwargs = {"compression_ratio": compression_ratio(num_tokens, budget.total),
-              "window_size": budget.window, "kernel_size": budget.kernel}
+              "window_size": budget.observation, "kernel_size": budget.kernel}
     return {"press": {"name": "SnapKVPress", "kwargs": kwargs}}
 
 

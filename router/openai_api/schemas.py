@@ -45,7 +45,7 @@ class SnapstreamOptions(Body):
     n_sink: UInt32 | None = None
     n_topk: UInt32 | None = None
     n_recent: UInt32 | None = None
-    window: UInt32 | None = None
+    observation: UInt32 | None = None
     kernel: UInt32 | None = None
     pooling: Literal[tuple(POOLING_TO_PB)] | None = None
     return_token_ids: bool = False

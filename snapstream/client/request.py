@@ -41,7 +41,7 @@ class GenerateOptions(TypedDict, total=False):
     n_sink: int | None
     n_topk: int | None
     n_recent: int | None
-    window: int | None
+    observation: int | None
     kernel: int | None
     pooling: str | None
     cache_prefix: str | None

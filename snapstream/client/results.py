@@ -83,7 +83,7 @@ class ModelInfo:
             default_policy = CachePolicy(
                 kind=_POLICY_KINDS.get(policy.kind, ""), pooling=_POOLINGS.get(policy.pooling, ""),
                 n_sink=policy.n_sink, n_topk=policy.n_topk, n_recent=policy.n_recent,
-                window=policy.window, kernel=policy.kernel)
+                observation=policy.observation, kernel=policy.kernel)
         except ValueError as exc:
             raise Internal(f"the server's default_policy is not resolved: {exc}") from None
         return cls(model_name=msg.model_name, model_fingerprint=msg.model_fingerprint,

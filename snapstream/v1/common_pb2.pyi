@@ -88,22 +88,22 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CachePolicy(_message.Message):
-    __slots__ = ("kind", "n_sink", "n_topk", "n_recent", "window", "kernel", "pooling")
+    __slots__ = ("kind", "n_sink", "n_topk", "n_recent", "observation", "kernel", "pooling")
     KIND_FIELD_NUMBER: _ClassVar[int]
     N_SINK_FIELD_NUMBER: _ClassVar[int]
     N_TOPK_FIELD_NUMBER: _ClassVar[int]
     N_RECENT_FIELD_NUMBER: _ClassVar[int]
-    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     POOLING_FIELD_NUMBER: _ClassVar[int]
     kind: PolicyKind
     n_sink: int
     n_topk: int
     n_recent: int
-    window: int
+    observation: int
     kernel: int
     pooling: Pooling
-    def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., window: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ...) -> None: ...
+    def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., observation: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ...) -> None: ...
 
 class SpeculativeSettings(_message.Message):
     __slots__ = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")

@@ -19,7 +19,7 @@ from tests.adversarial.conftest import Keyed, keyed_stack
 from tests.integration.conftest import start_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
-EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24}
+EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24, "observation": 8}
 DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(80))
 BACKENDS = ["redis", "nats"]
 # room for a request's blob (36 KB) beside what the store's clients take of a Redis server's

@@ -21,7 +21,7 @@ from tests.adversarial.conftest import Keyed, keyed_stack
 from tests.integration.test_services import ENGINE_POLICY, SECRET
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24}
+EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24, "observation": 8}
 DOCUMENT = ("The vault's code is 4711. " + "Gulls circled over the harbour all day. " * 12)
 
 

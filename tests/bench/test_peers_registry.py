@@ -118,12 +118,12 @@ def test_registry_holds_the_peers_and_refuses_duplicates():
 
 
 def test_system_options_follow_the_budget():
-    budget = PeerBudget(total=1024, n_sink=4, n_recent=256, window=32, kernel=15)
+    budget = PeerBudget(total=1024, n_sink=4, n_recent=256, observation=32, kernel=15)
     eviction = get_system("openvino-evict").load_options(budget)["cache_eviction"]
     assert eviction["max_cache_size"] == 1024 and eviction["snapkv_window_size"] == 32
     assert eviction["start_size"] == 32 and eviction["recent_size"] == 256  # whole blocks
     # the model's policy keeps no sinks; OpenVINO refuses an empty start: one block
-    no_sinks = PeerBudget(total=1024, n_sink=0, n_recent=256, window=16, kernel=31)
+    no_sinks = PeerBudget(total=1024, n_sink=0, n_recent=256, observation=16, kernel=31)
     assert get_system("openvino-evict").load_options(no_sinks)["cache_eviction"][
         "start_size"] == 32
     assert get_system("openvino").load_options(budget) == {}
@@ -133,7 +133,7 @@ def test_system_options_follow_the_budget():
     assert get_system("transformers").generate_options(8000, budget) == {}
     policy = get_system("snapstream").generate_options(8000, budget)["policy"]
     assert (policy["kind"], policy["n_sink"] + policy["n_topk"] + policy["n_recent"],
-            policy["window"], policy["kernel"]) == ("snapstream", 1024, 32, 15)
+            policy["observation"], policy["kernel"]) == ("snapstream", 1024, 32, 15)
     assert get_system("snapstream-full").generate_options(8000, budget)["policy"]["kind"] == "full"
     assert get_system("snapstream").venv is None  # the project's own interpreter
     env = get_system("llama.cpp").runner_env(Venv(recipes.LLAMACPP, Path("/v")))
@@ -148,7 +148,7 @@ def test_compression_ratio_keeps_exactly_the_budget(num_tokens, keep):
     assert compression_ratio(keep, keep) == 0.0
 
 
-@pytest.mark.parametrize("bad", [dict(total=200, n_sink=4, n_recent=256), dict(window=0),
+@pytest.mark.parametrize("bad", [dict(total=200, n_sink=4, n_recent=256), dict(observation=0),
                                  dict(kernel=4)])
 def test_budget_refuses_bad_layouts(bad):
     with pytest.raises(ValueError):
@@ -162,8 +162,9 @@ def test_the_budget_is_the_models_policy(name):
     for cfg in (PeersBenchConfig(model=name), PeersBatchConfig(model=name),
                 PeersPasskeyConfig(model=name)):
         budget = cfg.budget
-        assert (budget.total, budget.n_sink, budget.n_recent, budget.window, budget.kernel) == (
-            policy.budget, policy.n_sink, policy.n_recent, policy.window, policy.kernel)
+        assert (budget.total, budget.n_sink, budget.n_recent, budget.observation,
+                budget.kernel) == (policy.budget, policy.n_sink, policy.n_recent,
+                                   policy.observation, policy.kernel)
 
 
 def test_the_model_choice_gives_its_file_context_windows_and_doc_section():

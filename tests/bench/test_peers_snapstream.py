@@ -17,7 +17,7 @@ from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
 from tests.tiny_models import write_tiny_model
 
-BUDGET = PeerBudget(total=48, n_sink=4, n_recent=16, window=8, kernel=31)
+BUDGET = PeerBudget(total=48, n_sink=4, n_recent=16, observation=8, kernel=31)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_snapstream_keeps_one_kv_size_and_matches_the_engine(runner, tiny_dir):
     short, long = list(range(3, 40)), [3 + i % 200 for i in range(300)]
     first, second = _generate(runner, "snapstream", short), _generate(runner, "snapstream", long)
     assert first["kv_bytes"] == second["kv_bytes"] and second["extra"]["slots"] == BUDGET.total
-    policy = CachePolicy(n_sink=4, n_topk=28, n_recent=16, window=8)
+    policy = CachePolicy(n_sink=4, n_topk=28, n_recent=16, observation=8)
     engine = Engine.from_pretrained(tiny_dir)
     expected = engine.generate(long, 6, policy=policy,
                                sampling=SamplingParams(temperature=0, ignore_eos=True))
@@ -118,7 +118,7 @@ def test_bf16_system_serves_a_bfloat16_kv_cache(tiny_dir, tmp_path):
                              options=system.generate_options(len(prompt_ids), BUDGET))
     assert loaded["settings"]["kv_cache"] == "bfloat16"
     engine = Engine.from_pretrained(tiny_dir, kv_dtype="bfloat16")
-    policy = CachePolicy(n_sink=4, n_topk=28, n_recent=16, window=8)
+    policy = CachePolicy(n_sink=4, n_topk=28, n_recent=16, observation=8)
     expected = engine.generate(prompt_ids, 6, policy=policy,
                                sampling=SamplingParams(temperature=0, ignore_eos=True))
     assert reply["token_ids"] == expected.token_ids

@@ -76,5 +76,5 @@ def test_the_eval_forward_matches_transformers_past_the_window(models, text_ids)
     engine, reference = models
     with torch.no_grad():
         expected = reference(torch.tensor([text_ids]), logits_to_keep=1).logits[0, -1]  # (V,)
-    got = PromptForward.run(engine.model, text_ids, max_window=32).logits
+    got = PromptForward.run(engine.model, text_ids, max_observation=32).logits
     assert (got - expected).abs().max().item() < 1e-3

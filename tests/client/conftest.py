@@ -13,7 +13,7 @@ from cluster import ClusterSpec, LocalCluster
 from snapstream.policy import POLICY_FILE
 from tests.tiny_models import write_tiny_model
 
-MODEL_POLICY = {"kernel": 9, "window": 16}
+MODEL_POLICY = {"kernel": 9, "observation": 16}
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ INFO = generation_pb2.InfoResponse(
     model_name="fake", model_fingerprint="ab12", context_length=4096, vocab_size=264,
     eos_token_ids=[257],
     default_policy=common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4,
-                                          n_topk=64, n_recent=32, window=8, kernel=5,
+                                          n_topk=64, n_recent=32, observation=8, kernel=5,
                                           pooling=common_pb2.POOLING_MAX))
 
 

@@ -41,7 +41,7 @@ def test_info_describes_the_served_model(router_address: str, cluster_model: Pat
             info = client.info()
     assert info.vocab_size == 264 and info.context_length == 4096
     assert info.default_policy.kind == "snapstream"
-    assert (info.default_policy.kernel, info.default_policy.window) == (9, 16)  # the model's
+    assert (info.default_policy.kernel, info.default_policy.observation) == (9, 16)  # the model's
     assert info.model_fingerprint == Engine.from_pretrained(cluster_model).fingerprint.hex()
 
 

@@ -14,7 +14,7 @@ def test_unset_options_leave_every_optional_field_unset() -> None:
     assert not request.HasField("max_new_tokens")
     for field in ("temperature", "top_k", "top_p", "seed"):
         assert not request.sampling.HasField(field), field
-    for field in ("n_sink", "n_topk", "n_recent", "window", "kernel"):
+    for field in ("n_sink", "n_topk", "n_recent", "observation", "kernel"):
         assert not request.policy.HasField(field), field
     assert request.policy.kind == common_pb2.POLICY_KIND_UNSPECIFIED
     assert request.policy.pooling == common_pb2.POOLING_UNSPECIFIED
@@ -32,7 +32,7 @@ def test_every_option_reaches_its_field() -> None:
     request = build_request(
         "x", max_new_tokens=7, temperature=0.5, top_k=40, top_p=0.9, seed=2**40,
         stop=("\n", "END"), stop_token_ids=(257,), policy="streaming", n_sink=2, n_topk=16,
-        n_recent=8, window=4, kernel=3, pooling="max")
+        n_recent=8, observation=4, kernel=3, pooling="max")
     assert request.max_new_tokens == 7
     sampling = request.sampling
     assert (sampling.temperature, sampling.top_k, sampling.seed) == (0.5, 40, 2**40)
@@ -41,7 +41,7 @@ def test_every_option_reaches_its_field() -> None:
     policy = request.policy
     assert policy.kind == common_pb2.POLICY_KIND_STREAMING
     assert policy.pooling == common_pb2.POOLING_MAX
-    assert (policy.n_sink, policy.n_topk, policy.n_recent, policy.window, policy.kernel) == (
+    assert (policy.n_sink, policy.n_topk, policy.n_recent, policy.observation, policy.kernel) == (
         2, 16, 8, 4, 3)
 
 

@@ -23,8 +23,8 @@ from snapstream.v1 import (
 
 pytestmark = pytest.mark.slow
 POLICY = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4, n_topk=24,
-                                n_recent=16, window=8)
-ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, window=8)
+                                n_recent=16, observation=8)
+ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, observation=8)
 PROMPTS = [f"request {i}: " + "lorem ipsum dolor " * (3 + 7 * i) for i in range(6)]
 
 

@@ -18,7 +18,8 @@ PROMPT = "The capital of France is"
 # longer than the sliding layers' 512-token window; the global layers' budget (256) is shorter
 # than the window: the sliding layers keep their whole window beside it (layer groups)
 LONG_PROMPT = "\n\n".join(documentation("statistics").split("\n\n")[:24])
-POLICY = CachePolicy(kind="snapstream", n_sink=4, n_topk=124, n_recent=128, window=16, kernel=7)
+POLICY = CachePolicy(kind="snapstream", n_sink=4, n_topk=124, n_recent=128, observation=16,
+                     kernel=7)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def cluster(request, tmp_path_factory):
 
 def _policy_args() -> dict:
     return {"policy": POLICY.kind, "n_sink": POLICY.n_sink, "n_topk": POLICY.n_topk,
-            "n_recent": POLICY.n_recent, "window": POLICY.window, "kernel": POLICY.kernel}
+            "n_recent": POLICY.n_recent, "observation": POLICY.observation, "kernel": POLICY.kernel}
 
 
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "past-the-window"])

@@ -24,28 +24,29 @@ LOGITS_ATOL = {torch.float32: 1e-4, torch.bfloat16: 1e-4, torch.int8: 1e-3,
 
 
 def snapkv_reference_scores(
-    q_window: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str,
+    q_observed: torch.Tensor, k: torch.Tensor, kernel: int, pooling: str,
     present: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SnapKV (Li et al. 2024, Alg. 1) per query head, as kvpress's SnapKVPress computes it: the
-    attention of each window query (causal inside the window) over the keys before the window,
-    averaged over the window, 1-D pooled with zero/-inf padding, then averaged over each GQA
-    group; the window's own keys score +inf (SnapKV always keeps them). Returns (Hkv, P).
+    attention of each observed query (causal inside the observation window) over the keys before
+    it, averaged over the observed queries, 1-D pooled with zero/-inf padding, then averaged
+    over each GQA group; the observed queries' own keys score +inf (SnapKV always keeps them).
+    Returns (Hkv, P).
     present (Hkv, P) bool, optional: only these keys exist (the others get no attention and
     score -inf)."""
-    num_q_heads, window, head_dim = q_window.shape
+    num_q_heads, num_observed, head_dim = q_observed.shape
     num_kv_heads, prompt_len, _ = k.shape
     group = num_q_heads // num_kv_heads
-    before = prompt_len - window
+    before = prompt_len - num_observed
     per_head = torch.zeros(num_q_heads, before, dtype=torch.float64)
     for head in range(num_q_heads):
         keys = k[head // group].double()
-        for i in range(window):
-            pos = prompt_len - window + i
-            logits = keys[: pos + 1] @ q_window[head, i].double() / math.sqrt(head_dim)
+        for i in range(num_observed):
+            pos = prompt_len - num_observed + i
+            logits = keys[: pos + 1] @ q_observed[head, i].double() / math.sqrt(head_dim)
             if present is not None:
                 logits[~present[head // group, : pos + 1]] = -math.inf
-            per_head[head] += torch.softmax(logits, dim=0)[:before] / window
+            per_head[head] += torch.softmax(logits, dim=0)[:before] / num_observed
     pooled = torch.empty_like(per_head)
     half = kernel // 2
     for j in range(before):

@@ -54,7 +54,7 @@ def test_equals_full_while_nothing_is_evicted(kind):
     engine = engine_for(model)
     ids = prompt(37, seed=1)
     steps = 24  # 37 + 24 = 61 <= budget 64: nothing evicted
-    policy = CachePolicy(kind=kind, n_sink=4, n_topk=28, n_recent=32, window=8)
+    policy = CachePolicy(kind=kind, n_sink=4, n_topk=28, n_recent=32, observation=8)
     full_tokens, full_logits, _ = greedy_with_logits(engine, ids, CachePolicy(kind="full"), steps)
     tokens, logits, result = greedy_with_logits(engine, ids, policy, steps)
     assert result.cache.num_tokens_held == len(ids)
@@ -81,7 +81,7 @@ def test_matches_kept_set_reference_after_eviction_and_wraparound(case):
     n_sink, n_topk, n_recent = rng.randint(0, 4), rng.randint(0, 12), rng.randint(1, 10)
     kind = ["snapstream", "streaming", "snapkv"][case % 3]
     policy = CachePolicy(kind=kind, n_sink=n_sink, n_topk=n_topk, n_recent=n_recent,
-                         window=rng.randint(1, n_sink + n_topk + n_recent),
+                         observation=rng.randint(1, n_sink + n_topk + n_recent),
                          kernel=rng.choice([1, 3, 5]), pooling=rng.choice(["avg", "max"]))
     prompt_len = rng.randint(1, 90)
     steps = 3 * n_recent + rng.randint(2, 20)  # the ring wraps around several times
@@ -108,7 +108,7 @@ def policy_with_budget(kind: str, budget: int, steps: int) -> tuple[CachePolicy,
     kept = budget - steps if kind == "snapkv" else budget  # snapkv's ring grows by max_new
     n_sink, n_topk = 2, kept // 3
     policy = CachePolicy(kind=kind, n_sink=n_sink, n_topk=n_topk,
-                         n_recent=kept - n_sink - n_topk, window=4)
+                         n_recent=kept - n_sink - n_topk, observation=4)
     return policy, budget + 5
 
 
@@ -139,7 +139,7 @@ def test_full_policy_matches_plain_causal_forward():
 @pytest.mark.parametrize("kind", ["snapstream", "streaming"])
 def test_one_cache_shape_for_every_prompt_length(kind):
     engine = engine_for(random_model(tiny_config()))
-    policy = CachePolicy(kind=kind, n_sink=4, n_topk=20, n_recent=16, window=8)
+    policy = CachePolicy(kind=kind, n_sink=4, n_topk=20, n_recent=16, observation=8)
     shapes = set()
     for length in (1, 7, 39, 40, 41, 300, 1000):
         cache = engine.prefill(prompt(length, seed=length), policy, max_new_tokens=50).cache
@@ -154,7 +154,7 @@ def test_prefill_keeps_one_layer_uncompressed_at_a_time():
     layer l is l + 1 compressed layers, never a whole prompt's K/V of an earlier layer."""
     model = random_model(tiny_config())
     engine = engine_for(model)
-    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=10, n_recent=12, window=6)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=10, n_recent=12, observation=6)
     ids = prompt(200, seed=5)
     layout = engine.model_layout(policy.layout(len(ids), 8))
     held = []
@@ -165,7 +165,7 @@ def test_prefill_keeps_one_layer_uncompressed_at_a_time():
             held.append([tuple(kept[0].shape) for kept in self.kept.values()])
             return out
 
-    recorder = Watching(layout, torch.float32, window=policy.window, kernel=policy.kernel,
+    recorder = Watching(layout, torch.float32, observation=policy.observation, kernel=policy.kernel,
                         pooling=policy.pooling)
     model(torch.tensor([ids]), torch.arange(len(ids))[None], recorder)
     per_layer = (model.config.num_kv_heads, policy.budget, model.config.head_dim)
@@ -183,12 +183,12 @@ def test_the_final_layer_runs_for_the_last_position_alone(config):
     forward of every position."""
     model = random_model(config)
     engine = engine_for(model)
-    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=10, n_recent=12, window=6)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=10, n_recent=12, observation=6)
     ids = prompt(120, seed=7)
     layout = engine.model_layout(policy.layout(len(ids), 8))
     hidden, caches = {}, {}
     for outputs in (None, 1):
-        recorder = PrefillRecorder(layout, torch.float32, window=policy.window,
+        recorder = PrefillRecorder(layout, torch.float32, observation=policy.observation,
                                    kernel=policy.kernel, pooling=policy.pooling,
                                    outputs=outputs)
         hidden[outputs] = model(torch.tensor([ids]), torch.arange(len(ids))[None], recorder)
@@ -206,13 +206,13 @@ def test_snapkv_selection_matches_paper_reference(num_heads, num_kv_heads, pooli
     model = random_model(tiny_config(num_heads=num_heads, num_kv_heads=num_kv_heads), seed=7)
     engine = engine_for(model)
     ids = prompt(120, seed=11)
-    policy = CachePolicy(kind="snapstream", n_sink=3, n_topk=17, n_recent=9, window=12,
+    policy = CachePolicy(kind="snapstream", n_sink=3, n_topk=17, n_recent=9, observation=12,
                          kernel=kernel, pooling=pooling)
     cache = engine.prefill(ids, policy, max_new_tokens=1).cache
     picked = cache.groups[0].positions[:, :, policy.n_sink : policy.n_sink + policy.n_topk].long()
     queries, keys = record_prefill(model, ids)
     for layer, (q, k) in enumerate(zip(queries, keys, strict=True)):
-        scores = snapkv_reference_scores(q[:, -policy.window :], k, kernel, pooling)
+        scores = snapkv_reference_scores(q[:, -policy.observation :], k, kernel, pooling)
         candidates = scores[:, policy.n_sink : len(ids) - policy.n_recent]
         for head in range(num_kv_heads):
             expected = candidates[head].topk(policy.n_topk).indices + policy.n_sink
@@ -232,15 +232,15 @@ def test_snapkv_scores_keys_given_at_their_positions(num_heads, num_kv_heads, po
     model = random_model(tiny_config(num_heads=num_heads, num_kv_heads=num_kv_heads), seed=7)
     queries, keys = record_prefill(model, prompt(60, seed=12))
     q, k = queries[1], keys[1]  # (Hq, P, D), (Hkv, P, D)
-    window, generator = 8, torch.Generator().manual_seed(5)
+    observed, generator = 8, torch.Generator().manual_seed(5)
     positions = torch.stack([
         torch.cat((torch.randperm(52, generator=generator)[:30], torch.arange(52, 60)))
         [torch.randperm(38, generator=generator)] for _ in range(num_kv_heads)
-    ])  # (Hkv, 38): 30 keys before the window and the window's 8, shuffled
+    ])  # (Hkv, 38): 30 keys before the observed queries and their 8, shuffled
     present = torch.zeros(num_kv_heads, 60, dtype=torch.bool).scatter_(1, positions, True)
     subset = k.gather(1, positions[..., None].expand(-1, -1, k.shape[2]))  # (Hkv, 38, D)
-    got = snapkv_scores(q[:, -window:], subset, kernel, pooling, positions)
-    expected = snapkv_reference_scores(q[:, -window:], k, kernel, pooling, present)
+    got = snapkv_scores(q[:, -observed:], subset, kernel, pooling, positions)
+    expected = snapkv_reference_scores(q[:, -observed:], k, kernel, pooling, present)
     assert torch.equal(got == -math.inf, expected == -math.inf)
     assert (got == -math.inf).sum() == num_kv_heads * 22
     finite = expected.isfinite()

@@ -23,7 +23,7 @@ from snapstream.policy import CacheLayout, CachePolicy
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
-POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, window=8)
+POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, observation=8)
 # a hybrid model: two sliding-window layers of window 16 around a global one
 HYBRID = dict(num_layers=3, layer_types=(SLIDING, FULL, SLIDING), sliding_window=16)
 

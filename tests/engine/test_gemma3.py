@@ -104,7 +104,7 @@ def test_compressing_decode_matches_the_kept_set_reference(engine, length):
     """SnapKV on the global layer and the window ring on the sliding ones, past both budgets:
     every decode step equals full attention restricted to what the cache keeps."""
     ids = _ids(length, length)[0].tolist()
-    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=8, n_recent=6, window=4, kernel=3)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=8, n_recent=6, observation=4, kernel=3)
     tokens, logits, result = greedy_with_logits(engine, ids, policy, 2 * WINDOW + 1)
     sequence = ids + tokens[:-1]
     allowed = cache_kept_mask(result.cache, len(sequence), engine.config.num_kv_heads)
@@ -117,7 +117,8 @@ def test_a_fixed_cache_holding_every_token_decodes_as_full_attention(engine):
     sampling = SamplingParams(temperature=0, ignore_eos=True)
     full = engine.generate(ids, max_new_tokens=10, policy=CachePolicy(kind="full"),
                            sampling=sampling)
-    roomy = CachePolicy(kind="snapstream", n_sink=0, n_topk=16, n_recent=64, window=4, kernel=3)
+    roomy = CachePolicy(kind="snapstream", n_sink=0, n_topk=16, n_recent=64, observation=4,
+                        kernel=3)
     assert engine.generate(ids, max_new_tokens=10, policy=roomy, sampling=sampling).token_ids \
         == full.token_ids
 
@@ -144,7 +145,8 @@ def test_a_quantized_gemma_prompt_runs_in_bfloat16_close_to_float32(gemma):
                            prefill_dtype=prompt_dtype)
                     for prompt_dtype in (torch.bfloat16, torch.float32))
     ids = _ids(11, 150)[0].tolist()  # many windows, past the bfloat16 GEMM's row threshold
-    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=16, n_recent=16, window=4, kernel=3)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=16, n_recent=16, observation=4,
+                         kernel=3)
     got, want = served.prefill(ids, policy, 4), fp32.prefill(ids, policy, 4)
     assert float((got.logits - want.logits).norm() / want.logits.norm()) < 0.03
     for part, reference in zip(got.cache.groups, want.cache.groups, strict=True):

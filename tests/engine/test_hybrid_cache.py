@@ -19,7 +19,7 @@ WINDOW = 12
 HYBRID = tiny_config(num_layers=4, layer_types=(SLIDING, SLIDING, FULL, SLIDING),
                      sliding_window=WINDOW, num_heads=4, num_kv_heads=2)
 KINDS = ["full", "streaming", "snapkv", "snapstream"]
-SMALL = dict(n_sink=2, n_topk=6, n_recent=5, window=4)  # a global budget of 13 > WINDOW
+SMALL = dict(n_sink=2, n_topk=6, n_recent=5, observation=4)  # a global budget of 13 > WINDOW
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
-POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, window=8)
+POLICY = CachePolicy(n_sink=4, n_topk=20, n_recent=12, observation=8)
 
 
 def test_a_slot_holds_k_and_v_rows_in_the_kv_dtype():

@@ -22,7 +22,7 @@ from tests.tiny_models import random_model, tiny_config
 
 FP8 = Float8KV()
 FP8_MAX = 448.0
-POLICY = CachePolicy(n_sink=4, n_topk=8, n_recent=8, window=4)
+POLICY = CachePolicy(n_sink=4, n_topk=8, n_recent=8, observation=4)
 
 
 def every_finite_value() -> torch.Tensor:
@@ -176,7 +176,7 @@ def test_fp8_decode_stays_near_float32_on_a_tiny_model(ids):
     """Against float32 KV, fp8 moves the logits by a small fraction of their spread (its
     relative error per value is at most 1/16, int8's 1/254 of a row's largest)."""
     model = random_model(tiny_config(num_heads=6, num_kv_heads=2, head_dim=32), seed=4)
-    policy = CachePolicy(n_sink=2, n_topk=10, n_recent=8, window=4)
+    policy = CachePolicy(n_sink=2, n_topk=10, n_recent=8, observation=4)
     tokens, logits, _ = greedy_with_logits(engine_for(model), ids, policy, 12)
     fp8 = engine_for(model, kv_dtype=torch.float8_e4m3fn)
     result = fp8.prefill(ids, policy, max_new_tokens=12)

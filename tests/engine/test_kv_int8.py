@@ -145,7 +145,7 @@ def test_empty_int8_slots_never_contribute():
 def test_a_float_sequence_is_quantized_once_into_an_int8_pool():
     engine = engine_for(random_model(tiny_config()))
     cache = engine.prefill(list(range(50)), CachePolicy(n_sink=4, n_topk=8, n_recent=8,
-                                                       window=4), max_new_tokens=4).cache
+                                                       observation=4), max_new_tokens=4).cache
     pool = BatchCache(engine.config, cache.layout, batch_size=2, dtype=torch.int8)
     pool.insert(1, cache)
     (part,), (rows,) = cache.groups, pool.groups
@@ -161,7 +161,7 @@ def test_int8_decode_tracks_bfloat16_on_a_tiny_model(ids):
     """Against float32, int8 KV moves the logits about as much as bfloat16 KV does (both well
     under the logits' spread) and keeps every greedy token on short prompts."""
     model = random_model(tiny_config(num_heads=6, num_kv_heads=2, head_dim=32), seed=4)
-    policy = CachePolicy(n_sink=2, n_topk=10, n_recent=8, window=4)
+    policy = CachePolicy(n_sink=2, n_topk=10, n_recent=8, observation=4)
     runs = {dtype: greedy_with_logits(engine_for(model, kv_dtype=dtype), ids, policy, 12)
             for dtype in (torch.float32, torch.bfloat16, torch.int8)}
     tokens, logits, _ = runs[torch.float32]

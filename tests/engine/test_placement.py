@@ -31,7 +31,7 @@ def test_kept_tokens_at_original_positions_decode_like_full_attention_over_them(
     model = random_model(tiny_config(), seed=7)
     prompt = torch.randint(0, 200, (PROMPT_LEN,), generator=torch.Generator().manual_seed(2))
     kept_ids = prompt[KEPT].tolist()
-    policy = CachePolicy(kind=kind, n_sink=4, n_topk=64, n_recent=32, window=8)  # holds all 48
+    policy = CachePolicy(kind=kind, n_sink=4, n_topk=64, n_recent=32, observation=8)  # holds all 48
     got = engine_for(model).generate(kept_ids, max_new_tokens=12, policy=policy,
                                      positions=KEPT).token_ids
     assert got == _reference_greedy(model, kept_ids, KEPT, 12)
@@ -44,7 +44,7 @@ def test_kept_tokens_at_original_positions_decode_like_full_attention_over_them(
 def test_the_next_token_overwrites_the_oldest_ring_entry():
     model = random_model(tiny_config(), seed=7)
     kept_ids = list(range(10, 10 + len(KEPT)))
-    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=6, n_recent=10, window=4)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=6, n_recent=10, observation=4)
     cache = engine_for(model).prefill(kept_ids, policy, 4, positions=KEPT).cache
     (part,) = cache.groups  # a model without sliding layers: one group
     layout, held = part.group.layout, part.positions  # (L, Hkv, S)
@@ -97,7 +97,7 @@ def test_hybrid_kept_tokens_see_their_window_by_original_position(kind):
     window = model.config.sliding_window
     prompt = torch.randint(0, 250, (HYBRID_PROMPT_LEN,), generator=torch.Generator().manual_seed(3))
     kept_ids = prompt[HYBRID_KEPT].tolist()
-    policy = CachePolicy(kind=kind, n_sink=4, n_topk=64, n_recent=32, window=8)  # holds all 72
+    policy = CachePolicy(kind=kind, n_sink=4, n_topk=64, n_recent=32, observation=8)  # holds all 72
     steps = 2 * window + 3  # the ring wraps past the prompt's last window twice
     tokens, logits, result = greedy_with_logits(engine_for(model), kept_ids, policy, steps,
                                                 positions=HYBRID_KEPT)

@@ -16,8 +16,8 @@ from snapstream.policy import (
 
 @pytest.mark.parametrize(("fields", "name"), [
     ({"n_sink": -1}, "n_sink"), ({"n_topk": -3}, "n_topk"), ({"n_recent": -1}, "n_recent"),
-    ({"n_recent": 0}, "n_recent"), ({"window": 0}, "window"),
-    ({"window": 2000, "n_topk": 10}, "window"), ({"kernel": 4}, "kernel"),
+    ({"n_recent": 0}, "n_recent"), ({"observation": 0}, "observation"),
+    ({"observation": 2000, "n_topk": 10}, "observation"), ({"kernel": 4}, "kernel"),
     ({"kernel": 0}, "kernel"), ({"pooling": "median"}, "pooling"), ({"kind": "lru"}, "kind"),
 ])
 def test_invalid_policies_name_the_field(fields, name):
@@ -32,7 +32,7 @@ def test_budget_beyond_context_is_rejected():
 
 
 def test_layouts_per_kind():
-    policy = dict(n_sink=4, n_topk=10, n_recent=6, window=4)
+    policy = dict(n_sink=4, n_topk=10, n_recent=6, observation=4)
     assert CachePolicy(kind="snapstream", **policy).layout(100, 50) == CacheLayout(4, 10, 6, 6)
     assert CachePolicy(kind="streaming", **policy).layout(100, 50) == CacheLayout(4, 0, 16, 16)
     assert CachePolicy(kind="snapkv", **policy).layout(100, 50) == CacheLayout(4, 10, 6, 56)
@@ -48,7 +48,7 @@ def test_ring_overwrites_the_oldest_entry():
 
 
 def test_capacity_sizes_growing_policies_only():
-    fields = dict(n_sink=4, n_topk=10, n_recent=6, window=4)
+    fields = dict(n_sink=4, n_topk=10, n_recent=6, observation=4)
     assert CachePolicy(kind="full", **fields).layout(100, 50, 2048).n_ring == 2048
     assert CachePolicy(kind="snapkv", **fields).layout(100, 50, 2048) == CacheLayout(4, 10, 6,
                                                                                     2034)
@@ -95,7 +95,7 @@ def test_a_kernel_wider_than_the_prompt_pools_like_one_spanning_it(pooling):
     assert torch.equal(pool_votes(votes, 2**32 - 1, pooling), pool_votes(votes, 79, pooling))
 
 
-SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, window=16,
+SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, observation=16,
                        kernel=31)
 
 

@@ -26,7 +26,7 @@ from tests.engine.helpers import engine_for
 from tests.engine.reference import masked_logits, record_prefill, snapkv_reference_scores
 from tests.tiny_models import random_model, tiny_config
 
-POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
+POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, observation=4, kernel=3)
 SENTENCE = DocumentCacheConfig(store="superset")
 REPEAT = DocumentCacheConfig(score="repeat", store="superset")
 SURPRISAL = DocumentCacheConfig(score="surprisal", store="superset")
@@ -154,7 +154,7 @@ def test_surprisal_keeps_the_runs_of_unpredictable_tokens(engine, doc_config, re
     full_stop = engine.tokenizer.inner.encode(".", add_special_tokens=False).ids
     doc = [token for i, token in enumerate(prompt(120, seed=9))  # a sentence every 13 tokens
            for token in ((token, *full_stop) if i % 13 == 12 else (token,))][:120]
-    policy = CachePolicy(kind="snapstream", n_sink=0, n_topk=12, n_recent=8, window=4,
+    policy = CachePolicy(kind="snapstream", n_sink=0, n_topk=12, n_recent=8, observation=4,
                          kernel=3)
     prefix = engine.compress_prefix(doc, policy, max_new_tokens=4, doc_config=doc_config)
     positions = prefix.groups[0].positions.long()  # (L, Hkv, S)
@@ -224,7 +224,8 @@ def test_the_final_cache_picks_among_stored_and_question_tokens(engine):
 
 
 def test_a_suffix_shorter_than_the_window_is_scored_by_the_turns_opening_read_again(engine):
-    """A 2-token suffix cannot fill the 4-query window (the question was asked before the
+    """A 2-token suffix cannot fill the 4-query observation window (the question was asked
+    before the
     document, in its message): the opening paragraph of that message (the question) and the
     suffix are run again after the prompt, and their last queries score it, as SnapKV scores
     a prompt that they end. None of them is kept."""
@@ -239,16 +240,16 @@ def test_a_suffix_shorter_than_the_window_is_scored_by_the_turns_opening_read_ag
     prefix = engine.compress_prefix(doc, POLICY, max_new_tokens=4)
     reused = engine.prefill_on_prefix(prefix, ids, POLICY, max_new_tokens=4)
     queries, keys = record_prefill(engine.model, ids + opening + suffix)
-    window, num_prompt = POLICY.window, len(ids)
-    scores = torch.stack([snapkv_reference_scores(q[:, -window:], k, POLICY.kernel,
+    observation, num_prompt = POLICY.observation, len(ids)
+    scores = torch.stack([snapkv_reference_scores(q[:, -observation:], k, POLICY.kernel,
                                                   POLICY.pooling)[:, :num_prompt]
                           for q, k in zip(queries, keys, strict=True)])  # (L, Hkv, P)
     prompt_keys = torch.stack(keys)[:, :, :num_prompt]  # (L, Hkv, P, D)
     _, _, expected = compress_kv(POLICY.layout(num_prompt, 4), prompt_keys, prompt_keys,
                                  scores.float())
     assert torch.equal(reused.cache.groups[0].positions, expected)
-    # not the selection of the suffix's own queries (the full prefill's, window 2)
-    own = engine.prefill(ids, replace(POLICY, window=2), max_new_tokens=4)
+    # not the selection of the suffix's own queries (the full prefill's, observation 2)
+    own = engine.prefill(ids, replace(POLICY, observation=2), max_new_tokens=4)
     assert not torch.equal(own.cache.groups[0].positions, expected)
     full = engine.prefill(ids, CachePolicy(kind="full"), max_new_tokens=4)
     torch.testing.assert_close(reused.logits, full.logits, atol=1e-4, rtol=0)

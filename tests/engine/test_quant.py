@@ -212,7 +212,7 @@ def test_a_quantized_prompt_runs_in_the_gemm_dtype_and_tracks_a_float32_prompt(e
     seen = []
     hook = served.model.model.layers[0].self_attn.register_forward_pre_hook(
         lambda _module, args: seen.append(args[0].dtype))
-    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=24, n_recent=16, window=8)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=24, n_recent=16, observation=8)
     ids = [40 + i % 200 for i in range(GEMM_MIN_ROWS + 72)]
     try:
         got, want = served.prefill(ids, policy, 8), fp32.prefill(ids, policy, 8)
@@ -238,7 +238,7 @@ def test_float_layers_refuse_a_prompt_in_another_dtype(engines):
 def test_quantized_engines_keep_an_int8_kv_cache(engines, dtype):
     engine, reference = engines[dtype], engines["float32"]
     assert engine.kv_dtype == torch.int8 and reference.kv_dtype == torch.float32
-    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=16, window=8)
+    policy = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=16, observation=8)
     result = engine.prefill(list(range(40, 100)), policy, 8)
     layout = result.cache.layout
     (part,) = result.cache.groups

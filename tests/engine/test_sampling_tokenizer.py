@@ -69,7 +69,7 @@ def test_generate_stops_on_stop_token_and_reports_reason(llama_dir):
 
 
 @pytest.mark.parametrize("policy", [CachePolicy(kind="full"),
-                                    CachePolicy(n_sink=2, n_topk=8, n_recent=6, window=4)])
+                                    CachePolicy(n_sink=2, n_topk=8, n_recent=6, observation=4)])
 def test_forced_ids_continue_the_sequence_as_if_generated(llama_dir, policy):
     engine = Engine.from_pretrained(llama_dir)
     prompt = engine.encode("the forced tokens follow this prompt")
@@ -98,10 +98,10 @@ def test_generate_rejects_bad_requests(llama_dir):
 def test_cli_generate_json_matches_engine(llama_dir, capsys):
     code = main(["generate", "--model", str(llama_dir), "--prompt-ids", "5,6,7,8",
                  "--max-new-tokens", "6", "--policy", "snapstream", "--n-sink", "1",
-                 "--n-topk", "1", "--n-recent", "2", "--window", "2", "--json"])
+                 "--n-topk", "1", "--n-recent", "2", "--observation", "2", "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    policy = CachePolicy(n_sink=1, n_topk=1, n_recent=2, window=2)
+    policy = CachePolicy(n_sink=1, n_topk=1, n_recent=2, observation=2)
     expected = Engine.from_pretrained(llama_dir).generate([5, 6, 7, 8], 6, policy=policy)
     assert out["token_ids"] == expected.token_ids and out["text"] == expected.text
 

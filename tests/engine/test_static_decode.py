@@ -14,7 +14,7 @@ from snapstream.policy import CachePolicy
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
-POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, window=8)
+POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, observation=8)
 # two sliding-window layers of window 20 (longer than POLICY's ring) around a global one
 HYBRID = dict(num_layers=3, layer_types=(SLIDING, FULL, SLIDING), sliding_window=20)
 

@@ -29,18 +29,18 @@ def test_tokens_for_context():
     assert Budget.parse("300").tokens_for(2048) == 300
 
 
-@pytest.mark.parametrize(("budget", "sink", "topk", "recent", "window"), [
+@pytest.mark.parametrize(("budget", "sink", "topk", "recent", "observation"), [
     (512, 4, 380, 128, 32),  # recent = budget / 4
     (256, 4, 188, 64, 32),
     (64, 4, 28, 32, 32),  # recent never below the observation window
     (36, 4, 0, 32, 32),
-    (10, 4, 0, 6, 6),  # window clamped to what the sinks leave
+    (10, 4, 0, 6, 6),  # observation clamped to what the sinks leave
     (2, 1, 0, 1, 1),  # the smallest budget: one sink, a one-token ring
 ])
-def test_split_rule(budget, sink, topk, recent, window):
+def test_split_rule(budget, sink, topk, recent, observation):
     policy = SplitRule().policy("snapstream", budget)
-    assert (policy.n_sink, policy.n_topk, policy.n_recent, policy.window) == (
-        sink, topk, recent, window)
+    assert (policy.n_sink, policy.n_topk, policy.n_recent, policy.observation) == (
+        sink, topk, recent, observation)
     assert policy.budget == budget
 
 
@@ -52,7 +52,7 @@ def test_every_policy_holds_the_budget(kind, recent_fraction):
         policy = rule.policy(kind, budget)
         assert policy.kind == kind
         assert policy.layout(prompt_len=4096, max_new_tokens=0).budget == budget
-        assert policy.n_recent >= policy.window
+        assert policy.n_recent >= policy.observation
 
 
 def test_full_ignores_the_budget():
@@ -60,7 +60,7 @@ def test_full_ignores_the_budget():
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("n_sink", -1), ("window", 0), ("recent_fraction", -0.1), ("recent_fraction", 1.5),
+    ("n_sink", -1), ("observation", 0), ("recent_fraction", -0.1), ("recent_fraction", 1.5),
     ("kernel", 4), ("pooling", "median"),
 ])
 def test_rule_validation_names_field(field, value):
@@ -74,14 +74,14 @@ def test_budget_too_small():
 
 
 def test_zero_recent_fraction_keeps_the_window_alone():
-    policy = SplitRule(recent_fraction=0.0, window=32).policy("snapstream", 256)
+    policy = SplitRule(recent_fraction=0.0, observation=32).policy("snapstream", 256)
     assert (policy.n_sink, policy.n_topk, policy.n_recent) == (4, 220, 32)
 
 
 def test_rule_from_a_policy_splits_its_own_budget_back():
     from snapstream.policy import CachePolicy
 
-    policy = CachePolicy(n_sink=8, n_topk=760, n_recent=256, window=64, kernel=15,
+    policy = CachePolicy(n_sink=8, n_topk=760, n_recent=256, observation=64, kernel=15,
                          pooling="max")
     rule = SplitRule.from_policy(policy)
     assert rule.policy("snapstream", policy.budget) == policy

@@ -47,13 +47,13 @@ def test_full_alone_needs_no_budget():
 
 def test_runs_full_once_then_every_budget():
     cfg = EvalConfig(policies=("full", "streaming", "snapstream"),
-                     budgets=budgets("1/4", "1/8", "100"), split_rule=SplitRule(window=16))
+                     budgets=budgets("1/4", "1/8", "100"), split_rule=SplitRule(observation=16))
     runs = cfg.runs(1024)
     assert [(r.policy.kind, r.budget_tokens) for r in runs] == [
         ("full", None), ("streaming", 256), ("streaming", 128), ("streaming", 100),
         ("snapstream", 256), ("snapstream", 128), ("snapstream", 100)]
     assert runs[0].budget is None
-    assert {r.policy.window for r in runs} == {16}
+    assert {r.policy.observation for r in runs} == {16}
 
 
 def test_samples_grid_and_limit_spread():
@@ -82,4 +82,4 @@ def test_to_json_round_trips_the_grid():
     data = cfg.to_json()
     assert data["budgets"] == ["1/2", "300"]
     assert data["placements"] == ["after", "before"]
-    assert data["window"] == 32 and data["recent_fraction"] == 0.25
+    assert data["observation"] == 32 and data["recent_fraction"] == 0.25

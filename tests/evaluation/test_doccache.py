@@ -16,7 +16,7 @@ from snapstream.prefix_config import DocumentCacheConfig
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
-POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
+POLICY = CachePolicy(kind="snapstream", n_sink=2, n_topk=12, n_recent=8, observation=4, kernel=3)
 
 
 def prompt(length: int, seed: int) -> list[int]:

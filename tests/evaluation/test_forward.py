@@ -1,4 +1,5 @@
-"""PromptForward builds exactly the cache Engine.prefill builds, for any policy and window, on a
+"""PromptForward builds exactly the cache Engine.prefill builds, for any policy and observation
+window, on a
 Llama and on a hybrid model (Gemma 3 layers, a sliding window shorter than the prompt)."""
 
 import random
@@ -33,16 +34,17 @@ def prompt() -> list[int]:
 
 @pytest.fixture(scope="module")
 def forward(engine, prompt) -> PromptForward:
-    return PromptForward.run(engine.model, prompt, max_window=64)
+    return PromptForward.run(engine.model, prompt, max_observation=64)
 
 
 @pytest.mark.parametrize("kind", list(POLICY_KINDS))
-@pytest.mark.parametrize("budget", [24, 60, 512])  # window clamped to 20, compressed, kept whole
-@pytest.mark.parametrize(("window", "kernel", "pooling"), [(32, 7, "avg"), (64, 15, "max"),
+# observation clamped to 20; compressed; kept whole
+@pytest.mark.parametrize("budget", [24, 60, 512])
+@pytest.mark.parametrize(("observation", "kernel", "pooling"), [(32, 7, "avg"), (64, 15, "max"),
                                                            (8, 1, "avg")])
-def test_same_cache_and_logits_as_engine_prefill(engine, prompt, forward, kind, budget, window,
+def test_same_cache_and_logits_as_engine_prefill(engine, prompt, forward, kind, budget, observation,
                                                  kernel, pooling):
-    policy = SplitRule(window=window, kernel=kernel, pooling=pooling).policy(kind, budget)
+    policy = SplitRule(observation=observation, kernel=kernel, pooling=pooling).policy(kind, budget)
     expected = engine.prefill(prompt, policy, STEPS, capacity=600)
     got = forward.sequence_cache(policy, STEPS, capacity=600)
     assert got.layout == expected.cache.layout
@@ -60,7 +62,7 @@ def test_scores_are_computed_once_per_triple(forward):
 
 
 def test_a_window_beyond_the_kept_queries_is_refused(forward):
-    with pytest.raises(ValueError, match="max_window"):
+    with pytest.raises(ValueError, match="max_observation"):
         forward.scores(65, 7, "avg")
 
 
@@ -72,5 +74,5 @@ def test_a_sliding_layer_attends_within_its_window(prompt):
     with torch.no_grad():
         hidden = model(ids, torch.arange(PROMPT_LEN)[None], model.causal_attend)  # (1, P, h)
         expected = model.logits(hidden[0, -1])  # (V,)
-    got = PromptForward.run(model, prompt, max_window=64).logits
+    got = PromptForward.run(model, prompt, max_observation=64).logits
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)

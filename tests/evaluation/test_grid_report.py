@@ -28,7 +28,7 @@ def row(sample: int, policy: str, label: str | None, correct: bool, task: str = 
     return Row(sample=sample, task=task, context_len=512, depth=0.5, placement="after", gap=0,
                policy=policy, budget_label=label, budget=budget,
                budget_fraction=None if budget is None else budget / 512, n_sink=4,
-               n_topk=92, n_recent=32, window=32, kernel=7, pooling="avg", correct=correct,
+               n_topk=92, n_recent=32, observation=32, kernel=7, pooling="avg", correct=correct,
                answer="AB12", generated="AB12" if correct else "CD34", prompt_tokens=500,
                new_tokens=3, finish_reason="verdict", forced_nll=None,
                needle_kept=answer_kept, answer_kept=answer_kept,

@@ -32,7 +32,7 @@ def rows(engine, kind: str, forced: tuple[int, ...] = (), answers=()) -> list[Ro
     capacity = 210 + len(forced) + STEPS
     out = []
     for ids in prompts():
-        forward = PromptForward.run(engine.model, ids, max_window=32)
+        forward = PromptForward.run(engine.model, ids, max_observation=32)
         out.append(RowInput(forward.sequence_cache(policy, len(forced) + STEPS, capacity),
                             forward.logits, forced, answers, STEPS))
     return out

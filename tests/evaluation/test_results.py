@@ -19,7 +19,7 @@ def row(policy: str, label: str | None, placement: str, correct: bool, task: str
     return Row(sample=0, task=task, context_len=512, depth=0.5, placement=placement, gap=gap,
                policy=policy, budget_label=label, budget=budget,
                budget_fraction=None if budget is None else budget / 512, n_sink=4,
-               n_topk=92, n_recent=32, window=32, kernel=7, pooling="avg", correct=correct,
+               n_topk=92, n_recent=32, observation=32, kernel=7, pooling="avg", correct=correct,
                answer="AB12", generated='AB12, "x"' if not correct else "AB12",
                prompt_tokens=500, new_tokens=3, finish_reason="verdict", forced_nll=forced_nll)
 

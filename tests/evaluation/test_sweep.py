@@ -31,7 +31,7 @@ def test_variants_cross_kernel_and_pooling_and_vary_other_axes_alone():
     found = kernel_variants() + axis_variants(BASE)
     crossed = [v.rule for v in found if v.axis == "kernel x pooling"]
     assert len(crossed) == len(AXES["kernel"]) * len(AXES["pooling"])
-    for axis in ("kernel", "window", "n_sink", "recent_fraction"):
+    for axis in ("kernel", "observation", "n_sink", "recent_fraction"):
         rules = [v.rule for v in found if v.axis == axis]
         assert sorted(getattr(r, axis) for r in rules) == sorted(AXES[axis])
         assert all(replace(r, **{axis: getattr(BASE, axis)}) == BASE for r in rules)
@@ -44,12 +44,14 @@ def test_a_round_is_centred_on_its_centre_and_skips_what_was_decoded():
     assert second and not {run.policy for run in second} & done
     assert all(run.policy.pooling == "max" for run in second)
     assert all(run.policy.kind == "snapstream" for run in second)
-    # the kernel axis at the centre's window, sinks and ring was decoded in the first stage
+    # the kernel axis at the centre's observation window, sinks and ring was decoded in the first
+    # stage
     assert all(run.policy.kernel == 15 for run in second)
 
 
 def entry(axis: str, mean: float, forced_nll: float | None = None, **fields) -> dict:
-    rule = {"n_sink": BASE.n_sink, "window": BASE.window, "recent_fraction": BASE.recent_fraction,
+    rule = {"n_sink": BASE.n_sink, "observation": BASE.observation,
+            "recent_fraction": BASE.recent_fraction,
             "kernel": BASE.kernel, "pooling": BASE.pooling, **fields}
     return {"stage": 1, "axis": axis, **rule, "1/4": mean, "1/8": mean, "mean": mean,
             "correct": round(mean * 20), "forced_nll": forced_nll}
@@ -66,17 +68,17 @@ def test_the_kernel_stage_takes_the_best_kernel_and_pooling():
 def test_choose_takes_each_axis_best_and_the_centre_on_ties():
     centre = replace(BASE, kernel=31, pooling="max")
     table = [entry("kernel", 0.5, kernel=31), entry("kernel", 0.5, kernel=15),
-             entry("window", 0.6), entry("window", 0.6, window=64),
+             entry("observation", 0.6), entry("observation", 0.6, observation=64),
              entry("n_sink", 0.4), entry("n_sink", 0.7, n_sink=16),
              entry("recent_fraction", 0.5), entry("recent_fraction", 0.9, recent_fraction=0.0)]
     chosen = choose(table, centre)
-    assert (chosen.kernel, chosen.window, chosen.n_sink, chosen.recent_fraction) == (
-        31, BASE.window, 16, 0.0)
+    assert (chosen.kernel, chosen.observation, chosen.n_sink, chosen.recent_fraction) == (
+        31, BASE.observation, 16, 0.0)
     assert chosen.pooling == "max"
 
 
 def test_the_generation_stage_moves_only_the_sinks_and_the_ring():
-    centre = replace(BASE, kernel=31, window=16)
+    centre = replace(BASE, kernel=31, observation=16)
     found = generation_variants(centre)
     assert {v.axis for v in found} == set(GEN_AXES)
     assert all(replace(v.rule, n_sink=centre.n_sink, recent_fraction=centre.recent_fraction)
@@ -84,7 +86,7 @@ def test_the_generation_stage_moves_only_the_sinks_and_the_ring():
 
 
 def test_the_generation_stage_takes_the_best_predicted_text_within_the_slack():
-    centre = replace(BASE, kernel=31, window=16, recent_fraction=0.125)
+    centre = replace(BASE, kernel=31, observation=16, recent_fraction=0.125)
     best = 0.8
     table = [entry("n_sink", 0.5, 2.0, n_sink=4), entry("n_sink", 0.5, 2.0, n_sink=16),
              entry("recent_fraction", best, 3.0, recent_fraction=0.0),

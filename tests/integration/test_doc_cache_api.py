@@ -17,7 +17,7 @@ from tests.integration.test_openai_api import Served, http_api
 from tests.integration.test_services import POLICY, collect, serving_stack
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24, "window": 8}
+EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24, "observation": 8}
 DOCUMENT = ("The lighthouse keeper wrote down the tide every morning. " * 6
             + "The secret code is 4711. " + "Gulls circled over the harbour all day. " * 6)
 STORED, HIT = common_pb2.PREFIX_CACHE_STORED, common_pb2.PREFIX_CACHE_HIT
@@ -72,7 +72,7 @@ async def test_concurrent_first_requests_compress_once(served):
 async def test_keys_do_not_collide_across_policies(served):
     document = "policies: " + DOCUMENT
     smaller = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4,
-                                     n_topk=32, n_recent=24, window=8)
+                                     n_topk=32, n_recent=24, observation=8)
     outcomes = [(await collect(served.stack.generation, text_request(document, " Q?", p)))[2]
                 .prefix_cache for p in (POLICY, smaller, smaller, POLICY)]
     assert outcomes == [STORED, STORED, HIT, HIT]

@@ -23,7 +23,7 @@ from snapstream.v1 import common_pb2, generation_pb2
 from tests.integration.test_services import POLICY, Stack, collect, serving_stack, wait_idle
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24, "window": 8}
+EXTENSION = {"policy": "snapstream", "n_sink": 4, "n_topk": 40, "n_recent": 24, "observation": 8}
 CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
 PROMPTS = ["The quick brown fox " * 12, "naïve café — 東京 " * 5, "x"]
 
@@ -201,7 +201,7 @@ async def test_the_benchmarks_openai_load_generator_sees_the_grpc_tokens(served)
     from bench.serve_workload import ServeBenchConfig
     from snapstream.policy import CachePolicy
 
-    policy = CachePolicy(n_sink=4, n_topk=40, n_recent=24, window=8)
+    policy = CachePolicy(n_sink=4, n_topk=40, n_recent=24, observation=8)
     ids = served.stack.engine.tokenizer.encode(PROMPTS[0])
     expected, _, _ = await collect(served.stack.generation, generation_pb2.GenerateRequest(
         prompt_token_ids=common_pb2.TokenIds(ids=ids), max_new_tokens=16, policy=POLICY))

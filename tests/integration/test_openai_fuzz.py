@@ -50,7 +50,7 @@ COMMON = {
     "stream_options": _field(st.fixed_dictionaries({"include_usage": st.booleans()})),
     "snapstream": _field(st.fixed_dictionaries({}, optional={
         **{name: _field(st.integers(0, 64)) for name in ("n_sink", "n_topk", "n_recent",
-                                                         "window", "kernel")},
+                                                         "observation", "kernel")},
         "policy": _field(st.sampled_from(["snapstream", "streaming", "snapkv", "full"])),
         "pooling": _field(st.sampled_from(["avg", "max"])),
         "return_token_ids": _field(st.booleans())})),

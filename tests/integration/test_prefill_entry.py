@@ -14,11 +14,11 @@ from tests.integration.test_services import POLICY, serving_stack
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"policy": common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4,
-                                       n_topk=40, n_recent=24, window=8, kernel=2**32 - 1,
+                                       n_topk=40, n_recent=24, observation=8, kernel=2**32 - 1,
                                        pooling=common_pb2.POOLING_MAX)},
      "kernel must be at most the model's context of"),
     ({"policy": common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4,
-                                       n_topk=2**32 - 1, n_recent=24, window=8)},
+                                       n_topk=2**32 - 1, n_recent=24, observation=8)},
      "exceeds the model's context"),
     ({"prompt_token_ids": [1, 2, 10**6]}, "outside the vocabulary"),
     ({"prompt_token_ids": []}, "prompt is empty"),

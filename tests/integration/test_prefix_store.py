@@ -36,7 +36,7 @@ from snapstream.prefix_config import DocumentCacheConfig
 from tests.engine.helpers import engine_for
 from tests.tiny_models import random_model, tiny_config
 
-POLICY = CachePolicy(n_sink=2, n_topk=12, n_recent=8, window=4, kernel=3)
+POLICY = CachePolicy(n_sink=2, n_topk=12, n_recent=8, observation=4, kernel=3)
 SECRET = ClusterSecret(b"the test cluster's secret")
 
 
@@ -98,7 +98,7 @@ def test_keys_differ_by_namespace_model_policy_dtype_scorer_and_document(engine)
         prefix_key(spec, POLICY, doc, namespace=namespace_of("a\0", "")),  # no way to collide
         prefix_key(spec, replace(POLICY, n_topk=13), doc),
         prefix_key(spec, replace(POLICY, n_recent=9), doc),
-        prefix_key(spec, replace(POLICY, window=5), doc),
+        prefix_key(spec, replace(POLICY, observation=5), doc),
         prefix_key(spec, replace(POLICY, kernel=5), doc),
         prefix_key(spec, replace(POLICY, kind="streaming"), doc),
         prefix_key(replace(spec, fingerprint=bytes(32)), POLICY, doc),

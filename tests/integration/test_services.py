@@ -46,8 +46,8 @@ from tests.tiny_models import random_model, tiny_config, write_hf_dir
 
 SECRET = ClusterSecret(b"the test cluster's secret")  # every stack's workers share it
 POLICY = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4, n_topk=40,
-                                n_recent=24, window=8)
-ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=40, n_recent=24, window=8)
+                                n_recent=24, observation=8)
+ENGINE_POLICY = CachePolicy(n_sink=4, n_topk=40, n_recent=24, observation=8)
 TORCH = BackendConfig()
 
 

@@ -7,7 +7,7 @@ from serving.errors import RequestError
 from snapstream.policy import CachePolicy
 from snapstream.v1 import common_pb2
 
-SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, window=16,
+SINKLESS = CachePolicy(kind="snapstream", n_sink=0, n_topk=768, n_recent=256, observation=16,
                        kernel=31)
 
 

@@ -4,7 +4,7 @@ router, no store; the prefill -> SequenceCache -> static decode path the service
 ``load`` options: ``dtype`` (a name of ``weight_formats.DTYPE_CHOICES``; default ``auto``, the
 format the service runs), ``kv_dtype`` (a name of ``weight_formats.KV_DTYPES``; default the
 format's own). ``generate`` options: ``policy`` = the
-fields of a ``CachePolicy`` (kind, n_sink, n_topk, n_recent, window...) laid over the model's
+fields of a ``CachePolicy`` (kind, n_sink, n_topk, n_recent, observation...) laid over the model's
 default policy. KV bytes are the decode pool's row for this sequence
 (``snapstream.kvcache.pool_row_bytes``: K and V of every layer and KV head over the layout's
 slots in the served KV dtype, and the row's slot mask).
