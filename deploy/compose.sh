@@ -2,7 +2,7 @@
 # The compose cluster on this host: Redis, NATS JetStream, the router, one prefill worker, two
 # decode workers, each container healthy before `up` returns.
 #
-#   deploy/compose.sh up [--store redis|nats] [--secure]
+#   deploy/compose.sh up [--store redis|nats] [--secure] [--model NAME]
 #   deploy/compose.sh down                  # containers, networks, volumes, the files up made
 #   deploy/compose.sh compose ARGS...       # the compose command on the running cluster
 #                                           # (e.g. `compose up -d --scale decode=3`)
@@ -19,8 +19,10 @@
 #
 # `--secure` adds deploy/docker-compose.secure.yml: TLS on every service (a CA and certificate
 # made for this run) and an API key on the router; it then also prints SNAPSTREAM_TLS_CA and
-# SNAPSTREAM_API_KEY_FILE. Environment: ROUTER_PORT, HTTP_PORT, IMAGE, STOCK_TAG, REDIS_PASSWORD,
-# NATS_USER, NATS_PASSWORD (deploy/docker-compose.yml), UP_TIMEOUT_S (600).
+# SNAPSTREAM_API_KEY_FILE. `--model NAME` (or MODEL): the named model the services serve
+# (`snapstream models list`; default smollm2-135m), pulled into the image at its build, whose tag
+# is then snapstream:0.1.0-NAME. Environment: ROUTER_PORT, HTTP_PORT, IMAGE, MODEL, STOCK_TAG,
+# REDIS_PASSWORD, NATS_USER, NATS_PASSWORD (deploy/docker-compose.yml), UP_TIMEOUT_S (600).
 # Compose: the v2 plugin (`docker compose`) when there is one, else docker-compose (1.29 or 2.x).
 set -euo pipefail
 
@@ -28,6 +30,7 @@ DEPLOY="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="$DEPLOY/.compose"  # what `up` made: its settings, TLS files and API key
 PROJECT="${COMPOSE_PROJECT_NAME:-snapstream}"
 PUBLIC_STOCK=(python:3.11-slim-bookworm redis:7.4-alpine nats:2.10-alpine)
+DEFAULT_MODEL=smollm2-135m
 
 say() { printf 'compose.sh: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -86,6 +89,16 @@ compose() (  # the compose command with this project's files and the settings `u
 )
 
 # ---- images ----
+pick_image() {  # MODEL: the default unless set; IMAGE: the tag that holds MODEL unless set
+    MODEL="${MODEL:-$DEFAULT_MODEL}"
+    if [[ "$MODEL" == "$DEFAULT_MODEL" ]]; then
+        IMAGE="${IMAGE:-snapstream:0.1.0}"
+    else
+        IMAGE="${IMAGE:-snapstream:0.1.0-$MODEL}"
+    fi
+    export MODEL IMAGE
+}
+
 pick_stock_images() {  # STOCK_TAG: "" for the public images, snapstream-local where none pull
     if [[ -n "${STOCK_TAG+set}" ]]; then return; fi
     local image
@@ -106,6 +119,13 @@ build_images() {
     else
         PYTHON_IMAGE="${PUBLIC_STOCK[0]}" "$DEPLOY/images/build.sh" app
     fi
+}
+
+# ---- the cluster secret, which keys every blob's MAC: a new one each up ----
+make_cluster_secret() {
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/cluster-secret"
+    chmod 0600 "$STATE/cluster-secret"
+    chown 10001:10001 "$STATE/cluster-secret" 2> /dev/null || chmod 0644 "$STATE/cluster-secret"
 }
 
 # ---- --secure: a CA, one certificate for every service, an API key ----
@@ -164,13 +184,15 @@ up() {
             --store) store="${2:-}"; shift 2 || die "--store needs redis or nats" ;;
             --store=*) store="${1#*=}"; shift ;;
             --secure) secure=1; shift ;;
-            *) die "usage: deploy/compose.sh up [--store redis|nats] [--secure]" ;;
+            --model) MODEL="${2:-}"; shift 2 || die "--model needs a model name" ;;
+            --model=*) MODEL="${1#*=}"; shift ;;
+            *) die "usage: deploy/compose.sh up [--store redis|nats] [--secure] [--model NAME]" ;;
         esac
     done
     local store_url
     case "$store" in
         redis) store_url="redis://:${REDIS_PASSWORD:-snapstream-dev}@redis:6379/0" ;;
-        nats) store_url="nats://${NATS_USER:-snapstream}:${NATS_PASSWORD:-snapstream-dev}@nats:4222" ;;
+        nats) store_url="nats://${NATS_USER:-snapstream}:${NATS_PASSWORD:-snapstream-dev}@nats:4222?max_bytes=4294967296" ;;
         *) die "--store is redis or nats, not '$store'" ;;
     esac
     ensure_docker
@@ -179,13 +201,15 @@ up() {
         down
     fi
     local start=$SECONDS
-    IMAGE="${IMAGE:-snapstream:0.1.0}"
+    pick_image
     pick_stock_images
     build_images
     mkdir -p "$STATE"
+    make_cluster_secret
     if ((secure)); then make_secrets; fi
     cat > "$STATE/settings.env" << EOF
 IMAGE=$IMAGE
+MODEL=$MODEL
 STOCK_TAG=$STOCK_TAG
 STORE_URL=$store_url
 SECURE=$secure
@@ -193,7 +217,7 @@ SECRETS_DIR=$STATE
 ROUTER_PORT=${ROUTER_PORT:-50051}
 HTTP_PORT=${HTTP_PORT:-8000}
 EOF
-    say "starting the cluster (store: $store$( ((secure)) && echo ', TLS and API key'))"
+    say "starting the cluster (model: $MODEL, store: $store$( ((secure)) && echo ', TLS and API key'))"
     compose up -d --no-build --remove-orphans >&2
     wait_healthy
     say "every service is healthy ($((SECONDS - start)) s)"
@@ -228,6 +252,6 @@ case "${1:-}" in
     down) down ;;
     compose) shift; daemon_up || die "the Docker daemon is not running"; compose "$@" ;;
     wait) daemon_up || die "the Docker daemon is not running"; wait_healthy ;;
-    images) ensure_docker; IMAGE="${IMAGE:-snapstream:0.1.0}"; pick_stock_images; build_images ;;
-    *) die "usage: deploy/compose.sh up [--store redis|nats] [--secure] | down | wait | images | compose ARGS..." ;;
+    images) ensure_docker; pick_image; pick_stock_images; build_images ;;
+    *) die "usage: deploy/compose.sh up [--store redis|nats] [--secure] [--model NAME] | down | wait | images | compose ARGS..." ;;
 esac

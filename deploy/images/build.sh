@@ -16,6 +16,7 @@
 # Environment:
 #   STOCK_TAG=snapstream-local   tag of the local python, redis and nats images
 #   IMAGE=snapstream:0.1.0       the snapstream image
+#   MODEL=smollm2-135m           the named model the snapstream image holds besides the default
 #   PYTHON_IMAGE                 base of the snapstream image (default python:$STOCK_TAG)
 #   DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR   (default deb.debian.org's)
 #   PIP_CA_BUNDLE                CA bundle pip trusts in the build (default: this machine's pip
@@ -172,7 +173,8 @@ build_app() {
         needs="$needs and PyTorch's CPU index (torch)"
     fi
     step snapstream-image "$needs" docker build --force-rm -f "$REPO/deploy/Dockerfile" \
-        --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" "${args[@]}" -t "$IMAGE" "$REPO"
+        --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --build-arg "MODEL=${MODEL:-smollm2-135m}" \
+        "${args[@]}" -t "$IMAGE" "$REPO"
 }
 
 main() {

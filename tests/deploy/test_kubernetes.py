@@ -379,4 +379,56 @@ def test_dev_stays_plaintext_without_api_keys(dev):
         assert parse_serve(container(dev, name)["args"], {
             k: v for k, v in env.items() if k.startswith("SNAPSTREAM_")}).tls_cert is None
         volumes = dev["Deployment", name]["spec"]["template"]["spec"]["volumes"]
-        assert [v for v in volumes if "secret" in v] == [], name
+        assert [v for v in volumes if "secret" in v and v["name"] != "cluster-secret"] == [], name
+
+
+def test_the_workers_read_the_cluster_secret_from_the_store_secret_and_the_router_not(dev):
+    (store,) = (item for (kind, name), item in dev.items()
+                if kind == "Secret" and name.startswith("snapstream-store"))
+    assert "cluster-secret" in store["data"]
+    for name in ("prefill", "decode"):
+        path = environment(dev, name)["SNAPSTREAM_CLUSTER_SECRET_FILE"]
+        assert secret_file(dev, name, path) == (store["metadata"]["name"], "cluster-secret")
+    assert "SNAPSTREAM_CLUSTER_SECRET_FILE" not in environment(dev, "router")
+
+
+def test_the_redis_store_holds_at_most_its_maxmemory_and_evicts_nothing(dev):
+    (redis,) = dev["StatefulSet", "redis"]["spec"]["template"]["spec"]["containers"]
+    args = redis["args"]
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    assert args[args.index("--maxmemory") + 1] == "1536mb"  # under its 2 GiB memory limit
+
+
+def test_the_model_component_sets_the_model_its_image_and_memory_together(tmp_path):
+    """components/model-qwen2.5-coder-1.5b on the dev overlay: every service serves the model it
+    names (a named model the services understand), from the image that holds it, in the file's
+    own format, with more memory than the default model's pods."""
+    import os
+
+    from snapstream.checkpoints.registry import MODELS
+
+    component = DEPLOY / "k8s" / "components" / "model-qwen2.5-coder-1.5b"
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEV, overlay)],
+        "components": [os.path.relpath(component, overlay)]}))
+    rendered = {(obj["kind"], obj["metadata"]["name"]): obj for obj in render(overlay)}
+    base = {(obj["kind"], obj["metadata"]["name"]): obj for obj in render(DEV)}
+    for name in SERVICES:
+        env = environment(rendered, name)
+        assert env["SNAPSTREAM_MODEL"] == "qwen2.5-coder-1.5b" in MODELS
+        assert environment(base, name)["SNAPSTREAM_MODEL"] == "smollm2-135m"
+        assert container(rendered, name)["image"] == "snapstream:0.1.0-qwen2.5-coder-1.5b"
+        args = parse_serve(["serve", name], env)
+        assert args.model == "qwen2.5-coder-1.5b"
+
+    def gib(name: str, where: dict) -> float:
+        memory = container(where, name)["resources"]["limits"]["memory"]
+        return float(memory.removesuffix("Gi")) if memory.endswith("Gi") else float(
+            memory.removesuffix("Mi")) / 1024
+
+    for name in ("prefill", "decode"):
+        assert environment(rendered, name)["SNAPSTREAM_DTYPE"] == "auto"
+        assert gib(name, rendered) > gib(name, base)
