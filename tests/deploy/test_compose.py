@@ -161,3 +161,14 @@ def test_kubernetes_configmaps_agree_with_what_the_compose_run_proved(name):
     shared = (set(k8s) & set(compose)) - {"SNAPSTREAM_DRAIN_TIMEOUT_S"}
     assert {"SNAPSTREAM_HOST", "SNAPSTREAM_PORT", "SNAPSTREAM_METRICS_PORT"} <= shared
     assert {key: k8s[key] for key in shared} == {key: compose[key] for key in shared}
+
+
+def test_the_workers_mount_the_cluster_secret_and_redis_evicts_nothing():
+    for name in ("prefill", "decode"):
+        service = COMPOSE["services"][name]
+        path = environment(service)["SNAPSTREAM_CLUSTER_SECRET_FILE"]
+        assert f"./.compose/cluster-secret:{path}:ro" in service["volumes"]
+    assert "SNAPSTREAM_CLUSTER_SECRET_FILE" not in environment(COMPOSE["services"]["router"])
+    command = COMPOSE["services"]["redis"]["command"]
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+    assert command[command.index("--maxmemory") + 1] == "4gb"
