@@ -22,7 +22,8 @@ from serving import metrics
 from serving.errors import QueueFull
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
-from snapstream.kvcache import SequenceCache
+from snapstream.kvcache import ModelLayout, SequenceCache, pool_row_bytes
+from snapstream.memory_plan import DecodeMemory
 from snapstream.policy import CacheLayout
 from snapstream.sampling import sample_row
 
@@ -45,9 +46,11 @@ class LoopStats:
 
 class DecodeLoop:
     def __init__(self, engine: Engine, backend: TorchBackend | SN40LSimBackend, rows: int,
-                 max_queue: int, max_pools: int = 4) -> None:
+                 max_queue: int, max_pools: int = 4, memory: DecodeMemory | None = None
+                 ) -> None:
         self.engine, self.backend = engine, backend
         self.rows, self.max_queue, self.max_pools = rows, max_queue, max_pools
+        self.memory = memory  # None: every pool is made
         self.pools: dict[CacheLayout, Pool] = {}
         self.waiting: deque[tuple[Sequence, SequenceCache]] = deque()
         self.cancelled: set[str] = set()
@@ -150,9 +153,15 @@ class DecodeLoop:
                 return None
             if len(self.pools) >= self.max_pools:
                 del self.pools[idle[0]]
+            if self.memory is not None:  # MemoryExhausted ends this request alone
+                self.memory.check_pools(sum(map(self._pool_bytes, self.pools)),
+                                        self._pool_bytes(layout))
             self.pools[layout] = Pool(self.engine.new_decoder(layout, self.rows),
                                       RowTable(self.rows))
         return self.pools[layout]
+
+    def _pool_bytes(self, layout: ModelLayout) -> int:
+        return self.rows * pool_row_bytes(self.engine.config, layout, self.engine.kv_dtype)
 
     def _step(self, pool: Pool) -> None:
         batch = pool.decoder.cache.batch_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 
 from decode_svc.backends import BackendConfig, make_backend
 from decode_svc.loop import DecodeLoop
@@ -13,8 +14,11 @@ from serving.server import run as run_service
 from serving.settings import add_server_settings, add_setting, add_worker_settings
 from serving.tls import TlsFiles, add_tls_settings, tls_from_args
 from serving.worker import open_worker
+from snapstream.memory_plan import decode_memory, memory_limit
 from snapstream.policy import CachePolicy
 from snapstream.v1 import decode_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +45,9 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     engine, store = worker.engine, worker.store
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
                            engine.config)
-    loop = DecodeLoop(engine, backend, rows=args.rows, max_queue=args.max_queue)
+    memory = decode_memory(engine, memory_limit(args.memory_limit))
+    log.info("memory (bytes): %s", memory.report())
+    loop = DecodeLoop(engine, backend, rows=args.rows, max_queue=args.max_queue, memory=memory)
     servicer = DecodeServicer(loop, store, worker.spec, worker.secret)
 
     async def warmup() -> None:

@@ -19,6 +19,7 @@ from serving.worker import open_worker
 from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.registry import model_path
 from snapstream.engine import Engine
+from snapstream.memory_plan import memory_limit, prefill_memory
 from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
 from snapstream.specprefill.scoring import voting_layers
 from snapstream.specprefill.selector import DraftSelector
@@ -90,10 +91,14 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     servicer = PrefillServicer(engine, store, worker.spec, worker.secret, args.blob_ttl_s,
                                args.max_queue, prefixes, DraftSelector(draft) if draft else None)
 
+    limit = memory_limit(args.memory_limit)  # before the model's warm-up holds more
+
     async def warmup() -> None:
         for warm in (engine, draft) if draft else (engine,):
             seconds = await asyncio.to_thread(warm.warm_up_prefill)
             log.info("prefill warm-up of %s: %.2f s", warm.name, seconds)
+        servicer.memory = prefill_memory(engine, limit)
+        log.info("memory (bytes): %s", servicer.memory.report())
 
     async def drain(timeout_s: float) -> None:
         await wait_until_idle(lambda: servicer.outstanding > 0, timeout_s)

@@ -28,6 +28,7 @@ from serving.errors import QueueFull, RequestError
 from snapstream.cancel import Cancel
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
+from snapstream.memory_plan import PrefillMemory
 from snapstream.policy import CachePolicy
 from snapstream.prefix_cache import check_policy, store_layout
 from snapstream.sampling import sample_batch
@@ -72,12 +73,17 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         self.blob_ttl_s, self.max_queue = blob_ttl_s, max_queue
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill-model")
         self.outstanding = 0
+        # the worker's memory once warm (prefill_svc.main sets it): prompts whose activations
+        # would not fit are refused before they queue; None admits every prompt
+        self.memory: PrefillMemory | None = None
 
     async def Prefill(self, request: prefill_pb2.PrefillRequest, context
                       ) -> prefill_pb2.PrefillResponse:
         if self.outstanding >= self.max_queue + 1:
             raise QueueFull(f"prefill queue is full ({self.max_queue} waiting); retry later")
         ids, policy, sampling = self._resolve(request)
+        if self.memory is not None:
+            self.memory.check_prompt(len(ids))  # MemoryExhausted: RESOURCE_EXHAUSTED
         job = speculative.job_from_request(request, self.selector, self.speculative_defaults)
         key = _blob_key(request.blob_key) if request.blob_key else new_blob_key()
         work = Work(request, ids, policy, sampling, job, Seal(self.secret, key, tokens_digest(ids)))

@@ -20,6 +20,7 @@ import grpc
 from hwsim.memory import DoesNotFitError
 from kvstore.blob_errors import BlobCorrupted, BlobError, BlobTokensMismatch, BlobTruncated
 from kvstore.stores import BlobNotFound, StoreFull, StoreUnavailable
+from snapstream.memory import MemoryExhausted
 
 log = logging.getLogger(__name__)
 # how long a client should wait before it retries an overloaded or unreachable service: the
@@ -61,6 +62,8 @@ STATUS_BY_EXCEPTION: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (QueueFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (OverQuota, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    # work a worker's memory limit cannot hold (a prompt too long for its activations)
+    (MemoryExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),

@@ -66,6 +66,10 @@ def add_worker_settings(parser: argparse.ArgumentParser) -> None:
     add_setting(parser, "--cluster-secret-file", default=None,
                 help="file holding the cluster secret that keys every blob's MAC, the same on "
                      "every prefill and decode worker (or set SNAPSTREAM_CLUSTER_SECRET)")
+    add_setting(parser, "--memory-limit", default=None,
+                help="the memory this worker may hold in all, e.g. 8GiB: work that would pass "
+                     "it is refused (RESOURCE_EXHAUSTED) before it allocates; default: the "
+                     "cgroup's limit, else what the machine has available at start")
 
 
 def add_server_settings(parser: argparse.ArgumentParser, *, port: int, metrics_port: int) -> None:

@@ -1,4 +1,5 @@
-"""glibc's malloc settings for a process that runs long prompts."""
+"""glibc's malloc settings for a process that runs long prompts, and the error of work that does
+not fit a worker's memory (torch-free: the services' error table reads it)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import ctypes
 import ctypes.util
 
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # mallopt parameters (glibc's malloc.h)
+
+
+class MemoryExhausted(Exception):
+    """Work a worker cannot hold within its memory limit (snapstream.memory_plan): the services
+    answer RESOURCE_EXHAUSTED with a retry hint, HTTP 429."""
 
 
 def keep_freed_memory() -> bool:

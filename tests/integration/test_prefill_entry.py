@@ -8,6 +8,8 @@ import grpc
 import pytest
 
 from kvstore import new_blob_key
+from prefill_svc.service import PrefillServicer
+from snapstream.memory_plan import PrefillMemory, prefill_activation_bytes
 from snapstream.v1 import common_pb2, prefill_pb2
 from tests.integration.test_services import POLICY, serving_stack
 
@@ -51,3 +53,35 @@ async def test_the_blob_goes_where_the_caller_asks(tiny_model_dir, redis_url):
         assert response.blob_key == key
         assert await stack.store.keys() == [key]
         await stack.store.delete(key)
+
+
+class TightPrefill(PrefillServicer):
+    """A prefill worker whose memory limit leaves room for the activations of 100 prompt
+    tokens beside what it holds."""
+
+    def __init__(self, engine, *args, **kwargs) -> None:
+        super().__init__(engine, *args, **kwargs)
+        held = 1 << 30
+        room = prefill_activation_bytes(engine.config, 100, engine.prefill_dtype)
+        self.memory = PrefillMemory(config=engine.config, dtype=engine.prefill_dtype,
+                                    limit=held + room, weights=held // 2, gemm_weights=0,
+                                    held=held)
+
+
+async def test_a_prompt_whose_activations_do_not_fit_is_resource_exhausted(tiny_model_dir,
+                                                                          redis_url):
+    """Refused before it queues or runs (nothing stored), with the retry hint; what fits runs."""
+    async with serving_stack(tiny_model_dir, redis_url, prefill_cls=TightPrefill) as stack:
+        request = prefill_pb2.PrefillRequest(request_id="long", policy=POLICY, max_new_tokens=4,
+                                             prompt_token_ids=[3 + i % 250 for i in range(101)])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stack.prefill.Prefill(request, timeout=30)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "a prompt of 101 tokens" in err.value.details()
+        assert "admits prompts up to 100 tokens" in err.value.details()
+        assert ("retry-after", "1") in tuple(err.value.trailing_metadata())
+        assert await stack.store.keys() == []
+        del request.prompt_token_ids[100:]
+        response = await stack.prefill.Prefill(request, timeout=30)
+        assert response.prompt_tokens == 100
+        await stack.store.delete(response.blob_key)
