@@ -59,10 +59,10 @@ def test_sigterm_stops_every_member(tiny_model: Path, tmp_path: Path) -> None:
     assert "SIGTERM: stopping the cluster" in process.stderr.read().decode()
 
 
-@pytest.mark.parametrize("flag", ["--tls", "--api-key"])
+@pytest.mark.parametrize("flag", ["--tls", "--api-key", "--api-keys-file=keys"])
 def test_the_plaintext_demo_is_refused_with_tls_or_a_key(flag: str) -> None:
     result = subprocess.run([sys.executable, "-m", "cli.main", "up", "--demo", flag],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: --demo speaks plaintext without a key: leave out "
-                                     "--tls and --api-key")
+                                     "--tls, --api-key and --api-keys-file")

@@ -16,6 +16,7 @@ from kvstore import (
     BlobNotFound,
     BlobStore,
     StoreCorrupted,
+    StoreFull,
     StoreUnavailable,
     new_blob_key,
     open_store,
@@ -286,13 +287,13 @@ async def test_redis_password_and_database_reach_the_chunk_connections(
 
 
 @pytest.mark.parametrize("backend", ["redis"])
-async def test_redis_refusing_a_chunk_is_unavailable_and_leaves_no_blob(
+async def test_redis_refusing_a_chunk_for_room_is_full_and_leaves_no_blob(
         own_server: Server) -> None:
     async with await open_store(own_server.url, chunk_size=MiB) as store, \
             redis.asyncio.from_url(own_server.url) as admin:
         await admin.config_set("maxmemory", "1mb")  # noeviction: writes get -OOM
         key = new_blob_key()
-        with pytest.raises(StoreUnavailable, match=f"{re.escape(own_server.url)}.*OOM"):
+        with pytest.raises(StoreFull, match=f"{re.escape(own_server.url)} is full.*OOM"):
             await store.put(key, payload(4 * MiB), ttl_s=60)
         assert await store.keys() == []
         await admin.config_set("maxmemory", "0")
