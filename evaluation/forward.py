@@ -36,7 +36,8 @@ class _Recorder:
     def __call__(self, layer_idx: int, q, k, v) -> torch.Tensor:
         self.keys.append(k[0])
         self.values.append(v[0])
-        self.queries.append(q[0, :, -self.max_observation :])
+        # a copy: a view of the last queries would keep the layer's every query alive
+        self.queries.append(q[0, :, -self.max_observation :].clone())
         return causal_attention(q, k, v, self.windows[layer_idx])
 
 
