@@ -26,6 +26,7 @@ from evaldata import PROMPT_FORMATS, model_format
 from evaluation.budget import Budget, SplitRule
 from evaluation.cells import run_in_cells
 from evaluation.config import EvalConfig, SpeculativeGrid
+from evaluation.peer_rows import evaluate_peers
 from evaluation.plots import (
     plot_accuracy_vs_budget,
     plot_accuracy_vs_gap,
@@ -42,7 +43,7 @@ from evaluation.results import (
 from evaluation.runner import evaluate
 from evaluation.speculative_runs import evaluate_speculative
 from evaluation.targets import check_targets, targets_table
-from snapstream.checkpoints.registry import MODEL_HELP
+from snapstream.checkpoints.registry import DEFAULT_MODEL, MODEL_HELP
 from snapstream.engine import Engine
 from snapstream.policy import POOLINGS, CachePolicy
 from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
@@ -112,6 +113,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--chunk-size", type=int, default=None, help="draft tokens per chunk")
     add("--look-ahead", type=int, default=None,
         help="draft tokens decoded after the prompt to score with")
+    add("--peers", type=_list_of(str, "peer system names"), default=(),
+        help="systems of bench.peers that also answer every sample at every budget, in their "
+        "own venvs (kvpress-snapkv, openvino-evict, ...; the model must be a GGUF)")
+    add("--peer-threads", type=int, default=2, help="threads of each peer's runner")
     add("--out", type=Path, default=Path("eval_results"), help="output directory")
     add("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -133,7 +138,7 @@ def config_from_args(args: argparse.Namespace, model_policy: CachePolicy,
         num_distractors=args.num_distractors, num_hops=args.num_hops,
         num_values=args.num_values, gaps=args.gaps, split_rule=rule, limit=args.limit,
         max_group_tokens=args.max_group_tokens,
-        speculative=speculative_from_args(args, model_positions))
+        speculative=speculative_from_args(args, model_positions), peers=args.peers)
 
 
 def speculative_from_args(args: argparse.Namespace, model_positions: str
@@ -166,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
 
     def run_cell(indices: list[int], members: list) -> tuple[list, list[dict]]:
         rows = evaluate(engine, cfg, members, progress=not args.no_progress, indices=indices)
+        if cfg.peers:
+            rows += evaluate_peers(engine, cfg, args.model or DEFAULT_MODEL, indices, members,
+                                   n_threads=args.peer_threads)
         if draft is None:
             return rows, []
         drafted, skipped = evaluate_speculative(engine, draft, cfg, members,

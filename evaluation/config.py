@@ -83,7 +83,8 @@ class EvalConfig:
     ``seed``; needle depths cycle through ``depths`` within a cell), each decoded greedily at
     every gap under every policy in ``policies`` at every budget (``full`` once). ``limit``
     keeps that many samples spread evenly over the grid. ``max_group_tokens`` bounds the
-    prompt tokens whose forwards are held at once (and so the decode batch)."""
+    prompt tokens whose forwards are held at once (and so the decode batch). ``peers``: systems
+    of bench.peers that also answer every sample at every budget (evaluation.peer_rows)."""
 
     tasks: tuple[str, ...] = tuple(TASKS)
     context_lens: tuple[int, ...] = (1024, 2048)
@@ -105,6 +106,7 @@ class EvalConfig:
     limit: int | None = None
     max_group_tokens: int = 16384
     speculative: SpeculativeGrid | None = None
+    peers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tasks", "context_lens", "depths", "policies", "budgets", "gaps"):
@@ -143,10 +145,23 @@ class EvalConfig:
                                              or self.gaps != (0,)):
             raise ValueError("a draft model needs placements=after and gaps=0: the draft "
                              "reads the context with the question after it")
+        self._check_peers()
         TaskConfig(context_len=MIN_CONTEXT_LEN, num_distractors=self.num_distractors,
                    num_hops=self.num_hops, num_values=self.num_values)  # its checks name it
         for context_len in self.context_lens:
             self.runs(context_len)  # every budget must split into a valid policy
+
+    def _check_peers(self) -> None:
+        object.__setattr__(self, "peers", tuple(self.peers))
+        if not self.peers:
+            return
+        from bench.peers.systems import SYSTEMS
+
+        _check_names("peers", self.peers, tuple(SYSTEMS))
+        if self.gaps != (0,):
+            raise ValueError("peers answer right after the prompt: they need gaps=0")
+        if not self.budgets:
+            raise ValueError("peers need budgets")
 
     def runs(self, context_len: int) -> list[Run]:
         """Every (policy, budget) pair evaluated on a sample of ``context_len``, in order."""
@@ -185,4 +200,5 @@ class EvalConfig:
             "kernel": self.split_rule.kernel, "pooling": self.split_rule.pooling,
             "limit": self.limit,
             "speculative": None if self.speculative is None else self.speculative.to_json(),
+            "peers": list(self.peers),
         }

@@ -67,12 +67,14 @@ def test_kept_whole_of_a_whole_document_keeps_every_document_token():
     assert (held == 120 - len(question)).all()
 
 
-@pytest.mark.parametrize(("task", "needles", "asked"), [("niah", 3, 3), ("passkey", 3, 1)])
-def test_a_document_holds_each_needle_it_asks_about(task, needles, asked):
+@pytest.mark.parametrize(("task", "needles", "asked", "context_len"), [
+    ("niah", 3, 3, 400), ("passkey", 3, 1, 400), ("multiquestion", 3, 5, 900)])
+def test_a_document_holds_each_needle_it_asks_about(task, needles, asked, context_len):
     """Keyed tasks plant one needle per key; a passkey document holds one pass key, however
-    many needles are asked for (a second would contradict it)."""
+    many needles are asked for (a second would contradict it); the multi-question workload
+    asks its five."""
     engine = engine_for(random_model(tiny_config(), seed=3))
-    doc, asks = build_document(task, random.Random(0), engine, 400, needles)
+    doc, asks = build_document(task, random.Random(0), engine, context_len, needles)
     assert len(asks) == asked
     assert len({ask.key for ask in asks}) == asked
     for ask in asks:
