@@ -18,6 +18,7 @@ import pytest
 from router.openai_api.app import create_app
 from router.openai_api.server import HttpServer
 from serving.auth import ApiKeys
+from snapstream.engine import Engine
 from tests.integration.conftest import (  # noqa: F401  (fixtures)
     backend,
     nats_url,
@@ -26,6 +27,7 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures)
     url,
 )
 from tests.integration.test_services import Stack, serving_stack
+from tests.tiny_models import write_tiny_model
 
 # tenant -> key, as `snapstream up --api-keys-file` reads them ('NAME KEY' lines)
 KEYS = {"alice": "alice-key-0123456789abcdef", "bob": "bob-key-0123456789abcdef"}
@@ -62,3 +64,9 @@ async def keyed_stack(model_dir: Path, store_url: str, **options) -> AsyncIterat
             yield Keyed(stack, server.base_url)
         finally:
             await server.stop()
+
+
+@pytest.fixture(scope="module")
+def draft(tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    """A tiny draft model for speculative prefill (another seed than the target)."""
+    return Engine.from_pretrained(write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9))

@@ -16,14 +16,11 @@ import pytest_asyncio
 
 from prefill_svc.service import PrefillServicer
 from router.request import RequestLimits
-from snapstream.cancel import Cancel, Cancelled
-from snapstream.engine import Engine
-from snapstream.specprefill.scoring import score_prompt
+from snapstream.cancel import Cancelled
 from snapstream.specprefill.selector import DraftSelector
 from snapstream.v1 import common_pb2, generation_pb2
 from tests.adversarial.conftest import KEYS, Keyed, keyed_stack
-from tests.integration.test_services import ENGINE_POLICY, POLICY, wait_idle
-from tests.tiny_models import write_tiny_model
+from tests.integration.test_services import POLICY, wait_idle
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 DOCUMENT = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(60))
@@ -87,43 +84,6 @@ async def test_speculation_without_a_draft_is_412_naming_the_flag(keyed: Keyed):
             model=keyed.model, prompt=DOCUMENT, max_tokens=4, extra_body=speculative(keep=0.5))
     assert err.value.status_code == 412 and "--draft-model" in err.value.message
     await wait_idle(keyed.stack)
-
-
-class CancelAfter(Cancel):
-    """Sets itself at its ``checks``-th check, as a request cancelled mid-forward."""
-
-    def __init__(self, checks: int) -> None:
-        super().__init__()
-        self.checks, self.seen = checks, 0
-
-    def check(self) -> None:
-        self.seen += 1
-        if self.seen == self.checks:
-            self.set()
-        super().check()
-
-
-@pytest.fixture(scope="module")
-def draft(tmp_path_factory) -> Engine:
-    return Engine.from_pretrained(write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9))
-
-
-def test_a_cancelled_draft_stops_at_its_next_step(draft: Engine):
-    """The look-ahead stops within a step: of 16 asked, the checks stop at the cancel."""
-    ids = draft.tokenizer.encode(DOCUMENT)
-    layers = draft.config.num_layers
-    cancel = CancelAfter(layers + 3)  # the prompt's forward, then into the third step
-    with pytest.raises(Cancelled):
-        score_prompt(draft.model, ids, 16, 13, set(), cancel=cancel)
-    assert cancel.seen == layers + 3
-
-
-def test_a_cancelled_prefill_stops_at_its_next_layer(tiny_model_dir):
-    engine = Engine.from_pretrained(tiny_model_dir)
-    cancel = CancelAfter(2)
-    with pytest.raises(Cancelled):
-        engine.prefill(engine.encode(DOCUMENT), ENGINE_POLICY, 4, cancel=cancel)
-    assert cancel.seen == 2 < engine.config.num_layers + 1
 
 
 class GatedPrefill(PrefillServicer):
