@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 PREFIX_FORMAT = 6  # the stored cache's meaning: a change makes new keys (5: fp8 rows hold each
 # row's Hadamard transform; 6: keys namespaced by tenant and salt, blobs sealed)
+KEY_PREFIX = "prefix-"  # of every document's store key (request blobs have random keys)
 STORED, HIT, BYPASS = "stored", "hit", "bypass"
 # why a document was served without caching
 OVER_CAP, STORE_FULL, STORE_UNAVAILABLE = "over_cap", "store_full", "store_unavailable"
@@ -66,7 +67,7 @@ def prefix_key(spec: BlobSpec, policy: CachePolicy, doc_ids: Sequence[int],
     digest.update(json.dumps(asdict(policy), sort_keys=True).encode())
     digest.update(json.dumps(asdict(document), sort_keys=True).encode())
     digest.update(array("I", doc_ids).tobytes())
-    return f"prefix-{digest.hexdigest()}"
+    return f"{KEY_PREFIX}{digest.hexdigest()}"
 
 
 def namespace_of(tenant: str, cache_salt: str) -> str:
