@@ -53,7 +53,8 @@ class DecodeServicer:
         """Loads the blob into a free row and streams tokens until a stop condition. A resumed
         request (generated_token_ids set) replays those tokens first and streams only new ones.
         Errors end the stream with a gRPC status: NOT_FOUND when the blob is gone (expired or
-        deleted), FAILED_PRECONDITION when it does not match this worker's model or layout.
+        deleted), DATA_LOSS when it fails its MAC or its checks (it is deleted: prefill again),
+        FAILED_PRECONDITION when it is of another model, layout or format version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
