@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 
 from decode_svc.backends import BackendConfig, make_backend
 from decode_svc.loop import DecodeLoop
 from decode_svc.service import DecodeServicer
+from serving.metrics import report_memory
 from serving.server import ServerSpec, serve, wait_until_idle
 from serving.server import run as run_service
 from serving.settings import add_server_settings, add_setting, add_worker_settings
@@ -17,8 +17,6 @@ from serving.worker import open_worker
 from snapstream.memory_plan import decode_memory, memory_limit
 from snapstream.policy import CachePolicy
 from snapstream.v1 import decode_pb2_grpc
-
-log = logging.getLogger(__name__)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +44,7 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
     backend = make_backend(BackendConfig(args.backend, args.sim_target, args.sim_sockets),
                            engine.config)
     memory = decode_memory(engine, memory_limit(args.memory_limit))
-    log.info("memory (bytes): %s", memory.report())
+    report_memory(memory.report())
     loop = DecodeLoop(engine, backend, rows=args.rows, max_queue=args.max_queue, memory=memory)
     servicer = DecodeServicer(loop, store, worker.spec, worker.secret)
 

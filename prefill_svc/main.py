@@ -11,6 +11,7 @@ from kvstore import BlobStore
 from kvstore.codec import BlobSpec
 from prefill_svc.prefix_store import PrefixStore, PrefixStoreConfig
 from prefill_svc.service import PrefillServicer
+from serving.metrics import report_memory
 from serving.server import ServerSpec, StartupError, serve, wait_until_idle
 from serving.server import run as run_service
 from serving.settings import add_server_settings, add_setting, add_worker_settings
@@ -98,7 +99,7 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
             seconds = await asyncio.to_thread(warm.warm_up_prefill)
             log.info("prefill warm-up of %s: %.2f s", warm.name, seconds)
         servicer.memory = prefill_memory(engine, limit)
-        log.info("memory (bytes): %s", servicer.memory.report())
+        report_memory(servicer.memory.report())
 
     async def drain(timeout_s: float) -> None:
         await wait_until_idle(lambda: servicer.outstanding > 0, timeout_s)

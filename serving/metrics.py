@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge, Histogram
 
+log = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZE_BUCKETS = tuple(2.0**k for k in range(10, 32, 2))
 
@@ -55,6 +57,10 @@ TENANT_PROMPT_TOKENS = Counter("snapstream_tenant_prompt_tokens_total",
 PREFIX_CACHE_SAVED = Counter("snapstream_prefix_cache_saved_seconds_total",
                              "Document compression time saved by hits (estimated: the document's "
                              "tokens x this worker's last compression time per token)")
+MEMORY = Gauge("snapstream_memory_bytes",
+               "A model worker's memory by component (limit, weights, gemm_weights, held, "
+               "activations_at_max_prompt) and the longest prompt it admits "
+               "(max_prompt_tokens, in tokens), as measured once it is warm", ["component"])
 FAILOVERS = Counter("snapstream_decode_failovers_total", "Decode streams resumed elsewhere")
 SHARE_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
 DRAFT_TIME = Histogram("snapstream_speculative_draft_seconds",
@@ -76,3 +82,12 @@ def prefill_turn(submitted: float) -> Iterator[None]:
     QUEUE_TIME.labels("prefill").observe(started - submitted)
     yield
     PREFILL_MODEL_TIME.observe(time.perf_counter() - started)
+
+
+def report_memory(report: dict[str, int]) -> None:
+    """A worker's memory by component, into the log and the ``snapstream_memory_bytes`` gauge."""
+    log.info("memory: %s", ", ".join(
+        f"{name} {value / 2**20:,.0f} MiB" if name != "max_prompt_tokens" else
+        f"{name} {value:,}" for name, value in report.items()))
+    for name, value in report.items():
+        MEMORY.labels(name).set(value)

@@ -48,3 +48,15 @@ def test_pools_are_counted_in_bytes(engine):
     loop = loop_with_room_for(engine, SMALL, LARGE)
     assert loop._pool_bytes(LARGE) > loop._pool_bytes(SMALL) > 0
     assert loop._pool_for(SMALL) is not None and loop._pool_for(LARGE) is not None
+
+
+def test_a_workers_memory_is_logged_and_exported_by_component(caplog):
+    from prometheus_client import REGISTRY
+
+    from serving.metrics import report_memory
+
+    with caplog.at_level("INFO", logger="serving.metrics"):
+        report_memory({"weights": 3 << 20, "max_prompt_tokens": 2048})
+    assert "weights 3 MiB" in caplog.text and "max_prompt_tokens 2,048" in caplog.text
+    sample = REGISTRY.get_sample_value("snapstream_memory_bytes", {"component": "weights"})
+    assert sample == 3 << 20
