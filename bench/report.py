@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import torch
+
+from snapstream.machine import this_machine
 
 
 def parse_ints(text: str) -> tuple[int, ...]:
@@ -30,10 +33,11 @@ def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
 
 
 def machine_line() -> str:
-    threads = torch.get_num_threads()
+    """The machine a report's figures come from (snapstream.machine: the CPU, its features and
+    the kernels' paths), the software and the date."""
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.processor() or platform.machine()}, {threads} torch threads, "
-            f"torch {torch.__version__}, Python {platform.python_version()}, load average "
+    return (f"{this_machine().summary()}; torch {torch.__version__}, Python "
+            f"{platform.python_version()}; {datetime.date.today().isoformat()}; load average "
             f"{load} (1, 5, 15 min) as the run ended")
 
 

@@ -1,17 +1,13 @@
 """The decode step's decoder layers as one compiled op each (``snapstream::decode_layer``,
 snapstream/csrc/decode_layer.cpp).
 
-A layer of quantized linears (Llama family or Gemma 3) runs its norms, QKV projection, RoPE,
+A layer of quantized linears (Llama family, Qwen2 with its q/k/v biases, or Gemma 3) runs its
+norms, QKV projection, RoPE,
 slot attention, output projection, MLP and both residuals in C++, with the very kernels and
 roundings of the module path (its result is that path's bit for bit), but without the ~20 small
 torch ops per layer and the Python between them: at batch 1 on two cores those took more than
-half of a step. Other layers (float weights, biases on any projection but QKV) and batches of
+half of a step. Other layers (float weights, biases outside the QKV projection) and batches of
 ``GEMM_MIN_ROWS`` rows or more (whose linears run oneDNN's GEMM) take the module path.
-
-A QKV bias (Qwen2) is the op's last param, after the family's others (11 params for the Llama
-family, 15 for Gemma 3): ``(Hq + 2 Hkv) * D`` float32 values added to the QKV projection's
-float32 output before the heads are split, normed and rotated, as the module path adds it.
-Layers with one take the module path until the op takes it (:data:`DECODE_LAYER_TAKES_QKV_BIAS`).
 """
 
 from __future__ import annotations
@@ -37,10 +33,9 @@ class FusedLayer:
     eps: float
     q_factor: float
     activation: str  # an activation of kernels.gated_activation: silu or gelu_tanh
+    qkv_bias: torch.Tensor | None  # ((Hq + 2 Hkv) D,) float32: Qwen2's q/k/v biases
 
 
-# whether snapstream::decode_layer takes a QKV bias as its last param (see the docstring)
-DECODE_LAYER_TAKES_QKV_BIAS = False
 # per layer class: the names of its norms after the op's first ten params (Gemma 3's extra four)
 EXTRA_NORMS = {DecoderLayer: (),
                Gemma3DecoderLayer: ("self_attn.q_norm", "self_attn.k_norm",
@@ -55,25 +50,23 @@ def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
     norms = [layer.get_submodule(name).weight.detach()
              for name in ("input_layernorm", "post_attention_layernorm",
                           *EXTRA_NORMS[type(layer)])]
-    qkv_bias = linears[0].bias
-    biases = () if qkv_bias is None else (qkv_bias.detach(),)
+    qkv_bias = linears[0].bias if isinstance(linears[0], QuantizedLinear) else None
     if (not all(isinstance(linear, QuantizedLinear) for linear in linears)
             or any(linear.bias is not None for linear in linears[1:])
-            or (biases and not DECODE_LAYER_TAKES_QKV_BIAS)
             or not all(tensor.dtype == torch.float32 and tensor.device.type == "cpu"
-                       for tensor in (*norms, *biases))):
+                       for tensor in (*norms, *(() if qkv_bias is None else (qkv_bias,))))):
         return None
     qkv, out, gate_up, down = ((linear.weight, linear.scales) for linear in linears)
-    return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:],
-                              *biases),
+    return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:]),
                       num_heads=layer.self_attn.num_heads, eps=layer.input_layernorm.eps,
-                      q_factor=layer.self_attn.q_factor, activation=layer.mlp.activation)
+                      q_factor=layer.self_attn.q_factor, activation=layer.mlp.activation,
+                      qkv_bias=None if qkv_bias is None else qkv_bias.detach().contiguous())
 
 
 def fused_layers(model: Transformer) -> tuple[FusedLayer, ...] | None:
     """``decode_layer``'s arguments for each of ``model``'s layers, or None unless every layer
-    is a Llama-family or Gemma 3 one of quantized linears without biases (a QKV bias where the
-    op takes one), float32 norms."""
+    is a Llama-family (Qwen2: q/k/v biases) or Gemma 3 one of quantized linears, float32 norms
+    and biases."""
     layers = tuple(_fused_layer(layer) for layer in model.model.layers)
     return None if None in layers else layers
 
@@ -98,5 +91,5 @@ def fused_forward(model: Transformer, layers: tuple[FusedLayer, ...],
     for index, layer in enumerate(layers):
         cos, sin = local if index in sliding else rotation
         x = kernels.decode_layer(x, layer.params, cos, sin, *cache_of(index), layer.num_heads,
-                                 layer.eps, layer.q_factor, layer.activation)
+                                 layer.eps, layer.q_factor, layer.activation, layer.qkv_bias)
     return model.model.norm(x)

@@ -23,8 +23,8 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``int8_rows(x)``: K/V rows (..., D) -> int8 rows (..., D + 4) with their scales; defined
   with the KV codecs that use it (snapstream/kvquant.py, which registers its off-CPU form).
 - ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
-  activation)``: a whole decoder layer (Llama family or Gemma 3) of quantized linears for one
-  decode step (:mod:`snapstream.fused_decode`; CPU only).
+  activation, qkv_bias)``: a whole decoder layer (Llama family, Qwen2's q/k/v biases, or
+  Gemma 3) of quantized linears for one decode step (:mod:`snapstream.fused_decode`; CPU only).
 """
 
 from __future__ import annotations
@@ -35,8 +35,35 @@ import torch
 import torch.nn.functional as F
 
 import snapstream._kernels  # noqa: F401  (loading it registers the CPU kernels)
+from snapstream.cpu import KERNEL_CAPS
 from snapstream.kvquant import kv_codec
 from snapstream.rope import apply_rotary
+
+kernel_cap = torch.ops.snapstream.kernel_cap
+set_kernel_cap = torch.ops.snapstream.set_kernel_cap
+isa = torch.ops.snapstream.isa
+kernel_cap()  # reads $SNAPSTREAM_KERNELS now: a bad value stops the import, naming the choices
+
+
+def distinct_caps() -> tuple[str, ...]:
+    """The caps that give this CPU's kernels different instruction sets, highest first (each
+    lower path a test can check against the others)."""
+    before, seen, caps = kernel_cap(), set(), []
+    try:
+        for cap in KERNEL_CAPS:
+            set_kernel_cap(cap)
+            if (extensions := tuple(isa())) not in seen:
+                seen.add(extensions)
+                caps.append(cap)
+    finally:
+        set_kernel_cap(before)
+    return tuple(caps)
+
+
+def kernel_paths() -> dict[str, str]:
+    """Kernel -> the path it takes on this CPU under the cap (int4/int8 for groups of 32)."""
+    return dict(entry.split("=", 1) for entry in torch.ops.snapstream.kernel_paths())
+
 
 slot_attention = torch.ops.snapstream.slot_attention
 rms_norm = torch.ops.snapstream.rms_norm
@@ -142,5 +169,5 @@ def _int8_matmul_shape(x, weight, scales, n):
 
 @torch.library.register_fake("snapstream::decode_layer")
 def _decode_layer_shape(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
-                        activation):
+                        activation, qkv_bias=None):
     return torch.empty_like(x)

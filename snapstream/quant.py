@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from snapstream.cpu import matmul_dtype_name
@@ -242,19 +243,24 @@ class QuantizedLinear(nn.Module):
     @cached_property
     def gemm_weight(self) -> torch.Tensor:
         """(N, K) in the CPU's GEMM dtype, packed for oneDNN's GEMM (an opaque ``_mkldnn``
-        tensor): the dequantized weight, made in chunks of rows (an LM head's float32 copy would
-        be 4x the layer in bfloat16)."""
+        tensor) where oneDNN packs that dtype on this CPU (bfloat16 needs AVX-512 BW/VL/DQ or
+        AVX-NE-CONVERT; forced on another CPU, it stays a plain tensor): the dequantized weight,
+        made in chunks of rows (an LM head's float32 copy would be 4x the layer in bfloat16)."""
         dtype = getattr(torch, matmul_dtype_name())
         ids = torch.arange(self.out_features)
         plain = torch.cat([self.rows(chunk).to(dtype) for chunk in ids.split(4096)])  # (N, K)
+        if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return plain
         return torch.ops.mkldnn._reorder_linear_weight(plain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., K) -> (..., N) in x's dtype."""
         flat = x.reshape(-1, x.shape[-1])  # (M, K)
         if len(flat) >= GEMM_MIN_ROWS:
-            out = torch.ops.mkldnn._linear_pointwise(flat.to(self.gemm_weight.dtype),
-                                                     self.gemm_weight, None, "none", [], "")
+            weight = self.gemm_weight
+            flat = flat.to(weight.dtype)
+            out = (torch.ops.mkldnn._linear_pointwise(flat, weight, None, "none", [], "")
+                   if weight.is_mkldnn else F.linear(flat, weight))
         else:
             out = self.kernel(flat.to(KERNEL_DTYPE).contiguous())
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)

@@ -54,3 +54,14 @@ def llama_dir(tmp_path_factory) -> Path:
 def qwen2_dir(tmp_path_factory) -> Path:
     return write_hf_checkpoint(tmp_path_factory.mktemp("qwen2"), "qwen2",
                                tie_word_embeddings=True)
+
+
+@pytest.fixture
+def kernel_cap():
+    """``kernel_cap(name)`` sends the CPU kernels down the path of that cap (one of
+    ``snapstream.kernels.distinct_caps()``) for the rest of the test; the cap is restored after."""
+    from snapstream import kernels
+
+    before = kernels.kernel_cap()
+    yield kernels.set_kernel_cap
+    kernels.set_kernel_cap(before)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import platform
 
 from bench.peers.bench import PeersBenchConfig
 from bench.peers.peer_model import peer_model
 from bench.peers.runners.peer_protocol import median
-from bench.report import command_line, markdown_table
-from snapstream.cpu import cpu_flags
+from bench.report import command_line, machine_line, markdown_table
 
 REFERENCE = "transformers"  # the full-cache fp32 outputs other systems' tokens are compared with
 KEY_PACKAGES = ("llama_cpp_python", "openvino", "openvino-genai", "openvino-tokenizers",
@@ -95,15 +93,6 @@ def _versions(summary: dict) -> str:
     return f"{', '.join(pins) or 'n/a'} ({built})"
 
 
-def cpu_features(cpuinfo: str | None = None) -> str:
-    """The vector extensions that decide these kernels' speed, from /proc/cpuinfo."""
-    flags = cpu_flags(cpuinfo)
-    if not flags:
-        return "unknown"
-    wanted = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
-    return " ".join(flag for flag in wanted if flag in flags) or "none of AVX/AVX-512/AMX"
-
-
 def _settings(summary: dict) -> str:
     settings = dict(summary.get("load", {}).get("settings", {}))
     if info := summary.get("hello", {}).get("system_info"):
@@ -126,11 +115,10 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
     budget, model = cfg.budget, peer_model(cfg.model)
     weights_mib = model.gguf.stat().st_size / 2**20
     lines = [
-        "## Peers: batch-1 decode and time to first token on the same CPU, model and tokens",
+        f"## Peers on {model.title}: batch-1 decode and time to first token on the same CPU "
+        "and tokens",
         "", f"Command: `{command_line()}`  ",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), CPU flags "
-        f"{cpu_features()}, {cfg.n_threads} threads per system, Python "
-        f"{platform.python_version()}  ",
+        f"Machine: {machine_line()}; {cfg.n_threads} threads per system  ",
         f"Model: {model.title} from `{os.path.basename(results['model'])}` ({model.source}); "
         "every system gets the same prompt token ids (raw text, no chat template: licence texts "
         "from /usr/share/common-licenses with a passkey sentence at half depth, ending with the "

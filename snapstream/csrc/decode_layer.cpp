@@ -1,5 +1,6 @@
-// One decoder layer of a decode step in a single op, Llama family or Gemma 3: RMSNorm, the
-// fused QKV projection (Gemma: RMSNorm of each query and key head), RoPE, slot attention over
+// One decoder layer of a decode step in a single op, Llama family (Qwen2: with q/k/v biases) or
+// Gemma 3: RMSNorm, the fused QKV projection (its bias added; Gemma: RMSNorm of each query and
+// key head), RoPE, slot attention over
 // the row's cache, the output projection (Gemma: normed) and residual, RMSNorm, the gate/up
 // projection, activation(gate) * up, the down projection (Gemma: normed) and residual.
 //
@@ -10,8 +11,8 @@
 // equals that path's bit for bit; what it saves is the ~20 small torch ops per layer and the
 // Python between them (at batch 1 on two cores, more than half of a step).
 //
-// This file is built for the baseline x86-64 (no FMA), so the compiler cannot contract the
-// RoPE's products and sums into fused multiply-adds the module path does not make.
+// The extension is built with -ffp-contract=off, so the compiler does not contract the RoPE's
+// products and sums into fused multiply-adds the module path does not make.
 
 #include <torch/extension.h>
 
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "ops.h"
 
@@ -95,11 +97,13 @@ namespace snapstream {
 // output, then the query and key norms (D,) and the pre- and post-feedforward norms (H,).
 // cos, sin (B, D) float32 (any shape of B x D values); k, v, slots, empty as slot_attention
 // takes them (k and v updated in place); queries times q_factor after RoPE; activation "silu"
-// or "gelu_tanh" (gated_activation's, as the modules).
+// or "gelu_tanh" (gated_activation's, as the modules); qkv_bias ((Hq + 2 Hkv) D,) float32 or
+// none, added to the QKV projection (the module path's ``out + bias``).
 at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Tensor& cos,
                         const at::Tensor& sin, const at::Tensor& k, const at::Tensor& v,
                         const at::Tensor& slots, const at::Tensor& empty, int64_t num_heads,
-                        double eps, double q_factor, c10::string_view activation) {
+                        double eps, double q_factor, c10::string_view activation,
+                        const std::optional<at::Tensor>& qkv_bias) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.scalar_type() == at::kFloat &&
                   x.is_contiguous(),
               "decode_layer: want x (B, H) float32, contiguous, on the CPU");
@@ -123,9 +127,14 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
   check_linear(o_w, o_s, num_heads * dim, "the output projection");
   check_linear(gate_up_w, gate_up_s, hidden, "the gate/up projection");
   check_linear(down_w, down_s, inner, "the down projection");
+  TORCH_CHECK(!qkv_bias.has_value() ||
+                  (qkv_bias->dim() == 1 && qkv_bias->size(0) == heads * dim &&
+                   qkv_bias->scalar_type() == at::kFloat && qkv_bias->is_contiguous()),
+              "decode_layer: want qkv_bias ((Hq + 2 Hkv) D,) float32, contiguous");
 
   // attention: qkv (B, (Hq + 2 Hkv) D) -> q (B, Hq, D), k_new and v_new (B, Hkv, D)
-  const at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_w, qkv_s, heads * dim);
+  at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_w, qkv_s, heads * dim);
+  if (qkv_bias.has_value()) qkv.add_(*qkv_bias);  // (B, (Hq + 2 Hkv) D) + ((Hq + 2 Hkv) D,)
   at::Tensor q = at::empty({batch, num_heads, dim}, x.options());
   at::Tensor k_new = at::empty({batch, kv_heads, dim}, x.options());
   at::Tensor v_new = at::empty({batch, kv_heads, dim}, x.options());
@@ -167,7 +176,7 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
   m.def("decode_layer(Tensor x, Tensor[] params, Tensor cos, Tensor sin, Tensor(a!) k, "
         "Tensor(b!) v, Tensor slots, Tensor empty, int num_heads, float eps, float q_factor, "
-        "str activation) -> Tensor");
+        "str activation, Tensor? qkv_bias=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("decode_layer", &snapstream::decode_layer); }

@@ -3,7 +3,8 @@
 // codes 0 for an all-zero row. Shared by the prompt's rows (int8_rows.cpp) and the decode
 // step's (slot_attention.cpp), so a row written by either is the same bytes. float32 and
 // bfloat16 rows by AVX-512 where the CPU has it (max, true division and rounding are exact
-// operations, so both paths give the same bits), plain C++ for the rest.
+// operations, so every path gives the same bits), plain C++ for the rest (vectorized for AVX2
+// where the cap allows it).
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -19,7 +20,7 @@
 namespace snapstream {
 
 template <typename In>
-void quantize_row_generic(const In* in, int64_t dim, int8_t* out) {
+SNAPSTREAM_INLINE void quantize_row_generic(const In* in, int64_t dim, int8_t* out) {
   float absmax = 0.f;
   for (int64_t d = 0; d < dim; ++d) absmax = std::max(absmax, std::fabs(static_cast<float>(in[d])));
   const float scale = absmax / 127.f;
@@ -66,7 +67,7 @@ void quantize_row(const In* in, int64_t dim, int8_t* out) {
       return quantize_row_avx512(reinterpret_cast<const uint16_t*>(in), dim, out);
   }
 #endif
-  quantize_row_generic(in, dim, out);
+  run_vectorized([&]() SNAPSTREAM_BODY { quantize_row_generic(in, dim, out); });
 }
 
 }  // namespace snapstream

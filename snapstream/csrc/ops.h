@@ -28,4 +28,12 @@ at::Tensor slot_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
                           const at::Tensor& k_new, const at::Tensor& v_new,
                           const at::Tensor& slots, const at::Tensor& empty);
 
+// The kernel a format ("int4" or "int8") with groups of ``group`` inputs takes on this CPU
+// (quant_matmul.cpp).
+std::string quant_matmul_path(const std::string& format, int64_t group);
+
+// What runs a prompt's attention in ``dtype`` on this CPU: a kernel of prompt_attention.cpp or
+// torch's SDPA.
+std::string prompt_attention_path(at::ScalarType dtype);
+
 }  // namespace snapstream

@@ -9,9 +9,10 @@
 //   torch's flash SDPA does, their 2^x by a degree-3 polynomial (relative error < 7.7e-5, well
 //   under that rounding's 2^-9; float32's is degree 6). On AMX CPUs torch's SDPA runs
 //   bfloat16 on AMX tiles and is kept (an AMX kernel of ours lost to it at 4k and 8k:
-//   docs/benchmarks.md, 2026-11-27).
-// ``prompt_attention_covers`` says which inputs it takes, and the caller (snapstream/model.py)
-// runs torch's SDPA for the rest (other head sizes and CPUs, SNAPSTREAM_GENERIC_KERNELS=1).
+//   docs/benchmarks.md, "Prefill").
+// ``prompt_attention_covers`` says which inputs it takes, and the caller
+// (snapstream/attention.py, ``causal_attention``) runs torch's SDPA for the rest (other head
+// sizes and CPUs, and the generic cap of isa.h).
 //
 // Work item = (sequence, KV head, block of kPositions query positions): its rows
 // (position-major, the G query heads of a position side by side) stream their key range in
@@ -36,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "generic_kernels.h"
+#include "isa.h"
 #include "vector_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -385,21 +386,23 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
 
 namespace snapstream {
 
-// Whether prompt_attention computes for q (B, Hq, T, D): on the CPU, D a multiple of 64,
-// SNAPSTREAM_GENERIC_KERNELS not 1, and float32 on a CPU with AVX-512F or bfloat16 on one with
-// AVX512-BF16 and no AMX.
+// Whether prompt_attention computes for q (B, Hq, T, D): on the CPU, D a multiple of 64, and
+// float32 on a CPU with AVX-512 or bfloat16 on one with AVX512-BF16 and no AMX (under the cap,
+// isa.h).
 bool prompt_attention_covers(const at::Tensor& q) {
 #if SNAPSTREAM_PROMPT_AVX512
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool bf16_dot = avx512 && __builtin_cpu_supports("avx512bf16") &&
-                               !__builtin_cpu_supports("amx-bf16");
-  const bool dtype = (q.scalar_type() == at::kFloat && avx512) ||
-                     (q.scalar_type() == at::kBFloat16 && bf16_dot);
-  return dtype && !generic_kernels_requested() && q.device().is_cpu() && q.dim() == 4 &&
-         q.size(3) % 64 == 0 && q.size(3) > 0;
+  const Isa usable = isa();
+  const bool dtype = (q.scalar_type() == at::kFloat && usable.avx512) ||
+                     (q.scalar_type() == at::kBFloat16 && usable.avx512_bf16 && !usable.amx);
+  return dtype && q.device().is_cpu() && q.dim() == 4 && q.size(3) % 64 == 0 && q.size(3) > 0;
 #else
   return false;
 #endif
+}
+
+std::string prompt_attention_path(at::ScalarType dtype) {
+  if (!prompt_attention_covers(at::empty({1, 1, 1, 64}, at::dtype(dtype)))) return "torch-sdpa";
+  return dtype == at::kBFloat16 ? "avx512-bf16" : "avx512";
 }
 
 // q (B, Hq, T, D), k, v (B, Hkv, T, D) float32 or bfloat16, Hq a multiple of Hkv -> (B, Hq,

@@ -3,10 +3,10 @@
 // x1, x2 of each head, then times ``factor`` where it is not 1 (a query scale other than
 // head_dim ** -0.5). The arithmetic is float32, each product and the sum rounded as torch
 // rounds them in float32 (x1 * cos - x2 * sin is x1 * cos + (-x2) * sin exactly, signed zeros
-// included). No fused multiply-add: the plain path is built for the baseline x86-64, which has
-// none, and the AVX-512 one multiplies with an explicit rounding mode, which GCC does not
-// contract into an FMA as it does a plain multiply and add (-ffp-contract=fast is its C++
-// default). So float32 heads come out bit for bit as the torch ops give them, and as
+// included). No fused multiply-add: the extension is built with -ffp-contract=off (the plain
+// path, for the baseline and AVX2, computes as written), and the AVX-512 one multiplies with an
+// explicit rounding mode besides. So float32 heads come out bit for bit as the torch ops give
+// them, and as
 // decode_layer.cpp rotates them; a bfloat16 head is rounded once at the end (torch's bfloat16
 // ops round each of their three steps). It reads the heads where the QKV projection left them,
 // (B, T, H, D) with any row strides, and writes them contiguous in that order: torch's five
@@ -24,7 +24,7 @@
 namespace {
 
 template <typename T>
-void rotate_head_generic(const T* in, T* out, const float* cos, const float* sin, int64_t dim,
+SNAPSTREAM_INLINE void rotate_head_generic(const T* in, T* out, const float* cos, const float* sin, int64_t dim,
                          float factor) {
   const int64_t half = dim / 2;
   for (int64_t d = 0; d < half; ++d) {
@@ -84,7 +84,8 @@ void rotate_head(const T* in, T* out, const float* cos, const float* sin, int64_
                                 reinterpret_cast<uint16_t*>(out), cos, sin, dim, factor);
   }
 #endif
-  rotate_head_generic(in, out, cos, sin, dim, factor);
+  snapstream::run_vectorized(
+      [&]() SNAPSTREAM_BODY { rotate_head_generic(in, out, cos, sin, dim, factor); });
 }
 
 }  // namespace

@@ -13,9 +13,8 @@
 // The work is split over (row, KV head, chunk of slots) so that a batch of one still spreads
 // over every thread (flash-decoding); each chunk keeps its own max, sum and weighted values,
 // merged per (row, KV head) at the end. Inner loops are plain C++ that the compiler vectorizes,
-// built for AVX-512, AVX2 and the baseline with function multiversioning where GCC has it.
-// Where the CPU has AVX-512 (and SNAPSTREAM_GENERIC_KERNELS is not 1), head dimensions that are
-// multiples of 16 take explicit AVX-512 loops instead.
+// compiled for AVX2 + FMA and for the baseline (isa.h); where the CPU has AVX-512 (under the
+// cap), head dimensions that are multiples of 16 take explicit AVX-512 loops instead.
 
 #include <torch/extension.h>
 
@@ -33,15 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "generic_kernels.h"
+#include "isa.h"
 #include "int8_rows.h"
 #include "ops.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SNAPSTREAM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SNAPSTREAM_CLONES
-#endif
 
 namespace {
 
@@ -355,19 +348,16 @@ inline void widen(const KV* src, int64_t dim, float* dst) {
   for (int64_t d = 0; d < dim; ++d) dst[d] = to_float(src[d]) * scale;
 }
 
+// The chunk in plain C++ loops, inlined into each instruction set's copy below.
 template <typename KV>
-SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, const bool* empty,
-                                    int64_t begin, int64_t end, int64_t group, int64_t dim,
-                                    float* scores, float* chunk_max, float* chunk_sum,
-                                    float* acc, bool use_avx512) {
+SNAPSTREAM_INLINE void attend_chunk_plain(const float* q, const KV* k, const KV* v,
+                                          const bool* empty, int64_t begin, int64_t end,
+                                          int64_t group, int64_t dim, float* scores,
+                                          float* chunk_max, float* chunk_sum, float* acc) {
   const int64_t n = end - begin, stride = row_stride<KV>(dim);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float rows[kUnroll][kMaxDim];  // keys or values, widened once for every query head
-  if (use_avx512 && dim % 16 == 0) {
-#if SNAPSTREAM_AVX512
-    scores_avx512(q, k, v, empty, begin, end, group, dim, scores);
-#endif
-  } else {
+  {
     for (int64_t s = begin; s < end; s += kUnroll) {
       const int64_t count = std::min(kUnroll, end - s);
       for (int64_t u = 0; u < kUnroll; ++u) {
@@ -394,11 +384,7 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
       }
     }
   }
-  if (use_avx512 && dim % 16 == 0) {
-#if SNAPSTREAM_AVX512
-    softmax_avx512(scores, n, group, chunk_max, chunk_sum);
-#endif
-  } else {
+  {
     for (int64_t g = 0; g < group; ++g) {
       float* probs = scores + g * n;
       float m = neg_inf;
@@ -417,12 +403,6 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
       chunk_max[g] = m;
       chunk_sum[g] = sum;
     }
-  }
-  if (use_avx512 && dim % 16 == 0) {
-#if SNAPSTREAM_AVX512
-    values_avx512(scores, v, empty, begin, end, group, dim, acc);
-#endif
-    return;
   }
   std::fill(acc, acc + group * dim, 0.f);
   for (int64_t s = begin; s < end; s += kUnroll) {
@@ -446,13 +426,32 @@ SNAPSTREAM_CLONES void attend_chunk(const float* q, const KV* k, const KV* v, co
   }
 }
 
-bool use_avx512_kernels() {
+// The kernel paths of one chunk: explicit AVX-512 loops (head dimensions that are multiples of
+// 16), or the plain loops (vectorized for AVX2 + FMA where the cap allows it).
+enum class ChunkPath { kAvx512, kPlain };
+
+template <typename KV>
+void attend_chunk(ChunkPath path, const float* q, const KV* k, const KV* v, const bool* empty,
+                  int64_t begin, int64_t end, int64_t group, int64_t dim, float* scores,
+                  float* chunk_max, float* chunk_sum, float* acc) {
 #if SNAPSTREAM_AVX512
-  static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported && !snapstream::generic_kernels_requested();
-#else
-  return false;
+  if (path == ChunkPath::kAvx512) {
+    scores_avx512(q, k, v, empty, begin, end, group, dim, scores);
+    softmax_avx512(scores, end - begin, group, chunk_max, chunk_sum);
+    values_avx512(scores, v, empty, begin, end, group, dim, acc);
+    return;
+  }
 #endif
+  snapstream::run_vectorized([&]() SNAPSTREAM_BODY {
+    attend_chunk_plain<KV>(q, k, v, empty, begin, end, group, dim, scores, chunk_max, chunk_sum,
+                           acc);
+  });
+}
+
+// The chunk path for head dimension ``dim`` on this CPU under the cap (isa.h).
+ChunkPath chunk_path(int64_t dim) {
+  const snapstream::Isa usable = snapstream::isa();
+  return usable.avx512 && dim % 16 == 0 ? ChunkPath::kAvx512 : ChunkPath::kPlain;
 }
 
 template <typename KV>
@@ -471,7 +470,7 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const KV* k_ptr = k.data_ptr<KV>();
   const KV* v_ptr = v.data_ptr<KV>();
   const bool* empty_ptr = empty.data_ptr<bool>();
-  const bool use_avx512 = use_avx512_kernels();
+  const ChunkPath path = chunk_path(dim);
 
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t first, int64_t last) {
     float query[kMaxGroup * kMaxDim];
@@ -483,9 +482,9 @@ void slot_attention_impl(const at::Tensor& q, const at::Tensor& k, const at::Ten
       for (int64_t i = 0; i < group * dim; ++i) query[i] = q_src[i] * scale;
       const int64_t offset = (row * kv_heads + head) * slots * stride;
       const int64_t begin = chunk * kChunk, end = std::min(slots, begin + kChunk);
-      attend_chunk<KV>(query, k_ptr + offset, v_ptr + offset, empty_ptr + row * slots, begin,
-                       end, group, dim, scores.data(), &part_max[item * group],
-                       &part_sum[item * group], &part_acc[item * group * dim], use_avx512);
+      attend_chunk<KV>(path, query, k_ptr + offset, v_ptr + offset, empty_ptr + row * slots,
+                       begin, end, group, dim, scores.data(), &part_max[item * group],
+                       &part_sum[item * group], &part_acc[item * group * dim]);
     }
   });
 

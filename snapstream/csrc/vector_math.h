@@ -1,15 +1,43 @@
-// AVX-512 helpers shared by the element-wise kernels and the prompt attention: 16 lanes of
-// float32 or bfloat16 (raw bits) in and out, 2^x and log2(e). Callers check the CPU at run time
+// Helpers shared by the element-wise kernels and the prompt attention: 2^x and log2(e) in plain
+// C++ (one value, vectorized by the compiler in run_vectorized's loops), and AVX-512's 16 lanes
+// of float32 or bfloat16 (raw bits) in and out. Callers check the CPU at run time
 // (``avx512_rows()``) and keep a plain C++ path for the rest.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
-#include "generic_kernels.h"
+#include "isa.h"
 
 namespace snapstream {
 
 constexpr float kLog2e = 1.44269504088896341f;
+
+// For float32 results: 2^f's degree-6 Taylor polynomial in f ln2, relative error < 2e-7.
+constexpr float kExp2Float32[] = {
+    1.5403530e-4f,  // ln2^6 / 720
+    1.3333558e-3f,  // ln2^5 / 120
+    9.6181291e-3f,  // ln2^4 / 24
+    5.5504109e-2f,  // ln2^3 / 6
+    2.4022651e-1f,  // ln2^2 / 2
+    6.9314718e-1f,  // ln2
+    1.f};
+
+// 2^x for x <= 0 as the AVX-512 version below computes it (x = n + f, |f| <= 1/2, 2^f by
+// kExp2Float32's polynomial, 2^n written into the exponent bits), each step rounded: 0 below
+// -126 (no denormals), for -inf and for NaN.
+SNAPSTREAM_INLINE float exp2_nonpositive(float x) {
+  const float clamped = std::max(x, -126.f);
+  const float n = std::nearbyint(clamped), f = clamped - n;
+  float p = kExp2Float32[0];
+  for (int i = 1; i < 7; ++i) p = p * f + kExp2Float32[i];
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return x >= -126.f ? p * scale : 0.f;
+}
 
 }  // namespace snapstream
 
@@ -21,13 +49,8 @@ constexpr float kLog2e = 1.44269504088896341f;
 
 namespace snapstream {
 
-// This CPU runs the AVX-512 row kernels (F, BW and VL), unless SNAPSTREAM_GENERIC_KERNELS=1.
-inline bool avx512_rows() {
-  static const bool supported = __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512bw") &&
-                                __builtin_cpu_supports("avx512vl");
-  return supported && !generic_kernels_requested();
-}
+// This CPU runs the AVX-512 row kernels (F, BW and VL) under the cap (isa.h).
+inline bool avx512_rows() { return isa().avx512; }
 
 // 2^x for x <= 0 on 16 lanes: x = n + f, |f| <= 1/2, 2^f by a polynomial in f (coefficients
 // highest degree first), times 2^n by vscalefps; 0 below -126 (no denormals) and for -inf.
@@ -42,15 +65,6 @@ AVX512F_ONLY inline __m512 exp2_nonpositive(__m512 x, const float (&coefficients
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
-// For float32 results: 2^f's degree-6 Taylor polynomial in f ln2, relative error < 2e-7.
-constexpr float kExp2Float32[] = {
-    1.5403530e-4f,  // ln2^6 / 720
-    1.3333558e-3f,  // ln2^5 / 120
-    9.6181291e-3f,  // ln2^4 / 24
-    5.5504109e-2f,  // ln2^3 / 6
-    2.4022651e-1f,  // ln2^2 / 2
-    6.9314718e-1f,  // ln2
-    1.f};
 // For results rounded to bfloat16 (2^-9 relative): a degree-3 polynomial fitted to 2^f on
 // [-1/2, 1/2] for the least largest relative error, < 7.7e-5.
 constexpr float kExp2Bfloat16[] = {5.52226231e-2f, 2.42615268e-1f, 6.93251610e-1f,

@@ -9,7 +9,6 @@ from bench.peers.passkey import PeersPasskeyConfig, passkey_set, render_passkey
 from bench.peers.prompts import filler_text, passkey_prompt
 from bench.peers.report import (
     common_prefix,
-    cpu_features,
     memory_table,
     render,
     same_round_ratio,
@@ -159,12 +158,6 @@ def test_the_passkey_table_counts_answers_and_shows_the_misses():
     assert "| snapstream | 2/2 | - |" in body
     assert "| transformers | 1/2 | '7 is it' |" in body
     assert "- kvpress-snapkv: venv build failed" in body
-
-
-def test_cpu_features_names_the_vector_extensions():
-    cpuinfo = "processor\t: 0\nflags\t\t: fpu sse avx f16c avx2 avx512f avx512_bf16 sha_ni\n"
-    assert cpu_features(cpuinfo) == "avx avx2 f16c avx512f avx512_bf16"
-    assert cpu_features("flags : fpu sse\n") == "none of AVX/AVX-512/AMX"
 
 
 def test_memory_table_counts_sequences_in_4_gib_at_the_longest_prompt():

@@ -90,13 +90,13 @@ def test_matches_kept_set_reference_after_eviction_and_wraparound(case):
     assert part.k.shape[2] == part.group.layout.budget
 
 
-# (head_dim, query heads per KV head, budget, SNAPSTREAM_GENERIC_KERNELS): every head_dim and
-# GQA group the decode kernel tiles differently, budgets that are and are not multiples of its
-# tiles (4 and 16 slots, chunks of 256 merged at the end), on its AVX-512 path (where the CPU has
-# it; never for head_dim 8) and its plain C++ one; test_slot_attention crosses them all
-HEAD_SHAPES = [(8, 4, 30, "0"), (8, 8, 64, "0"), (16, 2, 270, "1"), (16, 1, 48, "0"),
-               (64, 4, 30, "1"), (64, 8, 45, "1"), (64, 2, 256, "0"), (256, 4, 37, "0"),
-               (256, 1, 16, "1")]
+# (head_dim, query heads per KV head, budget, kernel cap): every head_dim and GQA group the
+# decode kernel tiles differently, budgets that are and are not multiples of its tiles (4 and 16
+# slots, chunks of 256 merged at the end), on the CPU's own path, the AVX2 one (where the CPU
+# has it) and the plain C++ one; test_slot_attention crosses them all
+HEAD_SHAPES = [(8, 4, 30, "native"), (8, 8, 64, "avx2"), (16, 2, 270, "generic"),
+               (16, 1, 48, "native"), (64, 4, 30, "generic"), (64, 8, 45, "avx2"),
+               (64, 2, 256, "native"), (256, 4, 37, "avx2"), (256, 1, 16, "generic")]
 SWEEP_STEPS = 4  # the prefill's logits and 3 decode steps
 
 
@@ -115,12 +115,12 @@ def policy_with_budget(kind: str, budget: int, steps: int) -> tuple[CachePolicy,
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16, torch.int8,
                                       torch.float8_e4m3fn])
 @pytest.mark.parametrize("kind", ["full", "streaming", "snapkv", "snapstream"])
-@pytest.mark.parametrize(("head_dim", "group", "budget", "generic"), HEAD_SHAPES)
-def test_decode_matches_reference_for_every_head_shape(monkeypatch, head_dim, group, budget,
-                                                       kind, kv_dtype, generic):
+@pytest.mark.parametrize(("head_dim", "group", "budget", "cap"), HEAD_SHAPES)
+def test_decode_matches_reference_for_every_head_shape(kernel_cap, head_dim, group, budget,
+                                                       kind, kv_dtype, cap):
     """Decode attends over exactly the kept set whatever the head shape and budget: a slot lost
     to a tile boundary or a query head mapped to another KV head moves the logits by ~0.1."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     config = tiny_config(num_heads=2 * group, num_kv_heads=2, head_dim=head_dim)
     engine = engine_for(random_model(config, seed=head_dim + group), kv_dtype=kv_dtype)
     policy, prompt_len = policy_with_budget(kind, budget, SWEEP_STEPS)

@@ -7,10 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from snapstream import fused_decode
 from snapstream.config import FULL, SLIDING
 from snapstream.decode import Decoder
-from snapstream.fused_decode import DECODE_LAYER_TAKES_QKV_BIAS, fused_layers, runs_fused
+from snapstream.fused_decode import fused_layers, runs_fused
 from snapstream.kvcache import BatchCache
 from snapstream.kvquant import as_bits
 from snapstream.policy import CachePolicy
@@ -52,8 +51,6 @@ def twin_decoders(engine, prompts: list[list[int]]) -> tuple[Decoder, Decoder, l
                                       torch.float32])
 @pytest.mark.parametrize("family", list(CONFIGS))
 def test_fused_step_equals_module_step(scheme, kv_dtype, family):
-    if family == "qwen2" and not DECODE_LAYER_TAKES_QKV_BIAS:
-        pytest.skip("decode_layer takes no QKV bias yet: layers with one run the modules")
     engine = quantized_engine(scheme, kv_dtype, family)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 200, (length,), generator=gen).tolist()
@@ -82,17 +79,13 @@ def test_only_quantized_layers_fuse():
     assert runs_fused(layers, GEMM_MIN_ROWS - 1) and not runs_fused(layers, GEMM_MIN_ROWS)
 
 
-def test_a_qkv_bias_is_the_ops_last_param(monkeypatch):
+def test_a_qkv_bias_goes_to_the_op_and_others_keep_the_modules():
     model = quantize_model(random_model(CONFIGS["qwen2"]()), QUANT_SCHEMES["int4"])
-    monkeypatch.setattr(fused_decode, "DECODE_LAYER_TAKES_QKV_BIAS", False)
-    assert fused_layers(model) is None  # the module path, bias included
-    monkeypatch.setattr(fused_decode, "DECODE_LAYER_TAKES_QKV_BIAS", True)
     layers = fused_layers(model)
-    assert {len(layer.params) for layer in layers} == {11}
+    assert {len(layer.params) for layer in layers} == {10}
     for layer, module in zip(layers, model.model.layers, strict=True):
-        assert layer.params[-1] is not None
-        assert torch.equal(layer.params[-1], module.self_attn.qkv_proj.bias)
-        assert layer.params[-1].dtype == torch.float32
+        assert torch.equal(layer.qkv_bias, module.self_attn.qkv_proj.bias)
+        assert layer.qkv_bias.dtype == torch.float32
     hidden = model.config.hidden_size
     model.model.layers[0].self_attn.o_proj.bias = nn.Parameter(torch.zeros(hidden))
     assert fused_layers(model) is None  # a bias the op does not take: modules

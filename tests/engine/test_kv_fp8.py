@@ -94,16 +94,16 @@ def fp8_case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: int
     return q, k_new, v_new, k, v, written, empty
 
 
-@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 loops where the CPU has them
+@pytest.mark.parametrize("cap", kernels.distinct_caps())  # each path the CPU has, to plain C++
 @pytest.mark.parametrize("slots", [3, 30, 270])  # against tiles of 4, 16 and 256 slots
 @pytest.mark.parametrize("group", [1, 3, 8])  # query heads per KV head
 @pytest.mark.parametrize("dim", [8, 64, 256])
-def test_kernel_fp8_path_matches_reference_for_every_tiling(monkeypatch, dim, group, slots,
-                                                            generic):
+def test_kernel_fp8_path_matches_reference_for_every_tiling(kernel_cap, dim, group, slots,
+                                                            cap):
     """The kernel writes the step's rows byte for byte as torch rounds them (values past 448
     saturate) and widens every byte exactly: a wrongly placed exponent or sign bit, or a
     subnormal read as a normal, is off by far more than float32 rounding."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     q, k_new, v_new, k, v, written, empty = fp8_case(2, 2 * group, 2, slots, dim,
                                                      seed=dim + slots + group)
     want, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)

@@ -55,13 +55,13 @@ def rows_with_ties(dim: int, dtype: torch.dtype) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 rows where the CPU has them
+@pytest.mark.parametrize("cap", kernels.distinct_caps())  # each path the CPU has, to plain C++
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("dim", [1, 8, 15, 16, 20, 64, 100, 256])  # tails of 16 lanes
-def test_the_cpu_rows_are_the_torch_formulas_bytes(monkeypatch, dim, dtype, generic):
+def test_the_cpu_rows_are_the_torch_formulas_bytes(kernel_cap, dim, dtype, cap):
     """The CPU op (one pass per row, shared with the decode kernel's writes) gives the bytes of
     the torch formula used off the CPU: the same scale, the same ties rounded to even."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     x = rows_with_ties(dim, dtype)
     got = torch.ops.snapstream.int8_rows(x)
     assert got.shape == (40, dim + SCALE_BYTES) and got.dtype == torch.int8
@@ -94,16 +94,16 @@ def int8_case(batch: int, num_heads: int, num_kv_heads: int, slots: int, dim: in
     return q, k_new, v_new, k, v, written, empty
 
 
-@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 loops where the CPU has them
+@pytest.mark.parametrize("cap", kernels.distinct_caps())  # each path the CPU has, to plain C++
 @pytest.mark.parametrize("slots", [3, 30, 64, 270, 512])  # against tiles of 4, 16 and 256 slots
 @pytest.mark.parametrize("group", [1, 2, 4, 8])  # query heads per KV head
 @pytest.mark.parametrize("dim", [8, 16, 64, 256])
-def test_kernel_int8_path_matches_reference_for_every_tiling(monkeypatch, dim, group, slots,
-                                                             generic):
+def test_kernel_int8_path_matches_reference_for_every_tiling(kernel_cap, dim, group, slots,
+                                                             cap):
     """The kernel writes the step's rows byte for byte as kvquant quantizes them and attends
     over the dequantized cache within float32 rounding: a scale applied to the wrong slot, or
     a row read at the float stride, is off by far more than 1e-5."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     q, k_new, v_new, k, v, written, empty = int8_case(2, 2 * group, 2, slots, dim,
                                                       seed=dim + slots + group)
     want, k_after, v_after = expected_after_write(q, k_new, v_new, k, v, written, empty)

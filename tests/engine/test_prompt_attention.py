@@ -101,8 +101,8 @@ def test_the_bfloat16_kernel_is_as_close_as_torchs_sdpa():
     assert float(ours.max()) <= 1.5 * float(sdpa.max())
 
 
-def test_bfloat16_is_covered_exactly_on_cpus_with_avx512_bf16_and_no_amx(monkeypatch):
-    monkeypatch.delenv("SNAPSTREAM_GENERIC_KERNELS", raising=False)
+def test_bfloat16_is_covered_exactly_on_cpus_with_avx512_bf16_and_no_amx(kernel_cap):
+    kernel_cap("native")
     flags = cpu_flags()
     expected = "avx512_bf16" in flags and "amx_bf16" not in flags
     assert kernels.prompt_attention_covers(torch.empty(1, 9, 10, 64, dtype=torch.bfloat16)) \
@@ -170,14 +170,14 @@ def test_strided_views_read_as_their_values(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("generic", ["0", "1"], ids=["as_the_cpu_allows", "generic"])
+@pytest.mark.parametrize("cap", kernels.distinct_caps())
 @pytest.mark.parametrize(("window", "span"), [(None, None), (100, None), (64, 1000)],
                          ids=["causal", "window", "window_kept_positions"])
-def test_causal_attention_matches_the_reference_on_either_path(monkeypatch, generic, window,
-                                                               span, dtype):
-    """The kernel where it covers, torch's SDPA (a window block by block) with
-    SNAPSTREAM_GENERIC_KERNELS=1 or on CPUs it does not cover."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+def test_causal_attention_matches_the_reference_on_either_path(kernel_cap, cap, window, span,
+                                                               dtype):
+    """The kernel where it covers, torch's SDPA (a window block by block) under the generic
+    cap or on CPUs it does not cover."""
+    kernel_cap(cap)
     q, k, v = case(1, 9, 3, 400, 64, seed=4, dtype=dtype)
     positions = None if span is None else kept_positions(400, span, seed=1)
     out, expected = causal_attention(q, k, v, window, positions), reference(q, k, v, window,
@@ -199,8 +199,8 @@ def test_what_the_kernel_does_not_cover_runs_torchs_sdpa(dim, dtype):
         kernels.prompt_attention(q, k, v)
 
 
-def test_the_generic_kernels_request_turns_the_kernel_off(monkeypatch):
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
+def test_the_generic_cap_turns_the_kernel_off(kernel_cap):
+    kernel_cap("generic")
     for dtype in (torch.float32, torch.bfloat16):
         assert not kernels.prompt_attention_covers(torch.empty(1, 9, 10, 64, dtype=dtype))
 

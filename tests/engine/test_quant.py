@@ -17,6 +17,7 @@ from kvstore.codec import decode_blob, encode_blob
 from kvstore.seal import ClusterSecret, Seal
 from serving.settings import add_dtype_setting
 from serving.worker import blob_spec
+from snapstream import kernels
 from snapstream.cpu import MATMUL_DTYPE_ENV, matmul_dtype_name
 from snapstream.engine import Engine
 from snapstream.fingerprint import model_fingerprint
@@ -120,7 +121,7 @@ def test_the_packed_gemm_weight_multiplies_as_the_plain_one(monkeypatch, layer_t
     monkeypatch.setenv(MATMUL_DTYPE_ENV, "bfloat16")
     layer = layer_type.from_linear(spread_linear(48, 96, bias=True))
     x = torch.randn(2, GEMM_MIN_ROWS, 96).bfloat16()
-    assert layer.gemm_weight.is_mkldnn
+    assert layer.gemm_weight.is_mkldnn == torch.ops.mkldnn._is_mkldnn_bf16_supported()
     plain = layer.dequantized().bfloat16()  # (N, K)
     want = F.linear(x, plain) + layer.bias.bfloat16()
     assert torch.equal(layer(x), want)
@@ -336,19 +337,18 @@ def activation_codes(x: torch.Tensor, group: int, limit: int = 127) -> torch.Ten
     return (codes * (amax / limit)).view_as(x.float())
 
 
-# the CPU's best kernels, plain C++, plain AVX-512 (where the CPU has it)
-@pytest.mark.parametrize("generic", ["0", "1", "avx512"])
+@pytest.mark.parametrize("cap", kernels.distinct_caps())
 @pytest.mark.parametrize("grouping", GROUPINGS)
 @pytest.mark.parametrize("n", [24, 50, 64])  # outputs filling part of the last block of 16
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 17, 33])  # tiles of 8 (16 on AMX), passes of 32
-def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, generic,
+def test_quantized_kernels_compute_x_times_the_dequantized_weight(kernel_cap, cap,
                                                                   grouping, n, rows):
     """int8: x's 8-bit codes (per sub-group of up to 32 inputs) @ the float32 weight; int4: x
     (rounded to bfloat16), or where its kernel reads codes (AVX-512 without BF16 or AMX) x's
     15-bit codes, @ the float32 weight; all up to float32 rounding (a weight off by one int4
     step, a swapped pair, a wrong scale, unscaled codes or a code byte lost are off by
     >1e-3)."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     bits, group, offsets, half = grouping
     codes = grouped_codes(n, 96, bits, group, offsets, half, seed=n)
     layer = QUANTIZED_LINEARS[bits](codes)
@@ -374,28 +374,49 @@ def test_quantized_kernels_compute_x_times_the_dequantized_weight(monkeypatch, g
     assert rel_error(got, want) < 1e-4
 
 
-@pytest.mark.parametrize("fast", ["0", "avx512"])
-def test_int8_kernel_paths_agree_bit_for_bit(monkeypatch, fast):
-    """The generic int8 loop and the plain AVX-512 kernel do the VNNI kernel's integer sums and
-    float operations in the same order: the same floats, so a stream moved between CPUs keeps
-    its tokens."""
+@pytest.mark.parametrize("cap", kernels.distinct_caps())
+def test_int8_kernel_paths_agree_bit_for_bit(kernel_cap, cap):
+    """Every int8 path (VNNI, plain AVX-512, AVX2 and the generic loop) does the same integer
+    sums and float operations in the same order: the same floats, so a stream moved between
+    CPUs keeps its tokens."""
     codes = grouped_codes(50, 192, 8, 64, offsets=True, half=False, seed=3)
     layer = Int8Linear(codes)
     x = torch.randn(9, 192, dtype=torch.bfloat16)
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", fast)
+    kernel_cap(cap)
     got = layer.kernel(x)
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", "1")
+    kernel_cap("generic")
     assert torch.equal(layer.kernel(x), got)
 
 
-@pytest.mark.parametrize("generic", ["0", "avx512"])
+@pytest.mark.parametrize("grouping", [g for g in GROUPINGS if g[0] == 4])
+def test_int4_code_kernels_agree_bit_for_bit(kernel_cap, grouping):
+    """The int4 kernels that read x's 15-bit codes (plain AVX-512, AVX2) do the same integer
+    sums and float operations: the same floats on either kind of CPU."""
+    readers = []
+    for cap in kernels.distinct_caps():
+        kernel_cap(cap)
+        if torch.ops.snapstream.int4_matmul_reads_codes(grouping[1]):
+            readers.append(cap)
+    if len(readers) < 2:
+        pytest.skip(f"one int4 kernel on this CPU reads codes ({readers})")
+    bits, group, offsets, half = grouping
+    layer = Int4Linear(grouped_codes(40, 192, bits, group, offsets, half, seed=5))
+    x = torch.randn(6, 192, dtype=torch.bfloat16)
+    outputs = []
+    for cap in readers:
+        kernel_cap(cap)
+        outputs.append(layer.kernel(x))
+    assert all(torch.equal(out, outputs[0]) for out in outputs[1:])
+
+
+@pytest.mark.parametrize("cap", kernels.distinct_caps())
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_int4_kernel_sums_the_largest_codes_exactly(monkeypatch, generic, sign):
+def test_int4_kernel_sums_the_largest_codes_exactly(kernel_cap, cap, sign):
     """Codes 15 times inputs of one magnitude (codes +-16383, high bytes 127 or -128): the int4
     kernels' sums at their largest (a kernel reading codes adds 16 products of up to 15 * 128 =
     1,920 in a 16-bit lane before widening it, 30,720 < 2^15; a wrapped sum would be off by
     2^16)."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     k = 128
     codes = GroupedCodes(torch.full((16, k), 15, dtype=torch.uint8), torch.ones(16, k // 32),
                          None, 4)
@@ -445,12 +466,12 @@ def test_quantized_kernels_have_shapes_for_torch_compile(layer_type):
     assert out.shape == (3, 40) and out.dtype == torch.float32
 
 
-@pytest.mark.parametrize("generic", ["0", "1", "avx512"])
+@pytest.mark.parametrize("cap", kernels.distinct_caps())
 @pytest.mark.parametrize("layer_type", [Int8Linear, Int4Linear])
-def test_a_rows_result_does_not_depend_on_its_batch(monkeypatch, generic, layer_type):
+def test_a_rows_result_does_not_depend_on_its_batch(kernel_cap, cap, layer_type):
     """Bit for bit: a decode row gets the same logits alone or among 16 others (register tiles
     of 8 rows and a remainder), so a stream resumed on another worker stays token-identical."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     layer = layer_type.from_linear(spread_linear(48, 96))
     x = torch.randn(17, 96, dtype=torch.bfloat16)
     together = layer.kernel(x)

@@ -1,6 +1,6 @@
 """The row-wise ops of the prompt and decode forwards (snapstream.kernels): RMSNorm, RoPE and the
-gated MLP's act(gate) * up, in float32 and bfloat16, on the CPU's AVX-512 path and on the plain
-C++ one (SNAPSTREAM_GENERIC_KERNELS=1), against float64 references or torch's own ops."""
+gated MLP's act(gate) * up, in float32 and bfloat16, on each instruction set the CPU has down to
+the plain C++ path (kernels.distinct_caps()), against float64 references or torch's own ops."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from snapstream import kernels
 from snapstream.rope import apply_rotary
 
-PATHS = ["0", "1"]  # SNAPSTREAM_GENERIC_KERNELS: the CPU's own path, the plain C++ one
+CAPS = kernels.distinct_caps()
 REFERENCES = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
 # every row holds a tail shorter than a 16-lane vector except the first shape's
 SHAPES = [(2, 4, 64), (3, 70, 37), (5,), (1, 1, 1536)]
@@ -23,11 +23,11 @@ def tolerance(dtype: torch.dtype) -> float:
     return 1e-5 if dtype == torch.float32 else 1e-2  # the output's own rounding
 
 
-@pytest.mark.parametrize("generic", PATHS)
+@pytest.mark.parametrize("cap", CAPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_rms_norm_matches_torch(dtype, shape, generic, monkeypatch):
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+def test_rms_norm_matches_torch(dtype, shape, cap, kernel_cap):
+    kernel_cap(cap)
     generator = torch.Generator().manual_seed(0)
     x = (torch.randn(shape, generator=generator) * 3).to(dtype)
     weight = torch.randn(shape[-1], generator=generator).to(dtype)
@@ -49,12 +49,12 @@ def gated_reference(x: torch.Tensor, activation: str) -> torch.Tensor:
     return REFERENCES[activation](gate) * up
 
 
-@pytest.mark.parametrize("generic", PATHS)
+@pytest.mark.parametrize("cap", CAPS)
 @pytest.mark.parametrize("activation", list(REFERENCES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_gated_activation_matches_float64(shape, dtype, activation, generic, monkeypatch):
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+def test_gated_activation_matches_float64(shape, dtype, activation, cap, kernel_cap):
+    kernel_cap(cap)
     x = gate_up(shape, dtype)
     got = kernels.gated_activation(x, activation)
     assert got.dtype == dtype and got.shape == (*shape[:-1], shape[-1])
@@ -75,12 +75,12 @@ def test_bfloat16_is_rounded_once(activation):
     assert ours.mean() < theirs.mean()
 
 
-@pytest.mark.parametrize("generic", PATHS)
+@pytest.mark.parametrize("cap", CAPS)
 @pytest.mark.parametrize("activation", list(REFERENCES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gated_activation_keeps_torchs_values_at_the_extremes(dtype, activation, generic,
-                                                              monkeypatch):
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+def test_gated_activation_keeps_torchs_values_at_the_extremes(dtype, activation, cap,
+                                                              kernel_cap):
+    kernel_cap(cap)
     gates = torch.tensor([-float("inf"), -1e30, -200.0, -90.0, -20.0, -1e-3, 0.0, 1e-3, 20.0,
                           90.0, 200.0, 1e30, float("inf"), float("nan"), -0.0, 3.0, 5.5])
     x = torch.cat([gates, torch.ones_like(gates)]).to(dtype)
@@ -115,14 +115,14 @@ def heads_of_a_projection(batch: int, tokens: int, dim: int, dtype: torch.dtype,
     return qkv[:, :, :3], angles.cos(), angles.sin()
 
 
-@pytest.mark.parametrize("generic", PATHS)
+@pytest.mark.parametrize("cap", CAPS)
 @pytest.mark.parametrize("factor", [1.0, 0.37])
 @pytest.mark.parametrize("dim", [2, 8, 20, 64, 256])  # halves with and without a lane tail
-def test_float32_rotary_is_torchs_bit_for_bit(dim, factor, generic, monkeypatch):
+def test_float32_rotary_is_torchs_bit_for_bit(dim, factor, cap, kernel_cap):
     """float32 heads come out as rope.apply_rotary's products and sum (each rounded, none
     fused) times the query factor: the decode step's module path and decode_layer.cpp agree
     bit for bit only so."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     x, cos, sin = heads_of_a_projection(2, 19, dim, torch.float32)
     x[:, ::3, :, ::2] = 0.0  # zeros (+0 and -0 from the products): their signs compared too
     x[:, 1::3, :, 1::2] = -0.0
@@ -134,10 +134,10 @@ def test_float32_rotary_is_torchs_bit_for_bit(dim, factor, generic, monkeypatch)
     assert torch.equal(got.transpose(1, 2).view(torch.int32), want.view(torch.int32))
 
 
-@pytest.mark.parametrize("generic", PATHS)
-def test_bfloat16_rotary_is_rounded_once(generic, monkeypatch):
+@pytest.mark.parametrize("cap", CAPS)
+def test_bfloat16_rotary_is_rounded_once(cap, kernel_cap):
     """bfloat16 heads: the float32 rotation of the same values, rounded once at the end."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     x, cos, sin = heads_of_a_projection(1, 33, 64, torch.bfloat16, seed=1)
     got = kernels.rotary(x, cos, sin, 0.5)
     want = apply_rotary(x.transpose(1, 2).float(), cos, sin) * 0.5

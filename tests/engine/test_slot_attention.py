@@ -82,16 +82,16 @@ def test_float32_cache_writes_then_matches_reference(attend, batch, num_heads, n
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("generic", ["0", "1"])  # the AVX-512 loops where the CPU has them
+@pytest.mark.parametrize("cap", kernels.distinct_caps())  # each path the CPU has, to plain C++
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("slots", [3, 30, 64, 270, 512])  # against tiles of 4, 16 and 256 slots
 @pytest.mark.parametrize("group", [1, 2, 4, 8])  # query heads per KV head
 @pytest.mark.parametrize("dim", [8, 16, 64, 256])
-def test_kernel_matches_reference_for_every_tiling(monkeypatch, dim, group, slots, dtype,
-                                                   generic):
+def test_kernel_matches_reference_for_every_tiling(kernel_cap, dim, group, slots, dtype,
+                                                   cap):
     """Every head dimension, GQA group and number of slots, either code path: a score written
     past its query head's row or a slot dropped at a tile's edge is off by far more than 1e-5."""
-    monkeypatch.setenv("SNAPSTREAM_GENERIC_KERNELS", generic)
+    kernel_cap(cap)
     q, k_new, v_new, k, v, written, empty = case(2, 2 * group, 2, slots, dim=dim,
                                                  seed=dim + slots, dtype=dtype)
     want, _, _ = expected(q, k_new, v_new, k, v, written, empty)
