@@ -2,8 +2,8 @@
 // repeating K/V (a KV head's query heads are rows of one pass), online softmax in base 2;
 // optionally within a sliding window of positions (Gemma 3's local layers), the tokens'
 // positions given when they are not 0..T-1. Two element types, one algorithm:
-// - float32 (the prompt's dtype where there is no bfloat16 hardware) on CPUs with AVX-512F:
-//   scores and P V by FMAs;
+// - float32 (the prompt's dtype where there is no bfloat16 hardware) on CPUs with AVX-512F, and
+//   with AVX2 (its 8-lane tiles in prompt_attention_avx2.cpp): scores and P V by FMAs;
 // - bfloat16 on CPUs with AVX512-BF16 but no AMX: scores and P V by vdpbf16ps (pairs of
 //   dimensions, pairs of keys; float32 sums), the probabilities rounded to bfloat16 for P V as
 //   torch's flash SDPA does, their 2^x by a degree-3 polynomial (relative error < 7.7e-5, well
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "isa.h"
+#include "prompt_attention.h"
 #include "vector_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -50,10 +51,11 @@
 
 namespace {
 
-constexpr int kRows = 6;              // query rows per register tile
-constexpr int64_t kPanel = 64;        // keys per register tile (4 vectors)
-constexpr int64_t kKeyBlock = 256;    // keys per softmax step
-constexpr int64_t kPositions = 32;    // query positions per work item
+using snapstream::prompt::kKeyBlock;
+using snapstream::prompt::kPanel;  // keys per AVX-512 register tile (4 vectors) and K^T panel
+using snapstream::prompt::kPositions;
+using snapstream::prompt::kRows;
+using snapstream::prompt::TileKernels;
 
 #if SNAPSTREAM_PROMPT_AVX512
 
@@ -242,13 +244,6 @@ KERNEL void tile_step(const E* q, const E* kt_panels, const E* v, int64_t key0, 
   values_tile<ROWS>(p, kKeyBlock, v + key0 * dim, n, dim, o, dim);
 }
 
-template <typename E>
-using TileStep = void (*)(const E*, const E*, const E*, int64_t, int64_t, int64_t, float,
-                          const int64_t*, const int64_t*, float*, E*, float*, float*, float*);
-template <typename E>
-constexpr TileStep<E> kTileSteps[kRows] = {tile_step<E, 1>, tile_step<E, 2>, tile_step<E, 3>,
-                                           tile_step<E, 4>, tile_step<E, 5>, tile_step<E, 6>};
-
 // dst[:D] = o[:D] * inv in the output's element type (D a multiple of 16).
 KERNEL inline void store_row(float* dst, const float* o, float inv, int64_t dim) {
   const __m512 f = _mm512_set1_ps(inv);
@@ -259,6 +254,15 @@ KERNEL inline void store_row(bf16* dst, const float* o, float inv, int64_t dim) 
   const __m512 f = _mm512_set1_ps(inv);
   for (int64_t d = 0; d < dim; d += 16)
     store16(dst + d, _mm512_mul_ps(f, _mm512_loadu_ps(o + d)));
+}
+
+template <typename E>
+const TileKernels<E>& avx512_kernels() {
+  static const TileKernels<E> kernels = {
+      {tile_step<E, 1>, tile_step<E, 2>, tile_step<E, 3>, tile_step<E, 4>, tile_step<E, 5>,
+       tile_step<E, 6>},
+      store_row};
+  return kernels;
 }
 
 // Per query index, the first key index it sees: 0 without a window, else the first key whose
@@ -320,10 +324,10 @@ std::pair<at::Tensor, at::Tensor> pack_keys_values(const at::Tensor& k, const at
 }
 
 // q (B, Hq, T, D), k, v (B, Hkv, T, D) of element type E, D a multiple of 64 -> out (B, Hq, T,
-// D); window 0: none.
+// D) through an instruction set's tile kernels; window 0: none.
 template <typename E>
 void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
-            const int64_t* positions, at::Tensor& out) {
+            const int64_t* positions, const TileKernels<E>& kernels, at::Tensor& out) {
   const int64_t batch = q.size(0), q_heads = q.size(1), tokens = q.size(2), dim = q.size(3);
   const int64_t kv_heads = k.size(1), group = q_heads / kv_heads, heads = batch * kv_heads;
   const int64_t panels = (tokens + kPanel - 1) / kPanel;
@@ -368,14 +372,15 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
           const int64_t last = row_last[r0 + rows_here - 1];
           if (last < key0 || row_first[r0] >= key0 + kKeyBlock) continue;  // nothing visible
           const int64_t n = std::min(kKeyBlock, last + 1 - key0);
-          kTileSteps<E>[rows_here - 1](q_rows + r0 * dim, kt_head, v_head, key0, n, dim, scale,
+          kernels.steps[rows_here - 1](q_rows + r0 * dim, kt_head, v_head, key0, n, dim, scale,
                                        &row_first[r0], &row_last[r0], s.data(), p.data(),
                                        &o[r0 * dim], &m[r0], &l[r0]);
         }
       }
       for (int64_t r = 0; r < n_rows; ++r)  // row (position, g) -> out[b, h*G + g, position]
-        store_row(out_ptr + ((head * group + r % group) * tokens + p0 + r / group) * dim,
-                  &o[r * dim], 1.f / l[r], dim);
+        kernels.store_row(
+            out_ptr + ((head * group + r % group) * tokens + p0 + r / group) * dim, &o[r * dim],
+            1.f / l[r], dim);
     }
   }
 }
@@ -387,12 +392,12 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
 namespace snapstream {
 
 // Whether prompt_attention computes for q (B, Hq, T, D): on the CPU, D a multiple of 64, and
-// float32 on a CPU with AVX-512 or bfloat16 on one with AVX512-BF16 and no AMX (under the cap,
-// isa.h).
+// float32 on a CPU with AVX-512 or AVX2, or bfloat16 on one with AVX512-BF16 and no AMX (under
+// the cap, isa.h).
 bool prompt_attention_covers(const at::Tensor& q) {
 #if SNAPSTREAM_PROMPT_AVX512
   const Isa usable = isa();
-  const bool dtype = (q.scalar_type() == at::kFloat && usable.avx512) ||
+  const bool dtype = (q.scalar_type() == at::kFloat && (usable.avx512 || usable.avx2)) ||
                      (q.scalar_type() == at::kBFloat16 && usable.avx512_bf16 && !usable.amx);
   return dtype && q.device().is_cpu() && q.dim() == 4 && q.size(3) % 64 == 0 && q.size(3) > 0;
 #else
@@ -402,7 +407,8 @@ bool prompt_attention_covers(const at::Tensor& q) {
 
 std::string prompt_attention_path(at::ScalarType dtype) {
   if (!prompt_attention_covers(at::empty({1, 1, 1, 64}, at::dtype(dtype)))) return "torch-sdpa";
-  return dtype == at::kBFloat16 ? "avx512-bf16" : "avx512";
+  if (dtype == at::kBFloat16) return "avx512-bf16";
+  return isa().avx512 ? "avx512" : "avx2";
 }
 
 // q (B, Hq, T, D), k, v (B, Hkv, T, D) float32 or bfloat16, Hq a multiple of Hkv -> (B, Hq,
@@ -412,9 +418,9 @@ std::string prompt_attention_path(at::ScalarType dtype) {
 at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t window, const std::optional<at::Tensor>& positions) {
   TORCH_CHECK(prompt_attention_covers(q),
-              "prompt_attention: wants float32 q on an AVX-512 CPU, or bfloat16 on one with "
-              "AVX512-BF16 and no AMX, with D a multiple of 64 (prompt_attention_covers); use "
-              "torch's SDPA otherwise");
+              "prompt_attention: wants float32 q on an AVX-512 or AVX2 CPU, or bfloat16 on one "
+              "with AVX512-BF16 and no AMX, with D a multiple of 64 (prompt_attention_covers); "
+              "use torch's SDPA otherwise");
   TORCH_CHECK(k.dim() == 4 && v.sizes() == k.sizes(),
               "prompt_attention: want q (B, Hq, T, D), k and v (B, Hkv, T, D)");
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
@@ -434,10 +440,12 @@ at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::
   if (q.numel() == 0) return out;
 #if SNAPSTREAM_PROMPT_AVX512
   const int64_t* pos_ptr = pos.defined() ? pos.data_ptr<int64_t>() : nullptr;
-  if (q.scalar_type() == at::kFloat)
-    attend<float>(q, k, v, window, pos_ptr, out);
+  if (q.scalar_type() == at::kBFloat16)
+    attend<bf16>(q, k, v, window, pos_ptr, avx512_kernels<bf16>(), out);
+  else if (isa().avx512)
+    attend<float>(q, k, v, window, pos_ptr, avx512_kernels<float>(), out);
   else
-    attend<bf16>(q, k, v, window, pos_ptr, out);
+    attend<float>(q, k, v, window, pos_ptr, snapstream::prompt::avx2_float_kernels(), out);
 #endif
   return out;
 }
