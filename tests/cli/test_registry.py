@@ -8,6 +8,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,7 @@ LEAVES = dict(_leaves(COMMANDS))
 def test_every_command_module_defines_register_and_run(words):
     spec = importlib.util.find_spec(LEAVES[words].module)  # finds, does not import
     assert spec is not None and spec.origin, words
-    tree = ast.parse(open(spec.origin).read())
+    tree = ast.parse(Path(spec.origin).read_text())
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     assert {"register", "run"} <= defined, f"{spec.origin}: define register(parser) and run(args)"
 
