@@ -5,9 +5,10 @@ only: nothing runs, so commands that need a cluster, a model or hours are checke
 A command is the word ``snapstream`` (or a path ending in it: ``.venv/bin/snapstream``) followed
 by a registered command, found in fenced code blocks (continued lines joined; it ends at a shell
 operator or a comment) and in inline code spans (which may wrap over lines). A span that only
-names a command (``snapstream bench``) must name one of the registry. A word the shell expands
-(``$2``, ``${1%%-*}``) is checked by the name of its option alone. A command holding ``...`` or
-``…`` is a placeholder and is not checked: write commands in full instead.
+names a command (``snapstream bench``, ``snapstream models pull``) must name one the parser
+has. A word the shell expands (``$2``, ``${1%%-*}``) is checked by the name of its option
+alone. A command holding ``...`` or ``…`` is a placeholder, which a test of its own refuses:
+write commands in full.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import COMMANDS, CliError, Command, Group, build_parser
+from cli.main import COMMANDS, CliError, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
-# `snapstream` in command position (start, after whitespace, a shell operator or a backtick)
+# `snapstream` in command position (at the start, after whitespace or a shell operator)
 # followed by a registered command; a path before it (.venv/bin/) is part of the word
 START = re.compile(r"(?:^|(?<=[\s;&|(]))(?:[\w./-]*/)?snapstream\s+(?=(?:"
                    + "|".join(map(re.escape, COMMANDS)) + r")(?:\s|$))")
@@ -127,22 +128,29 @@ COMMANDS_IN_DOCS = [command for path in DOCS for command in _commands_in(path)]
 
 
 def _names_a_command(words: tuple[str, ...]) -> bool:
-    """``words`` are a path of the registry alone (``bench``, ``bench kv``, ``up``)."""
-    entries: dict[str, Command | Group] | None = COMMANDS
+    """``words`` only name a command or a group of them (``bench``, ``bench kv``, ``models
+    pull``): each is a subcommand of the one before."""
+    if not words or any(word.startswith("-") for word in words):
+        return False
+    parser = build_parser(list(words))
     for word in words:
-        if entries is None or word not in entries:
+        choices = _subcommands(parser)
+        if word not in choices:
             return False
-        entry = entries[word]
-        entries = entry.commands if isinstance(entry, Group) else None
+        parser = choices[word]
     return True
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next((action.choices for action in parser._actions
+                 if isinstance(action, argparse._SubParsersAction)), {})
 
 
 def _leaf_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser:
     """The parser of the (sub)command ``words`` choose."""
     for word in words:
-        choices = next((action.choices for action in parser._actions
-                        if isinstance(action, argparse._SubParsersAction)), None)
-        if not choices or word not in choices:
+        choices = _subcommands(parser)
+        if word not in choices:
             break
         parser = choices[word]
     return parser
