@@ -75,6 +75,8 @@ COMMANDS: dict[str, Command | Group] = {
     }),
     "eval": Command("evaluation.cli", "retrieval accuracy per cache policy and budget"),
     "models": Command("cli.models", "the named models: list them, pull (install) one"),
+    "info": Command("cli.info", "this machine: CPU features, the path each kernel takes, dtypes "
+                    "and threads"),
 }
 
 
