@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, Info
 
 log = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -61,6 +61,9 @@ MEMORY = Gauge("snapstream_memory_bytes",
                "A model worker's memory by component (limit, weights, gemm_weights, held, "
                "activations_at_max_prompt) and the longest prompt it admits "
                "(max_prompt_tokens, in tokens), as measured once it is warm", ["component"])
+MACHINE = Info("snapstream_machine",
+               "A model worker's machine: CPU model and features, the kernels' cap and each "
+               "kernel's path, dtypes and threads (snapstream info)")
 FAILOVERS = Counter("snapstream_decode_failovers_total", "Decode streams resumed elsewhere")
 SHARE_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
 DRAFT_TIME = Histogram("snapstream_speculative_draft_seconds",
@@ -91,3 +94,10 @@ def report_memory(report: dict[str, int]) -> None:
         f"{name} {value:,}" for name, value in report.items()))
     for name, value in report.items():
         MEMORY.labels(name).set(value)
+
+
+def report_machine(labels: dict[str, str]) -> None:
+    """A model worker's machine (``snapstream.machine.Machine.labels``), into the log and the
+    ``snapstream_machine_info`` metric."""
+    log.info("machine: %s", "; ".join(f"{name} {value}" for name, value in labels.items()))
+    MACHINE.info(labels)

@@ -13,8 +13,10 @@ from pathlib import Path
 from kvstore import BlobStore, open_store
 from kvstore.codec import BlobSpec
 from kvstore.seal import ClusterSecret
+from serving.metrics import report_machine
 from serving.server import StartupError
 from snapstream.engine import Engine
+from snapstream.machine import this_machine
 
 SECRET_ENV = "SNAPSTREAM_CLUSTER_SECRET"
 
@@ -62,6 +64,7 @@ async def open_worker(args: argparse.Namespace) -> WorkerResources:
     secret = cluster_secret(args.cluster_secret_file)
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
                                     kv_dtype=args.kv_dtype)
+    report_machine(this_machine().labels())
     try:
         store = await open_store(args.store)
     except ValueError as exc:  # a URL or a store configuration it cannot serve

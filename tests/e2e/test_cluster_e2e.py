@@ -128,6 +128,12 @@ def test_every_service_exports_prometheus_metrics(cluster):
         assert "snapstream_" in text, name
     router_text = urllib.request.urlopen(services["router"], timeout=5).read().decode()
     assert "snapstream_time_to_first_token_seconds_bucket" in router_text
+    from snapstream.kernels import kernel_paths
+
+    for name in ("prefill", "decode-0"):  # the model workers say what their machine runs
+        text = urllib.request.urlopen(services[name], timeout=5).read().decode()
+        (line,) = [row for row in text.splitlines() if row.startswith("snapstream_machine_info")]
+        assert f'int4_matmul="{kernel_paths()["int4_matmul"]}"' in line and "cpu=" in line
 
 
 async def test_router_serves_reflection(cluster):
