@@ -14,7 +14,8 @@
 // over every thread (flash-decoding); each chunk keeps its own max, sum and weighted values,
 // merged per (row, KV head) at the end. Inner loops are plain C++ that the compiler vectorizes,
 // compiled for AVX2 + FMA and for the baseline (isa.h); where the CPU has AVX-512 (under the
-// cap), head dimensions that are multiples of 16 take explicit AVX-512 loops instead.
+// cap), head dimensions that are multiples of 16 take explicit AVX-512 loops instead, and where
+// it has AVX2, multiples of 8 take explicit AVX2 ones (slot_attention_avx2.cpp).
 
 #include <torch/extension.h>
 
@@ -35,63 +36,21 @@
 #include "isa.h"
 #include "int8_rows.h"
 #include "ops.h"
+#include "slot_attention.h"
 
 namespace {
 
-constexpr int64_t kChunk = 256;   // slots per work item
-constexpr int64_t kMaxGroup = 16; // query heads per KV head
-constexpr int64_t kMaxDim = 256;  // head dimension
+constexpr int64_t kChunk = 256;  // slots per work item
 
-inline float to_float(float x) { return x; }
-inline float to_float(int8_t x) { return static_cast<float>(x); }
-inline float to_float(c10::Float8_e4m3fn x) { return static_cast<float>(x); }
-inline float to_float(c10::BFloat16 x) {
-  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
-constexpr int64_t kScaleBytes = 4;  // an int8 row's float32 scale, after its codes
-
-template <typename KV>
-constexpr bool is_quantized() { return std::is_same_v<KV, int8_t>; }
-
-// Elements between one slot's row and the next: D, or D + 4 for int8.
-template <typename KV>
-inline int64_t row_stride(int64_t dim) { return is_quantized<KV>() ? dim + kScaleBytes : dim; }
-
-// The float32 scale of a row of D codes (1 for a float row).
-template <typename KV>
-inline float row_scale(const KV* row, int64_t dim) {
-  if constexpr (is_quantized<KV>()) {
-    float scale;
-    std::memcpy(&scale, row + dim, sizeof(scale));
-    return scale;
-  } else {
-    return 1.f;
-  }
-}
-
-// e^x for x <= 0 (a probability against its row's max), vectorizable: x = n ln2 + r with
-// |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial (relative error < 2e-7), 2^n written into
-// the exponent bits. Below -87 (and for -inf) it gives 0.
-inline float exp_nonpositive(float x) {
-  const float clamped = std::max(x, -87.f);
-  const float n = std::floor(clamped * 1.44269504f + 0.5f);
-  const float r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;  // Cody-Waite ln2
-  float p = 1.f / 720;
-  p = p * r + 1.f / 120;
-  p = p * r + 1.f / 24;
-  p = p * r + 1.f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return x < -87.f ? 0.f : p * scale;
-}
+// the cache's rows (slot_attention.h)
+using snapstream::slots::exp_nonpositive;
+using snapstream::slots::is_quantized;
+using snapstream::slots::kMaxDim;
+using snapstream::slots::kMaxGroup;
+using snapstream::slots::kScaleBytes;
+using snapstream::slots::row_scale;
+using snapstream::slots::row_stride;
+using snapstream::slots::to_float;
 
 // One chunk of one KV head: scores of its G queries against slots [begin, end), then
 // probabilities relative to the chunk's own max and their weighted sum of values.
@@ -224,8 +183,8 @@ __attribute__((target("avx512f"))) void scores_avx512(const float* q, const KV* 
                                                  scores);
 }
 
-// exp_nonpositive on 16 lanes, the same operations in the same order (the scalar code's
-// multiply-adds are contracted to FMAs too).
+// exp_nonpositive on 16 lanes, the same operations in the same order but for its multiply-adds,
+// fused here.
 __attribute__((target("avx512f"))) inline __m512 exp16_nonpositive(__m512 x) {
   const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
   const __m512 n = _mm512_roundscale_ps(
@@ -427,8 +386,8 @@ SNAPSTREAM_INLINE void attend_chunk_plain(const float* q, const KV* k, const KV*
 }
 
 // The kernel paths of one chunk: explicit AVX-512 loops (head dimensions that are multiples of
-// 16), or the plain loops (vectorized for AVX2 + FMA where the cap allows it).
-enum class ChunkPath { kAvx512, kPlain };
+// 16), explicit AVX2 ones (multiples of 8, slot_attention_avx2.cpp), or the plain loops.
+enum class ChunkPath { kAvx512, kAvx2, kPlain };
 
 template <typename KV>
 void attend_chunk(ChunkPath path, const float* q, const KV* k, const KV* v, const bool* empty,
@@ -442,6 +401,9 @@ void attend_chunk(ChunkPath path, const float* q, const KV* k, const KV* v, cons
     return;
   }
 #endif
+  if (path == ChunkPath::kAvx2)
+    return snapstream::slots::attend_chunk_avx2<KV>(q, k, v, empty, begin, end, group, dim,
+                                                    scores, chunk_max, chunk_sum, acc);
   snapstream::run_vectorized([&]() SNAPSTREAM_BODY {
     attend_chunk_plain<KV>(q, k, v, empty, begin, end, group, dim, scores, chunk_max, chunk_sum,
                            acc);
@@ -451,7 +413,8 @@ void attend_chunk(ChunkPath path, const float* q, const KV* k, const KV* v, cons
 // The chunk path for head dimension ``dim`` on this CPU under the cap (isa.h).
 ChunkPath chunk_path(int64_t dim) {
   const snapstream::Isa usable = snapstream::isa();
-  return usable.avx512 && dim % 16 == 0 ? ChunkPath::kAvx512 : ChunkPath::kPlain;
+  if (usable.avx512 && dim % 16 == 0) return ChunkPath::kAvx512;
+  return usable.avx2 && dim % 8 == 0 ? ChunkPath::kAvx2 : ChunkPath::kPlain;
 }
 
 template <typename KV>
