@@ -91,9 +91,8 @@ def test_keeping_everything_answers_as_the_full_prompt(result):
 def test_each_speculative_row_says_how_much_of_the_needle_the_target_read(result):
     records, _, _ = result
     for record in records:
-        if record["policy"] == "full":
-            assert record["needle_kept"] == ""
-        elif record["budget_label"] == "keep 1":
+        # the full cache holds every prompt token; keeping all of it, so does the draft
+        if record["policy"] == "full" or record["budget_label"] == "keep 1":
             assert float(record["needle_kept"]) == 1.0
 
 
