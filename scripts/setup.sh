@@ -81,8 +81,9 @@ then
   skip "snapstream, its dependencies and CPU kernels"
 else
   begin "snapstream, its dependencies and CPU kernels"
-  $py -m pip install "setuptools>=68,<81"
-  $py -m pip install --no-build-isolation -e ".[dev]"
+  $py -m pip install "setuptools>=68,<81" "ninja>=1.11,<2"
+  # the venv's ninja on PATH: torch's extension builder then compiles the kernels in parallel
+  PATH="$PWD/.venv/bin:$PATH" $py -m pip install --no-build-isolation -e ".[dev]"
   echo "$current" > "$stamp"
   finish
 fi
