@@ -1,6 +1,6 @@
 """Stopping a request's model work when its request is cancelled: the event loop sets a
 ``Cancel``; the model thread checks it before each layer of a forward and each look-ahead step,
-and stops with ``Cancelled`` (torch-free)."""
+and stops with ``Cancelled``."""
 
 from __future__ import annotations
 
