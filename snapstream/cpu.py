@@ -52,6 +52,21 @@ def this_cpu(cpuinfo: str | None = None) -> Cpu:
                cores=os.cpu_count() or 1)
 
 
+def capped_flags(flags: frozenset[str] | None = None, cap: str | None = None) -> frozenset[str]:
+    """``flags`` (this CPU's when None) less what a CPU of ``cap``'s kind lacks (None: the cap
+    in force), as snapstream/csrc/isa.h caps the kernels: avx512 keeps AVX-512's foundation
+    (F, BW, VL, CD, DQ) and drops its later extensions and AMX, avx2 and generic drop every
+    AVX-512 and AMX flag. A peer built for "this machine" under the cap
+    (bench/peers/recipes.py) is then forced down the same way as snapstream's kernels."""
+    flags = cpu_flags() if flags is None else flags
+    cap = kernel_cap_name() if cap is None else cap
+    if cap == "native":
+        return flags
+    kept = {"avx512f", "avx512bw", "avx512vl", "avx512cd", "avx512dq"} if cap == "avx512" else set()
+    return frozenset(f for f in flags
+                     if f in kept or not f.startswith(("avx512", "amx")))
+
+
 def kernel_cap_name() -> str:
     """The cap on the kernels' instruction sets: $SNAPSTREAM_KERNELS, native when unset."""
     cap = os.environ.get(KERNEL_CAP_ENV) or "native"

@@ -7,7 +7,7 @@ Top-level packages are pinned exactly; what pip resolves under them is recorded 
 from __future__ import annotations
 
 from bench.peers.venvs import Step, VenvSpec
-from snapstream.cpu import cpu_flags
+from snapstream.cpu import capped_flags
 
 LLAMA_CPP_PYTHON = "0.3.36"
 _LLAMA_SDIST = f"{{venv}}/src/llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
@@ -17,11 +17,12 @@ LLAMA_BUILD_DIR = "llama.cpp"  # under the venv; its bin/ holds libllama.so and 
 # CPU build with OpenMP for this machine's vector extensions (AVX2, FMA, F16C; AVX-512 and its
 # VBMI, VNNI and BF16 where /proc/cpuinfo lists them: a build with extensions the CPU lacks dies
 # of SIGILL on its first token, and the flags are part of the venv's key, so a cache built on
-# another CPU is not reused), AMX left out: a CPU may report amx_tile, but in these VMs its first
-# tile load (ggml's AMX matmul, used for Q4_K/Q5_0/Q8_0 weights) dies of SIGILL, so
-# -march=native (GGML_NATIVE) built a llama.cpp that crashed on its first token (llama.cpp as
-# vendored in llama-cpp-python 0.3.36). The web UI is left out: it would be
-# fetched at build time.
+# another CPU is not reused; under SNAPSTREAM_KERNELS=avx2 or avx512, the extensions of a CPU
+# of that kind, so that llama.cpp is forced down as snapstream's kernels are). AMX is left out:
+# a CPU may report amx_tile, but in these VMs its first tile load (ggml's AMX matmul, used for
+# Q4_K/Q5_0/Q8_0 weights) dies of SIGILL, so -march=native (GGML_NATIVE) built a llama.cpp that
+# crashed on its first token (llama.cpp as vendored in llama-cpp-python 0.3.36). The web UI is
+# left out: it would be fetched at build time.
 AVX512_OPTIONS = (("GGML_AVX512", "avx512f"), ("GGML_AVX512_VBMI", "avx512_vbmi"),
                   ("GGML_AVX512_VNNI", "avx512_vnni"), ("GGML_AVX512_BF16", "avx512_bf16"))
 
@@ -40,7 +41,7 @@ _LLAMA_COMMON_ARGS = (
     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
-LLAMA_CMAKE_ARGS = llama_cmake_args(cpu_flags())
+LLAMA_CMAKE_ARGS = llama_cmake_args(capped_flags())
 
 # llama-cpp-python's own server (``python -m llama_cpp.server``) runs one request at a time
 # behind a lock and has no parallel slots, so continuous batching needs llama.cpp's C++

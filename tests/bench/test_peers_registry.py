@@ -32,7 +32,7 @@ from bench.peers.venvs import (
     peers_root,
 )
 from snapstream.checkpoints import open_checkpoint
-from snapstream.cpu import cpu_flags
+from snapstream.cpu import capped_flags
 from snapstream.policy import load_default_policy
 
 
@@ -94,7 +94,19 @@ def test_llama_cpp_builds_only_the_avx512_extensions_the_cpu_has():
     assert {"-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON", "-DGGML_AVX512_VBMI=ON"} <= set(new)
     assert "-DGGML_AVX512=OFF" in recipes.llama_cmake_args(frozenset({"avx2"}))
     assert not any("AMX" in arg for arg in new)
-    assert recipes.llama_cmake_args(cpu_flags()) == recipes.LLAMA_CMAKE_ARGS
+    assert recipes.llama_cmake_args(capped_flags()) == recipes.LLAMA_CMAKE_ARGS
+
+
+def test_a_capped_machine_builds_llama_cpp_as_a_cpu_of_that_kind():
+    """SNAPSTREAM_KERNELS=avx2 on an AVX-512 machine forces llama.cpp's build down with ours."""
+    sapphire = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                          "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16"})
+    assert capped_flags(sapphire, "native") == sapphire
+    assert capped_flags(sapphire, "avx512") == {"avx2", "fma", "f16c", "avx512f", "avx512bw",
+                                                "avx512vl", "avx_vnni"}
+    assert capped_flags(sapphire, "avx2") == {"avx2", "fma", "f16c", "avx_vnni"}
+    avx2 = recipes.llama_cmake_args(capped_flags(sapphire, "avx2"))
+    assert "-DGGML_AVX512=OFF" in avx2 and "-DGGML_AVX2=ON" in avx2
 
 
 def test_recipes_pin_their_top_level_packages():
