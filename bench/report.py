@@ -41,8 +41,16 @@ def machine_line() -> str:
             f"{load} (1, 5, 15 min) as the run ended")
 
 
+# environment variables that change what a benchmark measures: a command line names those set
+MEASURED_ENV = ("SNAPSTREAM_KERNELS", "SNAPSTREAM_MATMUL_DTYPE", "ONEDNN_MAX_CPU_ISA",
+                "MKL_ENABLE_INSTRUCTIONS")
+
+
 def command_line() -> str:
-    return "snapstream " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+    """This run's command as a reader would type it, the variables of MEASURED_ENV first."""
+    env = [f"{name}={shlex.quote(os.environ[name])}" for name in MEASURED_ENV
+           if os.environ.get(name)]
+    return " ".join([*env, "snapstream", *(shlex.quote(arg) for arg in sys.argv[1:])])
 
 
 def write_section(doc: Path, name: str, body: str) -> None:

@@ -16,6 +16,7 @@ from bench.peers.systems import PeerBudget
 from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.gguf_file import is_gguf
 from snapstream.checkpoints.registry import DEFAULT_MODEL, MODELS, model_path
+from snapstream.cpu import kernel_cap_name
 from snapstream.policy import load_default_policy
 
 
@@ -38,8 +39,11 @@ class PeerModel:
 
     def section(self, part: str = "") -> str:
         """The docs/benchmarks.md section of this model's tables: ``peers`` for the default
-        model (as before the choice existed), ``peers-<name>`` for another."""
+        model, ``peers-<name>`` for another; ``-<cap>`` after it when SNAPSTREAM_KERNELS caps
+        the kernels (another kind of CPU's figures, beside this one's)."""
         base = "peers" if self.name == DEFAULT_MODEL else f"peers-{Path(self.name).stem}"
+        cap = kernel_cap_name()
+        base = base if cap == "native" else f"{base}-{cap}"
         return f"{base}-{part}" if part else base
 
 

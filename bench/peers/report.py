@@ -8,10 +8,18 @@ from bench.peers.bench import PeersBenchConfig
 from bench.peers.peer_model import peer_model
 from bench.peers.runners.peer_protocol import median
 from bench.report import command_line, machine_line, markdown_table
+from snapstream.cpu import kernel_cap_name
 
 REFERENCE = "transformers"  # the full-cache fp32 outputs other systems' tokens are compared with
 KEY_PACKAGES = ("llama_cpp_python", "openvino", "openvino-genai", "openvino-tokenizers",
                 "optimum-intel", "torch", "transformers", "kvpress", "numpy")
+
+
+def capped_title() -> str:
+    """What a heading adds when SNAPSTREAM_KERNELS forces another kind of CPU's kernels (and
+    llama.cpp's build, bench/peers/recipes.py) on this one."""
+    cap = kernel_cap_name()
+    return "" if cap == "native" else f", kernels capped at {cap} (SNAPSTREAM_KERNELS={cap})"
 
 
 def same_round_ratio(values: list[float], base: list[float]) -> float | None:
@@ -116,7 +124,7 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
     weights_mib = model.gguf.stat().st_size / 2**20
     lines = [
         f"## Peers on {model.title}: batch-1 decode and time to first token on the same CPU "
-        "and tokens",
+        f"and tokens{capped_title()}",
         "", f"Command: `{command_line()}`  ",
         f"Machine: {machine_line()}; {cfg.n_threads} threads per system  ",
         f"Model: {model.title} from `{os.path.basename(results['model'])}` ({model.source}); "

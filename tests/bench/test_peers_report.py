@@ -6,6 +6,7 @@ import pytest
 
 from bench.peers.bench import PeersBenchConfig
 from bench.peers.passkey import PeersPasskeyConfig, passkey_set, render_passkey
+from bench.peers.peer_model import peer_model
 from bench.peers.prompts import filler_text, passkey_prompt
 from bench.peers.report import (
     common_prefix,
@@ -14,7 +15,7 @@ from bench.peers.report import (
     same_round_ratio,
 )
 from bench.peers.serve import throughput_table
-from bench.report import write_section
+from bench.report import command_line, write_section
 
 
 def _point(decode, ttft, tokens, passkey=True):
@@ -88,6 +89,18 @@ def test_the_peers_section_replaces_itself_and_keeps_the_others(tmp_path):
     assert "engine figures" in text and "old figures" not in text
     assert text.count("<!-- bench:peers -->") == 1 and text.count("<!-- /bench:peers -->") == 1
     assert "| 1024 | llama.cpp | 10.0 |" in text
+
+
+def test_figures_with_the_kernels_capped_go_to_a_section_of_their_own(monkeypatch):
+    """SNAPSTREAM_KERNELS=avx2 on an AVX-512 machine measures another kind of CPU: its tables
+    sit beside this machine's own, and their heading says so."""
+    assert peer_model().section() == "peers"
+    assert "capped" not in render(RESULTS, PeersBenchConfig(), baseline="llama.cpp")
+    monkeypatch.setenv("SNAPSTREAM_KERNELS", "avx2")
+    assert (peer_model().section(), peer_model("gemma3-270m").section("passkey")) == (
+        "peers-avx2", "peers-gemma3-270m-avx2-passkey")
+    heading = render(RESULTS, PeersBenchConfig(), baseline="llama.cpp").splitlines()[0]
+    assert heading.endswith("kernels capped at avx2 (SNAPSTREAM_KERNELS=avx2)")
 
 
 class CharTokenizer:
@@ -181,3 +194,16 @@ def test_throughput_table_takes_the_ratio_within_each_round():
     rows = [line for line in throughput_table(serve).splitlines() if line.startswith("| 4")]
     assert rows == ["| 4 | snapstream | 30.0 | 1.50×, 0.50× | 2.00 | 50 |",
                     "| 4 | llama-server | 20.0 |  | 2.00 | 50 |"]
+
+
+def test_a_command_line_names_the_variables_that_change_the_measurement(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["snapstream", "bench", "peers", "--lengths", "1024"])
+    for name in ("SNAPSTREAM_KERNELS", "SNAPSTREAM_MATMUL_DTYPE", "ONEDNN_MAX_CPU_ISA",
+                 "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    assert command_line() == "snapstream bench peers --lengths 1024"
+    monkeypatch.setenv("SNAPSTREAM_KERNELS", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("HOME", "/elsewhere")  # not one that changes a figure
+    assert command_line() == ("SNAPSTREAM_KERNELS=avx2 ONEDNN_MAX_CPU_ISA=AVX2 snapstream "
+                              "bench peers --lengths 1024")
