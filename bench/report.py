@@ -42,8 +42,8 @@ def machine_line() -> str:
 
 
 # environment variables that change what a benchmark measures: a command line names those set
-MEASURED_ENV = ("SNAPSTREAM_KERNELS", "SNAPSTREAM_MATMUL_DTYPE", "ONEDNN_MAX_CPU_ISA",
-                "MKL_ENABLE_INSTRUCTIONS")
+MEASURED_ENV = ("SNAPSTREAM_KERNELS", "SNAPSTREAM_MATMUL_DTYPE", "ATEN_CPU_CAPABILITY",
+                "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def command_line() -> str:

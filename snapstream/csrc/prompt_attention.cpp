@@ -2,8 +2,9 @@
 // repeating K/V (a KV head's query heads are rows of one pass), online softmax in base 2;
 // optionally within a sliding window of positions (Gemma 3's local layers), the tokens'
 // positions given when they are not 0..T-1. Two element types, one algorithm:
-// - float32 (the prompt's dtype where there is no bfloat16 hardware) on CPUs with AVX-512F, and
-//   with AVX2 (its 8-lane tiles in prompt_attention_avx2.cpp): scores and P V by FMAs;
+// - float32 (the prompt's dtype where there is no bfloat16 hardware) on CPUs with AVX-512F:
+//   scores and P V by FMAs (with AVX2 alone torch's SDPA is faster than 8-lane tiles of ours
+//   were: docs/architecture.md, "Kernels by machine");
 // - bfloat16 on CPUs with AVX512-BF16 but no AMX: scores and P V by vdpbf16ps (pairs of
 //   dimensions, pairs of keys; float32 sums), the probabilities rounded to bfloat16 for P V as
 //   torch's flash SDPA does, their 2^x by a degree-3 polynomial (relative error < 7.7e-5, well
@@ -392,12 +393,12 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64
 namespace snapstream {
 
 // Whether prompt_attention computes for q (B, Hq, T, D): on the CPU, D a multiple of 64, and
-// float32 on a CPU with AVX-512 or AVX2, or bfloat16 on one with AVX512-BF16 and no AMX (under
-// the cap, isa.h).
+// float32 on a CPU with AVX-512, or bfloat16 on one with AVX512-BF16 and no AMX (under the cap,
+// isa.h).
 bool prompt_attention_covers(const at::Tensor& q) {
 #if SNAPSTREAM_PROMPT_AVX512
   const Isa usable = isa();
-  const bool dtype = (q.scalar_type() == at::kFloat && (usable.avx512 || usable.avx2)) ||
+  const bool dtype = (q.scalar_type() == at::kFloat && usable.avx512) ||
                      (q.scalar_type() == at::kBFloat16 && usable.avx512_bf16 && !usable.amx);
   return dtype && q.device().is_cpu() && q.dim() == 4 && q.size(3) % 64 == 0 && q.size(3) > 0;
 #else
@@ -407,8 +408,7 @@ bool prompt_attention_covers(const at::Tensor& q) {
 
 std::string prompt_attention_path(at::ScalarType dtype) {
   if (!prompt_attention_covers(at::empty({1, 1, 1, 64}, at::dtype(dtype)))) return "torch-sdpa";
-  if (dtype == at::kBFloat16) return "avx512-bf16";
-  return isa().avx512 ? "avx512" : "avx2";
+  return dtype == at::kBFloat16 ? "avx512-bf16" : "avx512";
 }
 
 // q (B, Hq, T, D), k, v (B, Hkv, T, D) float32 or bfloat16, Hq a multiple of Hkv -> (B, Hq,
@@ -418,7 +418,7 @@ std::string prompt_attention_path(at::ScalarType dtype) {
 at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t window, const std::optional<at::Tensor>& positions) {
   TORCH_CHECK(prompt_attention_covers(q),
-              "prompt_attention: wants float32 q on an AVX-512 or AVX2 CPU, or bfloat16 on one "
+              "prompt_attention: wants float32 q on an AVX-512 CPU, or bfloat16 on one "
               "with AVX512-BF16 and no AMX, with D a multiple of 64 (prompt_attention_covers); "
               "use torch's SDPA otherwise");
   TORCH_CHECK(k.dim() == 4 && v.sizes() == k.sizes(),
@@ -442,10 +442,8 @@ at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t* pos_ptr = pos.defined() ? pos.data_ptr<int64_t>() : nullptr;
   if (q.scalar_type() == at::kBFloat16)
     attend<bf16>(q, k, v, window, pos_ptr, avx512_kernels<bf16>(), out);
-  else if (isa().avx512)
-    attend<float>(q, k, v, window, pos_ptr, avx512_kernels<float>(), out);
   else
-    attend<float>(q, k, v, window, pos_ptr, snapstream::prompt::avx2_float_kernels(), out);
+    attend<float>(q, k, v, window, pos_ptr, avx512_kernels<float>(), out);
 #endif
   return out;
 }

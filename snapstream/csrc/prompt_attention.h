@@ -1,6 +1,5 @@
-// What prompt_attention.cpp's driver asks of an instruction set's tile kernels (AVX-512 float32
-// and bfloat16 in prompt_attention.cpp, AVX2 float32 in prompt_attention_avx2.cpp): the layouts
-// and block sizes they share, and a table of their entry points.
+// What prompt_attention.cpp's driver asks of its tile kernels (AVX-512 float32 and bfloat16):
+// the layouts and block sizes they share, and a table of their entry points.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +29,5 @@ struct TileKernels {
   TileStep<E> steps[kRows];  // by rows - 1
   StoreRow<E> store_row;
 };
-
-// The AVX2 float32 kernels (prompt_attention_avx2.cpp).
-const TileKernels<float>& avx2_float_kernels();
 
 }  // namespace snapstream::prompt

@@ -198,8 +198,8 @@ def test_throughput_table_takes_the_ratio_within_each_round():
 
 def test_a_command_line_names_the_variables_that_change_the_measurement(monkeypatch):
     monkeypatch.setattr("sys.argv", ["snapstream", "bench", "peers", "--lengths", "1024"])
-    for name in ("SNAPSTREAM_KERNELS", "SNAPSTREAM_MATMUL_DTYPE", "ONEDNN_MAX_CPU_ISA",
-                 "MKL_ENABLE_INSTRUCTIONS"):
+    for name in ("SNAPSTREAM_KERNELS", "SNAPSTREAM_MATMUL_DTYPE", "ATEN_CPU_CAPABILITY",
+                 "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
         monkeypatch.delenv(name, raising=False)
     assert command_line() == "snapstream bench peers --lengths 1024"
     monkeypatch.setenv("SNAPSTREAM_KERNELS", "avx2")
