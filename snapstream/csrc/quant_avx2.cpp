@@ -19,8 +19,6 @@
 // sum of 4 products q a, summed over the sub-group in 32 bits (vpdpbusd's u a less the
 // sub-group's 128 sum a: the same integers).
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -29,6 +27,9 @@
 #include <utility>
 
 #include "quant_blocks.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 
 namespace snapstream::quant {
 namespace {
@@ -257,3 +258,13 @@ std::optional<KernelPlan> avx2_plan(Format format, int64_t group, const Isa& isa
 }
 
 }  // namespace snapstream::quant
+
+#else  // another architecture: no plan of these kernels
+
+namespace snapstream::quant {
+
+std::optional<KernelPlan> avx2_plan(Format, int64_t, const Isa&) { return std::nullopt; }
+
+}  // namespace snapstream::quant
+
+#endif

@@ -13,8 +13,6 @@
 // take plain AVX-512 kernels: the int8 one the same integers by vpmaddwd; the int4 one x's
 // 15-bit codes times the int4 codes in 16-bit integers (vpmaddubsw, see int4_codes_rows_block).
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -22,6 +20,9 @@
 #include <utility>
 
 #include "quant_blocks.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 
 namespace snapstream::quant {
 namespace {
@@ -460,3 +461,13 @@ std::optional<KernelPlan> avx512_plan(Format format, int64_t group, const Isa& i
 }
 
 }  // namespace snapstream::quant
+
+#else  // another architecture: no plan of these kernels
+
+namespace snapstream::quant {
+
+std::optional<KernelPlan> avx512_plan(Format, int64_t, const Isa&) { return std::nullopt; }
+
+}  // namespace snapstream::quant
+
+#endif

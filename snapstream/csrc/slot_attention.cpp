@@ -400,10 +400,10 @@ void attend_chunk(ChunkPath path, const float* q, const KV* k, const KV* v, cons
     values_avx512(scores, v, empty, begin, end, group, dim, acc);
     return;
   }
-#endif
-  if (path == ChunkPath::kAvx2)
+  if (path == ChunkPath::kAvx2)  // x86-64 builds only, as the AVX-512 loops
     return snapstream::slots::attend_chunk_avx2<KV>(q, k, v, empty, begin, end, group, dim,
                                                     scores, chunk_max, chunk_sum, acc);
+#endif
   snapstream::run_vectorized([&]() SNAPSTREAM_BODY {
     attend_chunk_plain<KV>(q, k, v, empty, begin, end, group, dim, scores, chunk_max, chunk_sum,
                            acc);

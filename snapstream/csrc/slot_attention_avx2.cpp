@@ -10,8 +10,6 @@
 // - values: tiles of up to 2 query heads x 32 dimensions in registers, each value row widened
 //   once per tile, an int8 row's scale joined to the probabilities, empty slots skipped.
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -19,6 +17,9 @@
 #include <utility>
 
 #include "slot_attention.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 
 namespace snapstream::slots {
 namespace {
@@ -237,3 +238,5 @@ template void attend_chunk_avx2<c10::Float8_e4m3fn>(const float*, const c10::Flo
                                                     float*, float*, float*);
 
 }  // namespace snapstream::slots
+
+#endif  // x86-64

@@ -39,6 +39,9 @@ SNAPSTREAM_INLINE float exp2_nonpositive(float x) {
   return x >= -126.f ? p * scale : 0.f;
 }
 
+// This CPU runs the AVX-512 row kernels (F, BW and VL) under the cap (isa.h); false off x86-64.
+inline bool avx512_rows() { return isa().avx512; }
+
 }  // namespace snapstream
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -48,9 +51,6 @@ SNAPSTREAM_INLINE float exp2_nonpositive(float x) {
 #define AVX512F_ONLY __attribute__((target("avx512f")))  // inlines into either kind of caller
 
 namespace snapstream {
-
-// This CPU runs the AVX-512 row kernels (F, BW and VL) under the cap (isa.h).
-inline bool avx512_rows() { return isa().avx512; }
 
 // 2^x for x <= 0 on 16 lanes: x = n + f, |f| <= 1/2, 2^f by a polynomial in f (coefficients
 // highest degree first), times 2^n by vscalefps; 0 below -126 (no denormals) and for -inf.
