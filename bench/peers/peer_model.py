@@ -41,7 +41,8 @@ class PeerModel:
         """The docs/benchmarks.md section of this model's tables: ``peers`` for the default
         model, ``peers-<name>`` for another; ``-<cap>`` after it when SNAPSTREAM_KERNELS caps
         the kernels (another kind of CPU's figures, beside this one's)."""
-        base = "peers" if self.name == DEFAULT_MODEL else f"peers-{Path(self.name).stem}"
+        name = self.name if self.name in MODELS else Path(self.name).stem  # a file: its stem
+        base = "peers" if self.name == DEFAULT_MODEL else f"peers-{name}"
         cap = kernel_cap_name()
         base = base if cap == "native" else f"{base}-{cap}"
         return f"{base}-{part}" if part else base

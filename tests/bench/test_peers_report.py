@@ -97,8 +97,9 @@ def test_figures_with_the_kernels_capped_go_to_a_section_of_their_own(monkeypatc
     assert peer_model().section() == "peers"
     assert "capped" not in render(RESULTS, PeersBenchConfig(), baseline="llama.cpp")
     monkeypatch.setenv("SNAPSTREAM_KERNELS", "avx2")
-    assert (peer_model().section(), peer_model("gemma3-270m").section("passkey")) == (
-        "peers-avx2", "peers-gemma3-270m-avx2-passkey")
+    assert (peer_model().section(), peer_model("gemma3-270m").section("passkey"),
+            peer_model("qwen2.5-coder-1.5b").section()) == (
+        "peers-avx2", "peers-gemma3-270m-avx2-passkey", "peers-qwen2.5-coder-1.5b-avx2")
     heading = render(RESULTS, PeersBenchConfig(), baseline="llama.cpp").splitlines()[0]
     assert heading.endswith("kernels capped at avx2 (SNAPSTREAM_KERNELS=avx2)")
 
