@@ -29,7 +29,7 @@ def _rows() -> list[dict]:
              "license": model.card.license, "gguf_name": model.card.gguf_name,
              "packages": list(model.packages),
              "package_summary": model.package_summary, "sha256": model.card.sha256,
-             "origin": model.card.origin} for model in MODELS.values()]
+             "origin": model.card.origin, "draft": model.draft} for model in MODELS.values()]
 
 
 def _list(as_json: bool) -> None:
@@ -38,9 +38,9 @@ def _list(as_json: bool) -> None:
         for row in rows:
             print(json.dumps(row))
         return
-    header = ("name", "installed", "size", "arch", "context", "license")
+    header = ("name", "installed", "size", "arch", "context", "license", "default draft")
     table = [(r["name"], "yes" if r["installed"] else "no", f"{r['size'] / 2**20:,.0f} MiB",
-              r["architecture"], f"{r['context']:,}", r["license"]) for r in rows]
+              r["architecture"], f"{r['context']:,}", r["license"], r["draft"]) for r in rows]
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *table,
                                                                        strict=True)]
     for line in (header, *table):

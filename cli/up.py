@@ -15,7 +15,7 @@ from pathlib import Path
 from cli.demo import QUESTION, demo_prompt, run_demo
 from cluster import STORE_SERVERS, ClusterError, ClusterSpec, LocalCluster
 from kvstore.stores.base import redact_url
-from snapstream.checkpoints.registry import MODEL_HELP, model_path
+from snapstream.checkpoints.registry import DRAFT_HELP, MODEL_HELP, draft_name, model_path
 from snapstream.client import SnapstreamError
 from snapstream.weight_formats import KV_DTYPE_HELP, KV_DTYPES
 
@@ -32,8 +32,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="KV store server to start")
     parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--draft-model", default=None,
-                        help=f"the prefill worker's draft model for speculative prefill: "
-                             f"{MODEL_HELP}")
+                        help=f"the prefill worker's {DRAFT_HELP}")
     parser.add_argument("--kv-dtype", default=None, choices=KV_DTYPES,
                         help=f"the model workers' KV cache: {KV_DTYPE_HELP}")
     parser.add_argument("--host", default="127.0.0.1", help="address every service listens on")
@@ -80,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--api-keys-file {args.api_keys_file}: no such file")
 
     model = model_path(args.model)  # fails fast, in one line, when not installed
-    draft = model_path(args.draft_model) if args.draft_model else None
+    draft_model = draft_name(args.draft_model, args.model)
+    draft = model_path(draft_model) if draft_model else None
     spec = ClusterSpec(store=args.store, model=model, draft_model=draft,
                        kv_dtype=args.kv_dtype, host=args.host,
                        router_port=args.port,

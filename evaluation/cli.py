@@ -43,7 +43,7 @@ from evaluation.results import (
 from evaluation.runner import evaluate
 from evaluation.speculative_runs import evaluate_speculative
 from evaluation.targets import check_targets, targets_table
-from snapstream.checkpoints.registry import DEFAULT_MODEL, MODEL_HELP
+from snapstream.checkpoints.registry import DEFAULT_MODEL, DRAFT_HELP, MODEL_HELP, draft_name
 from snapstream.engine import Engine
 from snapstream.policy import POOLINGS, CachePolicy
 from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
@@ -103,7 +103,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="prompt tokens prefilled and decoded together")
     add("--draft-model", default=None,
         help=f"speculative prefill: this draft picks the tokens the target prefills at each "
-        f"--keep share, beside the grid's policies (full: the baseline). {MODEL_HELP}")
+        f"--keep share, beside the grid's policies (full: the baseline). {DRAFT_HELP}")
     add("--keep", type=_list_of(float, "shares in (0, 1]"), default=None,
         help=f"keep shares of the target's prompt tokens (default: "
         f"{','.join(f'{k:g}' for k in SPECULATIVE_DEFAULTS.keeps)})")
@@ -153,7 +153,8 @@ def speculative_from_args(args: argparse.Namespace, model_positions: str
                               if getattr(args, flag) is not None)
             raise ValueError(f"{flags} need(s) --draft-model")
         return None
-    return SpeculativeGrid(draft=args.draft_model, **({"positions": model_positions} | given))
+    return SpeculativeGrid(draft=draft_name(args.draft_model, args.model),
+                           **({"positions": model_positions} | given))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from serving.settings import add_server_settings, add_setting, add_worker_settin
 from serving.tls import TlsFiles, add_tls_settings, tls_from_args
 from serving.worker import open_worker
 from snapstream.checkpoints import open_checkpoint
-from snapstream.checkpoints.registry import model_path
+from snapstream.checkpoints.registry import DRAFT_HELP, draft_name, model_path
 from snapstream.engine import Engine
 from snapstream.memory_plan import memory_limit, prefill_memory
 from snapstream.prefix_config import SCORES, STORES, DocumentCacheConfig
@@ -62,8 +62,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                      "among all of it); 'superset': a question-agnostic subset (a smaller "
                      "blob, fewer answers)")
     add_setting(parser, "--draft-model", default=None,
-                help="a draft model for speculative prefill (a model name or path, any family "
-                     "the engine loads); unset: requests asking for it are refused")
+                help=f"{DRAFT_HELP}; any family the engine loads; unset: requests asking for "
+                     f"speculative prefill are refused")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,19 +78,23 @@ async def _serve(args: argparse.Namespace, tls: TlsFiles | None) -> None:
         tenant_max_bytes=args.prefix_cache_tenant_max_bytes,
         document=DocumentCacheConfig(args.prefix_score, args.prefix_superset,
                                      args.prefix_store))
-    draft_path = args.draft_model and _draft_path(args.draft_model)  # before the target loads
+    try:
+        draft_model = draft_name(args.draft_model, args.model)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    draft_path = draft_model and _draft_path(draft_model)  # before the target loads
     worker = await open_worker(args)
     engine, store = worker.engine, worker.store
     try:
         await _check_store(store, worker.spec, engine, args.blob_ttl_s, config)
-        draft = draft_path and _load_draft(args.draft_model, draft_path, args.dtype,
-                                           args.device)
+        draft = draft_path and _load_draft(draft_model, draft_path, args.dtype, args.device)
     except BaseException:
         await store.close()
         raise
     prefixes = PrefixStore(store, worker.spec, worker.secret, config)
+    selector = DraftSelector(draft, draft_path) if draft else None
     servicer = PrefillServicer(engine, store, worker.spec, worker.secret, args.blob_ttl_s,
-                               args.max_queue, prefixes, DraftSelector(draft) if draft else None)
+                               args.max_queue, prefixes, selector)
 
     limit = memory_limit(args.memory_limit)  # before the model's warm-up holds more
 

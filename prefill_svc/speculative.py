@@ -11,6 +11,7 @@ from serving.errors import DraftMissing, RequestError
 from serving.speculative import POSITIONS_TO_PB, speculative_from_pb
 from snapstream.cancel import Cancel
 from snapstream.chat import ChatMessage
+from snapstream.checkpoints.registry import AUTO_DRAFT, model_path
 from snapstream.specprefill.pieces import Piece, Rendering, Request
 from snapstream.specprefill.selector import DraftSelector, PromptTooLongForDraft, Selection
 from snapstream.specprefill.settings import SpeculativeSettings
@@ -36,6 +37,7 @@ def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelecto
     if selector is None:
         raise DraftMissing("speculative prefill: this prefill worker has no draft model; "
                            "start it with --draft-model NAME (or send no speculative settings)")
+    _check_draft(request.speculative.draft_model, selector)
     prompt = request.speculative_prompt
     if not prompt.text:
         raise RequestError("speculative_prompt.text is empty: speculative prefill reads the "
@@ -43,6 +45,21 @@ def job_from_request(request: prefill_pb2.PrefillRequest, selector: DraftSelecto
     keep_from = prompt.keep_from_char if prompt.HasField("keep_from_char") else None
     settings = speculative_from_pb(request.speculative, defaults)
     return SpeculativeJob(settings, *_request_from_pb(prompt), keep_from)
+
+
+def _check_draft(asked: str, selector: DraftSelector) -> None:
+    """A request naming a draft (other than ``auto``) names this worker's: DraftMissing
+    otherwise, since a worker runs the one draft it was started with."""
+    if asked in ("", AUTO_DRAFT):
+        return
+    try:
+        path = model_path(asked)
+    except ValueError:  # unknown or not installed: not this worker's either
+        path = None
+    if path is None or selector.path is None or path.resolve() != selector.path.resolve():
+        raise DraftMissing(f"speculative.draft_model {asked!r}: this prefill worker drafts with "
+                           f"{selector.draft.name}; ask for {AUTO_DRAFT!r} (its draft) or send "
+                           f"the request to a worker started with --draft-model {asked}")
 
 
 def _request_from_pb(prompt: prefill_pb2.SpeculativePrompt) -> tuple[Request, Rendering]:

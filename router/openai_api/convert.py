@@ -124,7 +124,7 @@ def _speculative(options: SpeculativeOptions) -> common_pb2.SpeculativeSettings:
                            field="snapstream.speculative.keep")
     msg = common_pb2.SpeculativeSettings(
         positions=POSITIONS_TO_PB[options.positions] if options.positions else 0)
-    for name in ("keep", "keep_tokens", "chunk_size", "look_ahead"):
+    for name in ("keep", "keep_tokens", "chunk_size", "look_ahead", "draft_model"):
         if getattr(options, name) is not None:
             setattr(msg, name, getattr(options, name))
     return msg

@@ -27,13 +27,15 @@ class Body(BaseModel):
 class SpeculativeOptions(Body):
     """``snapstream.speculative``: speculative prefill (as the native ``SpeculativeSettings``;
     ``{}`` takes the prefill worker's defaults). ``keep`` is a share in (0, 1], checked by the
-    native request."""
+    native request; ``draft_model`` is ``"auto"`` (the prefill worker's draft) or that draft's
+    name."""
 
     keep: float | None = None
     keep_tokens: UInt32 | None = None
     chunk_size: UInt32 | None = None
     look_ahead: UInt32 | None = None
     positions: Literal[tuple(POSITIONS_TO_PB)] | None = None
+    draft_model: str | None = None
 
 
 class SnapstreamOptions(Body):

