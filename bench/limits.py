@@ -2,6 +2,10 @@
 a decode step's bytes against the memory bandwidth, a prefill's FLOPs against the bfloat16
 GEMM peak.
 
+A prompt's FLOPs (:func:`prompt_flops`, for comparing systems): 2 per weight of the layers'
+projections per token, and 4 * head_dim per query head per (query, key) pair attended (causal,
+at most a sliding layer's window), the LM head once.
+
 A decode step reads at least every weight once (as the engine holds them: int4/int8 codes and
 scales, norms; a tied LM head and embedding once) and every row's K and V over the layout's
 slots (``kvcache.pool_row_bytes``); the bandwidth is the best of a few ``torch.sum`` over a
@@ -16,6 +20,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from snapstream.config import ModelConfig
 
 GEMM_SHAPES = ((2048, 576, 1536), (4096, 1536, 576), (8192, 576, 3072))  # (M, K, N)
 GEMM_DTYPES = (torch.float32, torch.bfloat16)
@@ -47,6 +53,27 @@ def _timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def attended_pairs(prompt_len: int, window: int | None) -> int:
+    """(query, key) pairs of causal attention over ``prompt_len`` tokens, at most ``window``
+    keys per query."""
+    full = prompt_len * (prompt_len + 1) // 2
+    if window is None or window >= prompt_len:
+        return full
+    return full - (prompt_len - window) * (prompt_len - window + 1) // 2
+
+
+def prompt_flops(config: ModelConfig, prompt_len: int) -> float:
+    """The model's work on a prompt of ``prompt_len`` tokens, every token through every layer
+    (what any system computes, whatever it skips on top)."""
+    q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    per_layer = (config.hidden_size * (2 * q + 2 * kv)  # q, k, v, o
+                 + 3 * config.hidden_size * config.intermediate_size)  # gate, up, down
+    linear = 2.0 * per_layer * config.num_layers * prompt_len
+    pairs = sum(attended_pairs(prompt_len, window) for window in config.attention_windows)
+    head = 2.0 * config.hidden_size * config.vocab_size
+    return linear + 4.0 * config.head_dim * config.num_heads * pairs + head
 
 
 def model_bytes(model: nn.Module) -> int:

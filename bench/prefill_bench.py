@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bench.limits import GEMM_SHAPES, gemm_peak, share_of_limit
+from bench.limits import GEMM_SHAPES, attended_pairs, gemm_peak, share_of_limit
 from bench.peers.prompts import EngineTokenizer, filler_text, passkey_prompt
 from bench.report import (
     command_line,
@@ -101,7 +101,7 @@ def prefill_flops(engine: Engine, prompt_len: int) -> tuple[float, float]:
                 every = idx < len(layers) - 1 or name == FINAL_LAYER_WHOLE
                 linear += 2.0 * _weights(module) * (prompt_len if every else 1)
     *windows, last = config.attention_windows
-    pairs = sum(_pairs(prompt_len, window) for window in windows) + min(prompt_len,
+    pairs = sum(attended_pairs(prompt_len, window) for window in windows) + min(prompt_len,
                                                                          last or prompt_len)
     return linear, 4.0 * config.head_dim * config.num_heads * pairs
 
@@ -118,15 +118,6 @@ def _shape(module: nn.Module) -> tuple[int, int]:
     if isinstance(module, QuantizedLinear):
         return module.out_features, module.in_features
     return tuple(module.weight.shape)
-
-
-def _pairs(prompt_len: int, window: int | None) -> int:
-    """(query, key) pairs of causal attention over ``prompt_len`` tokens, at most ``window``
-    keys per query."""
-    full = prompt_len * (prompt_len + 1) // 2
-    if window is None or window >= prompt_len:
-        return full
-    return full - (prompt_len - window) * (prompt_len - window + 1) // 2
 
 
 class SplitTimer:

@@ -14,6 +14,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.limits import gemm_peak, memory_bandwidth, prompt_flops
 from bench.peers.peer_model import PeerModel, peer_model
 from bench.peers.process import RunnerError, RunnerProcess
 from bench.peers.prompts import Prompt, load_tokenizer, passkey_prompts
@@ -21,6 +22,7 @@ from bench.peers.runners import RUNNERS
 from bench.peers.systems import PeerBudget, PeerSystem, get_system
 from bench.peers.venvs import Echo, PeerBuildError, Venv, ensure_venv, peers_root
 from bench.serve_profile import machine_cpu_s, process_cpu_s
+from snapstream.checkpoints import open_checkpoint
 
 WARMUP_TOKENS = 256
 
@@ -115,6 +117,7 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
     tokenizer = load_tokenizer(model.gguf, echo)
     prompts = passkey_prompts(tokenizer, cfg.lengths)
     failures: dict[str, str] = {}
+    limits = machine_limits(model, [len(p.token_ids) for p in prompts], echo)
     with ExitStack() as stack:
         peers = []
         for name in cfg.systems:
@@ -130,7 +133,19 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
     return {"model": str(model.gguf),
             "prompts": [{"tokens": len(p.token_ids), "passkey": p.passkey} for p in prompts],
             "systems": {p.system.name: _summary(p, prompts, tokenizer) for p in peers},
-            "failures": failures, "max_lengths": dict(cfg.max_lengths)}
+            "failures": failures, "max_lengths": dict(cfg.max_lengths), "limits": limits}
+
+
+def machine_limits(model: PeerModel, lengths: list[int], echo: Echo) -> dict:
+    """The memory bandwidth and plain-GEMM peak, measured before any system starts, and what
+    the report sets against them: the GGUF's bytes and each prompt's FLOPs
+    (:func:`bench.limits.prompt_flops`; JSON keys are strings)."""
+    echo("measuring the machine's memory bandwidth and GEMM peak")
+    config = open_checkpoint(model.gguf).config
+    peak = max(rate for by_dtype in gemm_peak().values() for rate in by_dtype.values())
+    return {"bandwidth_gb_s": memory_bandwidth(), "gemm_gflop_s": peak,
+            "weights_bytes": model.gguf.stat().st_size,
+            "prompt_flops": {str(n): prompt_flops(config, n) for n in lengths}}
 
 
 @contextmanager

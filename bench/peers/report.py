@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from bench.limits import share_of_limit
 from bench.peers.bench import PeersBenchConfig
 from bench.peers.peer_model import peer_model
 from bench.peers.runners.peer_protocol import median
@@ -41,14 +42,34 @@ def _mib(value: int | None) -> str:
     return "—" if value is None else f"{value / 2**20:.1f}"
 
 
-def _row(name: str, point: dict, base: dict | None, ref: dict | None) -> list[object]:
+def _percent(share: float | None) -> str:
+    return "—" if share is None else f"{share:.0%}"
+
+
+def limit_shares(point: dict, limits: dict | None, length: int) -> tuple[float | None, ...]:
+    """(decode, prefill) as shares of the machine's limits: a token's bytes (the GGUF's
+    weights and this system's KV of the sequence) over the median decode gap against the
+    memory bandwidth; the prompt's FLOPs over the median TTFT against the plain-GEMM peak."""
+    if not limits:
+        return None, None
+    step_bytes = limits["weights_bytes"] + (point["kv_bytes"] or 0)
+    decode = share_of_limit(median(point["decode_ms_per_token"]) / 1e3, step_bytes,
+                            limits["bandwidth_gb_s"] * 1e9)
+    prefill = share_of_limit(median(point["ttft_ms"]) / 1e3, limits["prompt_flops"][str(length)],
+                             limits["gemm_gflop_s"] * 1e9)
+    return decode, prefill
+
+
+def _row(name: str, point: dict, base: dict | None, ref: dict | None,
+         shares: tuple[float | None, ...]) -> list[object]:
     decode, ttft = point["decode_ms_per_token"], point["ttft_ms"]
     ratio = same_round_ratio(decode, base["decode_ms_per_token"]) if base else None
     ttft_ratio = same_round_ratio(ttft, base["ttft_ms"]) if base else None
     same = (f"{common_prefix(point['token_ids'], ref['token_ids'])}/{len(point['token_ids'])}"
             if ref else "—")
     return [name, f"{median(decode):.1f}", "—" if ratio is None else f"{ratio:.2f}×",
-            f"{median(ttft) / 1e3:.2f}", "—" if ttft_ratio is None else f"{ttft_ratio:.2f}×",
+            _percent(shares[0]), f"{median(ttft) / 1e3:.2f}",
+            "—" if ttft_ratio is None else f"{ttft_ratio:.2f}×", _percent(shares[1]),
             _mib(point["peak_rss_bytes"]), _mib(point["kv_bytes"]),
             "yes" if point["passkey_found"] else "no", same,
             f"{median(point['other_cores_busy']):.1f}"]
@@ -63,14 +84,16 @@ def results_table(results: dict, baseline: str) -> str:
         ref = systems.get(REFERENCE, {}).get("points", {}).get(length)
         for name, summary in systems.items():
             if point := summary["points"].get(length):
-                rows.append([length, *_row(name, point, base, ref)])
+                shares = limit_shares(point, results.get("limits"), length)
+                rows.append([length, *_row(name, point, base, ref, shares)])
             elif length > results.get("max_lengths", {}).get(name, length):
                 rows.append([length, name, "not run: prompts over "
                              f"{results['max_lengths'][name]} tokens are too slow or too big for "
-                             "this system on this machine (--max-length)", *["—"] * 8])
+                             "this system on this machine (--max-length)", *["—"] * 10])
     return markdown_table(
-        ["prompt tokens", "system", "decode ms/token", f"decode / {baseline}", "TTFT s",
-         f"TTFT / {baseline}", "peak RSS MiB", "KV MiB/seq", "passkey in output",
+        ["prompt tokens", "system", "decode ms/token", f"decode / {baseline}",
+         "decode % of bandwidth", "TTFT s", f"TTFT / {baseline}", "prefill % of peak",
+         "peak RSS MiB", "KV MiB/seq", "passkey in output",
          f"first tokens = {REFERENCE}", "other jobs' cores"], rows)
 
 
@@ -118,6 +141,18 @@ def _per_layer_kind(windows: tuple[int | None, ...]) -> str:
             "tokens")
 
 
+def _limits_text(limits: dict | None) -> str:
+    if not limits:
+        return ""
+    return (f" This machine's limits, measured before the systems started: memory bandwidth "
+            f"{limits['bandwidth_gb_s']:.1f} GB/s (`torch.sum` over 1 GiB, best of 5), plain-GEMM "
+            f"peak {limits['gemm_gflop_s']:.0f} GFLOP/s (`torch.mm` at the prompt's shapes, "
+            "float32 and bfloat16, the best). Decode % of bandwidth: the GGUF's bytes (every "
+            "weight read once a token) and the system's KV of the sequence, over the decode gap; "
+            "prefill % of peak: the prompt's FLOPs (every token through every layer, causal "
+            "attention) over the TTFT.")
+
+
 def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
     systems = results["systems"]
     budget, model = cfg.budget, peer_model(cfg.model)
@@ -142,7 +177,7 @@ def render(results: dict, cfg: PeersBenchConfig, baseline: str) -> str:
         "shorter prompts run before). Passkey: the output text contains it. Other jobs' "
         "cores: how many cores processes outside the benchmark (and, on a virtual machine, "
         "its host's other guests: steal) kept busy during the measurement (median; the "
-        f"machine has {os.cpu_count()}).", "",
+        f"machine has {os.cpu_count()}).{_limits_text(results.get('limits'))}", "",
         results_table(results, baseline), "",
         "Memory at the longest prompt (KV as each system holds it for one sequence; the "
         "sequences that fit count KV alone, the weights come on top: the GGUF's "

@@ -1,22 +1,26 @@
 """The limits a benchmark reports against (bench.limits) and the decode worker capacity count
-(bench.capacity_bench) on a tiny model."""
+(bench.capacity_bench) on a tiny model; a prompt's FLOPs and attended pairs."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from bench.capacity_bench import _hold
 from bench.kv_cli import llama_cpp_kv_bytes
 from bench.limits import (
+    attended_pairs,
     decode_step_bytes,
     gemm_peak,
     memory_bandwidth,
     model_bytes,
+    prompt_flops,
     share_of_limit,
 )
 from snapstream.engine import Engine
 from snapstream.kvcache import pool_row_bytes
+from tests.tiny_models import random_model, tiny_config, tiny_gemma3_config
 
 
 def test_model_bytes_counts_a_tied_weight_once():
@@ -54,3 +58,33 @@ def test_capacity_fills_the_budget_with_pool_rows(tiny_model_dir):
     assert (got["per_stream"], got["weights"]) == (row, weights)
     assert got["counted"] == got["measured_streams"] == 5
     assert got["rss"] > 0 and got["rss_base"] > 0
+
+
+@pytest.mark.parametrize(("prompt_len", "window"), [(1, None), (9, None), (9, 4), (9, 9),
+                                                     (4, 9)])
+def test_pairs_count_the_attended_query_key_pairs(prompt_len, window):
+    pos = torch.arange(prompt_len)
+    mask = pos[None] <= pos[:, None]  # (T, T) causal
+    if window is not None:
+        mask &= pos[None] > pos[:, None] - window
+    assert attended_pairs(prompt_len, window) == int(mask.sum())
+
+
+@pytest.mark.parametrize("config", [tiny_config(), tiny_gemma3_config()], ids=["llama", "gemma3"])
+def test_a_prompts_flops_count_every_projection_weight_and_attended_pair(config):
+    """2 FLOPs per weight of the model's linear layers per token (the LM head once), 4 * D
+    per query head per attended pair: counted here from the modules and a mask."""
+    model = random_model(config)
+    layer_weights = sum(m.weight.numel() for m in model.model.layers.modules()
+                        if isinstance(m, nn.Linear))
+    tokens = 40
+    pos = torch.arange(tokens)
+    pairs = 0
+    for window in config.attention_windows:
+        mask = pos[None] <= pos[:, None]
+        if window is not None:
+            mask &= pos[None] > pos[:, None] - window
+        pairs += int(mask.sum())
+    expected = (2 * layer_weights * tokens + 2 * model.lm_head.weight.numel()
+                + 4 * config.head_dim * config.num_heads * pairs)
+    assert prompt_flops(config, tokens) == pytest.approx(expected)

@@ -43,6 +43,9 @@ RESULTS = {
             1024: _point([30.0, 60.0, 30.0], [900.0, 1200.0, 1100.0], [1, 2, 3, 5], False)}),
     },
     "failures": {"openvino": "building the openvino venv failed at 'pip install' (exit 1)"},
+    # 100 GB/s and 500 GFLOP/s; 1 GB of weights: 1.024 GB a token is 1% at 1 s, 100% at 10 ms
+    "limits": {"bandwidth_gb_s": 100.0, "gemm_gflop_s": 500.0, "weights_bytes": 10**9,
+               "prompt_flops": {"1024": 2.75e11, "4096": 1.1e12}},
 }
 
 
@@ -58,11 +61,17 @@ def test_render_writes_one_row_per_measured_point_and_names_failures():
     body = render(RESULTS, PeersBenchConfig(rounds=3), baseline="llama.cpp")
     rows = [line for line in body.splitlines() if line.startswith("| 1024") or
             line.startswith("| 4096")]
+    # decode: (1e9 + 24 MiB) bytes in 10 ms at 100 GB/s = 103%; prefill: 2.75e11 FLOPs in
+    # 0.55 s at 500 GFLOP/s = 100%
     assert rows == [
-        "| 1024 | llama.cpp | 10.0 | 1.00× | 0.55 | 1.00× | 300.0 | 24.0 | yes | 3/4 | 0.2 |",
-        "| 1024 | transformers | 30.0 | 3.00× | 1.10 | 2.00× | 300.0 | 24.0 | no | 4/4 | 0.2 |",
-        "| 4096 | llama.cpp | 20.0 | 1.00× | 2.10 | 1.00× | 300.0 | 24.0 | yes | — | 0.2 |",
+        "| 1024 | llama.cpp | 10.0 | 1.00× | 103% | 0.55 | 1.00× | 100% | 300.0 | 24.0 | yes "
+        "| 3/4 | 0.2 |",
+        "| 1024 | transformers | 30.0 | 3.00× | 34% | 1.10 | 2.00× | 50% | 300.0 | 24.0 | no "
+        "| 4/4 | 0.2 |",
+        "| 4096 | llama.cpp | 20.0 | 1.00× | 51% | 2.10 | 1.00× | 105% | 300.0 | 24.0 | yes "
+        "| — | 0.2 |",
     ]
+    assert "memory bandwidth 100.0 GB/s" in body and "peak 500 GFLOP/s" in body
     assert "Command: `snapstream " in body
     assert "torch==2.13.0+cpu, transformers==5.2.0 (built in 15.5 min)" in body
     assert "rich" not in body
@@ -208,3 +217,24 @@ def test_a_command_line_names_the_variables_that_change_the_measurement(monkeypa
     monkeypatch.setenv("HOME", "/elsewhere")  # not one that changes a figure
     assert command_line() == ("SNAPSTREAM_KERNELS=avx2 ONEDNN_MAX_CPU_ISA=AVX2 snapstream "
                               "bench peers --lengths 1024")
+
+
+def test_the_machines_limits_come_with_the_gguf_and_each_prompts_flops(monkeypatch):
+    import bench.peers.bench as peers_bench
+    from bench.limits import prompt_flops
+    from snapstream.checkpoints import open_checkpoint
+
+    monkeypatch.setattr(peers_bench, "memory_bandwidth", lambda: 42.0)
+    monkeypatch.setattr(peers_bench, "gemm_peak", lambda: {"a": {"float32": 90.0,
+                                                                 "bfloat16": 300.0},
+                                                           "b": {"float32": 100.0,
+                                                                 "bfloat16": 250.0}})
+    model = peer_model("smollm2-135m")
+    limits = peers_bench.machine_limits(model, [1024, 4096], lambda message: None)
+    config = open_checkpoint(model.gguf).config
+    assert limits["bandwidth_gb_s"] == 42.0 and limits["gemm_gflop_s"] == 300.0
+    assert limits["weights_bytes"] == model.gguf.stat().st_size
+    assert limits["prompt_flops"] == {"1024": prompt_flops(config, 1024),
+                                      "4096": prompt_flops(config, 4096)}
+    # SmolLM2-135M: ~2 x 135M x 0.8 FLOPs a token besides attention
+    assert 1.5e8 < limits["prompt_flops"]["1024"] / 1024 < 3e8

@@ -10,22 +10,11 @@ import torch
 from bench.prefill_bench import (
     VARIANTS,
     PrefillBenchConfig,
-    _pairs,
     render,
     run_prefill_bench,
 )
 from snapstream import kernels
 from snapstream.engine import Engine
-
-
-@pytest.mark.parametrize(("prompt_len", "window"), [(1, None), (9, None), (9, 4), (9, 9),
-                                                     (4, 9)])
-def test_pairs_count_the_attended_query_key_pairs(prompt_len, window):
-    pos = torch.arange(prompt_len)
-    mask = pos[None] <= pos[:, None]  # (T, T) causal
-    if window is not None:
-        mask &= pos[None] > pos[:, None] - window
-    assert _pairs(prompt_len, window) == int(mask.sum())
 
 
 @pytest.fixture(scope="module", params=[("float32", "bfloat16"), ("float32", "float32-sdpa")],
