@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli.flags import add_policy_flags, add_sampling_flags, policy_from_args, sampling_from_args
 from snapstream.chat import ChatMessage
-from snapstream.checkpoints.registry import MODEL_HELP
+from snapstream.checkpoints.registry import DRAFT_HELP, MODEL_HELP, draft_name, model_path
 from snapstream.engine import Engine
 from snapstream.specprefill.pieces import Request, render_served
 from snapstream.specprefill.selector import DraftSelector
@@ -31,8 +31,7 @@ SPECULATIVE_FLAGS = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positio
 def add_speculative_flags(parser: argparse.ArgumentParser) -> None:
     """Speculative prefill: ``--draft-model`` and one flag per SpeculativeSettings field (unset:
     its defaults)."""
-    parser.add_argument("--draft-model", default=None,
-                        help=f"draft model for speculative prefill: {MODEL_HELP}")
+    parser.add_argument("--draft-model", default=None, help=DRAFT_HELP)
     parser.add_argument("--keep", type=float, default=None,
                         help="share of the prompt's target tokens to prefill, in (0, 1]")
     parser.add_argument("--keep-tokens", type=int, default=None,
@@ -62,6 +61,20 @@ def speculative_flags(args: argparse.Namespace) -> dict | None:
         given.setdefault("keep", None)
     SpeculativeSettings(**given)
     return given
+
+
+def draft_prompt(engine: Engine, draft: Engine, request: Request, keep_text: str | None,
+                 settings: SpeculativeSettings) -> tuple[list[int], list[int], dict]:
+    """Speculative prefill's prompt: the target's token ids the draft keeps of ``request``
+    (all from the last occurrence of ``keep_text`` on are kept: the question), their positions,
+    and what the selection did."""
+    view = render_served(engine.tokenizer, request)
+    keep_from = None if keep_text is None else view.text.rindex(keep_text)
+    selection = DraftSelector(draft).select(request, view, engine.tokenizer, settings, keep_from)
+    return selection.ids, selection.positions, {
+        "kept_tokens": len(selection.ids), "prompt_tokens": selection.num_prompt_tokens,
+        "kept_share": round(selection.kept_share, 4), "draft_time_s": round(selection.draft_s, 4),
+        "skipped": selection.skipped, "positions": selection.position_mode}
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     given = speculative_flags(args)
     if given is not None and text is None:
         raise ValueError("--draft-model needs --prompt or --prompt-file: the draft reads text")
+    draft_model = draft_name(args.draft_model, args.model)
+    if draft_model is not None:
+        model_path(draft_model)  # not installed: one line, before the target loads
     engine = Engine.from_pretrained(args.model, dtype=args.dtype, device=args.device,
                                     kv_dtype=args.kv_dtype)
     settings = (None if given is None
@@ -111,18 +127,12 @@ def run(args: argparse.Namespace) -> int:
         prompt = engine.tokenizer.render_chat([ChatMessage("user", text)])
     positions, report = None, None
     if settings is not None:
-        draft = Engine.from_pretrained(args.draft_model, dtype=args.dtype, device=args.device)
+        draft = Engine.from_pretrained(draft_model, dtype=args.dtype, device=args.device)
         request = (Request((ChatMessage("user", text),), is_chat=True) if args.chat
                    else Request.completion(text))
-        view = render_served(engine.tokenizer, request)
-        keep_from = view.pieces[-1].text_start if args.chat else None
-        selection = DraftSelector(draft).select(request, view, engine.tokenizer, settings,
-                                                keep_from)
-        prompt, positions = selection.ids, selection.positions
-        report = {"kept_tokens": len(selection.ids), "prompt_tokens":
-                  selection.num_prompt_tokens, "kept_share": round(selection.kept_share, 4),
-                  "draft_time_s": round(selection.draft_s, 4), "skipped": selection.skipped,
-                  "positions": selection.position_mode}
+        prompt, positions, report = draft_prompt(engine, draft, request,
+                                                 text if args.chat else None, settings)
+        report = {"draft_model": draft_model} | report
     result = engine.generate(prompt, max_new_tokens=args.max_new_tokens, policy=policy,
                              sampling=sampling_from_args(args, args.stop_token_ids),
                              positions=positions)

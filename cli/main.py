@@ -38,6 +38,8 @@ class Group:
 
 COMMANDS: dict[str, Command | Group] = {
     "generate": Command("cli.generate", "generate text with the in-process engine"),
+    "ask": Command("cli.ask", "ask a question about a folder of source files: the answer and "
+                   "what it cost"),
     "chat": Command("cli.chat", "chat with the model (in process, or --addr a router)"),
     "sim": Command("hwsim.cli", "SN40L cost model: step time, throughput and memory per tier"),
     "bench": Group("benchmarks that write their figures to docs/", "benchmark", {

@@ -61,6 +61,8 @@ class GenerationResult:
     text: str
     finish_reason: str  # "stop_token" | "length" (the names of the proto and the SDK)
     prompt_tokens: int
+    ttft_s: float  # prefill and the first token's sampling
+    decode_s: float  # the tokens after the first
 
 
 class Engine:
@@ -254,12 +256,16 @@ class Engine:
         prompt alone, and they flow through the ring like generated tokens). ``positions``:
         see :meth:`prefill`."""
         ids = self.encode(prompt)
-        out = list(self._stream(ids, max_new_tokens, policy, sampling, forced_ids, positions))
+        start, out, ttft_s = time.perf_counter(), [], 0.0
+        for token in self._stream(ids, max_new_tokens, policy, sampling, forced_ids, positions):
+            out.append(token)
+            ttft_s = ttft_s or time.perf_counter() - start
         stop = self.stop_ids(sampling or SamplingParams())
         reason = finish_reason(out[-1], len(out), stop, max_new_tokens)
         text_ids = out[:-1] if reason == STOP_TOKEN else out
         return GenerationResult(token_ids=out, text=self.tokenizer.decode(text_ids),
-                                finish_reason=reason, prompt_tokens=len(ids))
+                                finish_reason=reason, prompt_tokens=len(ids), ttft_s=ttft_s,
+                                decode_s=time.perf_counter() - start - ttft_s)
 
     def stream(
         self, prompt: str | list[int], max_new_tokens: int = 64,

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from cli.main import main
+from snapstream.checkpoints.registry import MODELS
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.sampling_params import SamplingParams
@@ -95,3 +96,21 @@ def test_a_keep_share_out_of_range_is_refused(tiny_model_dir, draft_dir, capsys)
             "--keep", "1.5", "--prompt", DOCUMENT]
     assert main(args) == 2
     assert "speculative.keep must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_auto_drafts_with_the_targets_default_draft(capsys):
+    args = ["generate", "--model", "smollm2-135m", "--draft-model", "auto", "--keep", "0.25",
+            "--chunk-size", "32", "--prompt", DOCUMENT, "--max-new-tokens", "2",
+            "--temperature", "0", "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)["speculative"]
+    assert report["draft_model"] == MODELS["smollm2-135m"].draft == "gemma3-270m"
+    assert report["kept_tokens"] < report["prompt_tokens"] and not report["skipped"]
+
+
+def test_auto_needs_a_registry_target(tiny_model_dir, capsys):
+    args = ["generate", "--model", str(tiny_model_dir), "--draft-model", "auto", "--prompt",
+            DOCUMENT]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "name the draft" in err and err.count("\n") == 1
