@@ -1,8 +1,8 @@
 """Compress once, ask many: accuracy and time to first token of questions asked about a cached
 document, against the full cache and per-question SnapKV at the same budget.
 
-    python -m evaluation.doccache --tasks niah,realtext --context-len 2048 --docs 2 \\
-        --needles 4 --budget 1/4
+    python -m evaluation.doccache --model smollm2-135m --tasks niah,realtext \\
+        --context-len 2048 --docs 2 --needles 4 --budget 1/4
 
 Each document holds ``--needles`` needles of one task (distinct keys, spread over its depth;
 ``passkey``: one pass key; ``multiquestion``: the workload's five, evaldata.document); each
@@ -39,6 +39,7 @@ from evaluation.results import markdown_header, markdown_row
 from kvstore.codec import BlobSpec, decode_blob, encode_blob
 from kvstore.seal import ClusterSecret, Seal
 from snapstream.chat import ChatMessage
+from snapstream.checkpoints.registry import MODEL_HELP
 from snapstream.engine import Engine, PrefillResult
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
@@ -224,6 +225,7 @@ def measure_ttft(engine: Engine, doc_len: int, repeats: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--tasks", default="niah,realtext",
                         help=f"comma-separated, of {','.join(TASKS)}")
     parser.add_argument("--context-len", type=int, default=2048)
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                                      args.prefix_store)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
-    engine = Engine.from_pretrained()
+    engine = Engine.from_pretrained(args.model)
     engine.prefill(list(range(1000, 1200)), engine.default_policy, 1)  # weights laid out once
     budget = Budget.parse(args.budget)
     if args.ttft_doc_len:
