@@ -74,7 +74,7 @@ def test_published_parameter_counts():
 
 def test_targets_shipped():
     assert {"llama-3.1-8b", "llama-3.1-70b", "deepseek-v3", "deepseek-r1",
-            "gemma-3-270m", "qwen2.5-coder-1.5b"} <= set(target_names())
+            "gemma-3-270m", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"} <= set(target_names())
 
 
 def test_tiny_gemma3_windowed_layers_by_hand():
@@ -105,6 +105,14 @@ def test_qwen25_coder_15b_counts():
     assert model.params() == 1_543_714_304 - 28 * (1536 + 2 * 256)
     assert model.kv_elements_per_token() * 2 == 28 * 1024
     assert [(g.count, g.window) for g in model.layer_groups] == [(28, None)]
+
+
+def test_qwen25_coder_05b_counts():
+    """The 1.5B's draft: 494,032,768 parameters as published, less the Q/K/V biases (24 layers x
+    (896 + 2 x 128)); 12 KiB of 16-bit K and V a token."""
+    model = load_model_spec("qwen2.5-coder-0.5b")
+    assert model.params() == 494_032_768 - 24 * (896 + 2 * 128)
+    assert model.kv_elements_per_token() * 2 == 12 * 1024
 
 
 def test_qwen2_sliding_window_layers_are_refused():
