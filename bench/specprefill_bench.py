@@ -10,6 +10,7 @@ Run: ``snapstream bench specprefill``.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -21,6 +22,7 @@ from evaldata import PromptSpec, TaskConfig, generate
 from hwsim.policy import PolicyConfig, PolicyKind
 from hwsim.sim import SimTarget
 from hwsim.speculative import speculative_ttft
+from snapstream.checkpoints.registry import draft_name
 from snapstream.engine import Engine
 from snapstream.policy import CachePolicy
 from snapstream.specprefill.pieces import Request, render_served
@@ -107,7 +109,9 @@ def project(cfg: SpecPrefillBenchConfig) -> list[dict]:
 
 
 def render(cfg: SpecPrefillBenchConfig, measured: list[dict], projected: list[dict],
-           command: str) -> str:
+           command: str, figure: str | None = None) -> str:
+    """The section; ``figure``: the TTFT plot's path relative to the page, linked below the
+    measured table."""
     table = []
     for r in measured:
         both = r["draft_s"] + r["kept_s"]
@@ -141,13 +145,15 @@ def render(cfg: SpecPrefillBenchConfig, measured: list[dict], projected: list[di
         "assumptions in docs/speculative.md.",
         markdown_table(["prompt tokens", "keep", "target alone ms", "draft ms",
                         "target on kept ms", "draft + target ms", "/ target alone"], sim),
+        *([f"![time to first token against prompt tokens]({figure})"] if figure else []),
     ])
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     d = SpecPrefillBenchConfig()
     parser.add_argument("--target", default=d.target, help="model name or path")
-    parser.add_argument("--draft", default=d.draft, help="model name or path")
+    parser.add_argument("--draft", default=d.draft,
+                        help="model name or path; auto: the target's default draft")
     parser.add_argument("--lengths", type=parse_ints, default=d.lengths)
     parser.add_argument("--keep", type=float, default=d.keep, help="share in (0, 1]")
     parser.add_argument("--rounds", type=int, default=d.rounds)
@@ -159,17 +165,47 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
     parser.add_argument("--no-doc", action="store_true", help="print only")
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="a PNG of time to first token against prompt tokens: the target "
+                             "alone, the draft, and draft + target")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = SpecPrefillBenchConfig(
-        target=args.target, draft=args.draft, lengths=args.lengths, keep=args.keep,
-        rounds=args.rounds, sim_target=args.sim_target, sim_draft=args.sim_draft,
+        target=args.target, draft=draft_name(args.draft, args.target), lengths=args.lengths,
+        keep=args.keep, rounds=args.rounds, sim_target=args.sim_target, sim_draft=args.sim_draft,
         sim_sockets=args.sim_sockets, sim_lengths=args.sim_lengths, sim_keeps=args.sim_keeps)
     projected = project(cfg)
     measured = measure(cfg)
     results = {"measured": measured, "projected": projected}
     section = f"specprefill-{Path(cfg.draft).name}-{Path(cfg.target).name}"
-    publish(render(cfg, measured, projected, command_line()), section,
+    figure = args.plot and os.path.relpath(args.plot, args.doc.parent)
+    publish(render(cfg, measured, projected, command_line(), figure), section,
             None if args.no_doc else args.doc, results, args.json_out)
+    if args.plot is not None:
+        plot(cfg, measured, args.plot)
     return 0
+
+
+def plot(cfg: SpecPrefillBenchConfig, measured: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tokens = [r["prompt_tokens"] for r in measured]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, values in (
+            (f"{Path(cfg.target).name} alone (full prefill)", [r["full_s"] for r in measured]),
+            (f"{Path(cfg.draft).name} (draft)", [r["draft_s"] for r in measured]),
+            (f"draft + target on kept {cfg.keep:.0%}",
+             [r["draft_s"] + r["kept_s"] for r in measured])):
+        ax.plot(tokens, values, marker="o", label=label)
+    ax.set(xlabel="prompt tokens", ylabel="time to first token (s)",
+           title=f"Speculative prefill on this CPU: {Path(cfg.draft).name} for "
+                 f"{Path(cfg.target).name}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

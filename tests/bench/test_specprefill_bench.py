@@ -28,7 +28,8 @@ def run(models, tmp_path_factory) -> tuple[dict, str]:
     assert main(["bench", "specprefill", "--target", str(target), "--draft", str(draft),
                  "--lengths", "400,800", "--keep", "0.25", "--sim-lengths", "8192",
                  "--sim-keeps", "0.1,0.5", "--doc", str(doc),
-                 "--json-out", str(out / "r.json")]) == 0
+                 "--json-out", str(out / "r.json"), "--plot", str(out / "img" / "ttft.png")]) == 0
+    assert (out / "img" / "ttft.png").stat().st_size > 0
     return json.loads((out / "r.json").read_text()), doc.read_text()
 
 
@@ -62,6 +63,7 @@ def test_the_doc_section_names_the_command_and_keeps_the_rest(run, models):
     assert "| prompt tokens | kept tokens | target alone s |" in section
     assert "llama-3.2-1b drafting for llama-3.1-70b" in section
     assert section.count("\n| 8192 | ") == 2
+    assert "![time to first token against prompt tokens](img/ttft.png)" in section
 
 
 @pytest.mark.parametrize(("flags", "message"), [
