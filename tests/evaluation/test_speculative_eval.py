@@ -263,8 +263,8 @@ def test_speculative_flags_need_a_draft(models, tmp_path, capsys):
     ("original", "compact", "original"), ("compact", "original", "compact")])
 def test_the_grids_positions_are_the_targets_default_unless_named(flag, target_default,
                                                                   expected):
-    args = argparse.Namespace(draft_model="d", keep=None, positions=flag, chunk_size=None,
-                              look_ahead=None)
+    args = argparse.Namespace(model=None, draft_model="d", keep=None, positions=flag,
+                              chunk_size=None, look_ahead=None)
     assert speculative_from_args(args, target_default).positions == expected
 
 
