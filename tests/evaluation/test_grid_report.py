@@ -159,3 +159,26 @@ def test_cells_are_run_once_and_read_back(tmp_path):
     with pytest.raises(ValueError, match="seed"):
         run_in_cells(samples, {**settings, "seed": 2}, tmp_path, run, echo=lambda _: None)
     assert json.loads((tmp_path / "cells" / "settings.json").read_text())["seed"] == 1
+
+
+def test_a_keep_share_beside_a_budget_leaves_the_axis_to_the_budgets_label():
+    """A speculative run's kept share (0.2422 here) sits beside the 1/4 budget; the axis names
+    the budgets alone, so the two labels do not overprint each other."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from evaluation.plots import _budget_panel
+
+    kept = replace(row(0, "speculative", "1/4", True), budget_label="keep 0.25", budget=124,
+                   budget_fraction=124 / 512)
+    rows = [*ROWS, row(0, "snapstream", "1/8", True), kept]
+    fig, ax = plt.subplots()
+    _budget_panel(ax, accuracy_table(rows, ("task", "placement")))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1/8", "1/4"]
+    plt.close(fig)
+    fig, ax = plt.subplots()  # a grid of keep shares alone is labelled by them
+    _budget_panel(ax, accuracy_table([*ROWS[:3], kept], ("task", "placement")))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["keep 0.25"]
+    plt.close(fig)
