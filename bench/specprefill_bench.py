@@ -138,7 +138,8 @@ def render(cfg: SpecPrefillBenchConfig, measured: list[dict], projected: list[di
         markdown_table(["prompt tokens", "kept tokens", "target alone s", "draft s",
                         "target on kept s", "draft + target s", "/ target alone",
                         "target prefill saved"], table),
-        f"Projected (hwsim, SN40L, {cfg.sim_sockets} sockets, bf16, `full` policy): "
+        f"Projected (hwsim, SN40L, {cfg.sim_sockets} socket{'s' * (cfg.sim_sockets != 1)}, "
+        "bf16, `full` policy): "
         f"{cfg.sim_draft} drafting for {cfg.sim_target}; the draft prefills the whole prompt "
         "and decodes 8 look-ahead tokens on the same sockets before the target prefills the "
         "kept tokens; selection and mapping cost nothing (the two share a tokenizer); "
@@ -201,9 +202,8 @@ def plot(cfg: SpecPrefillBenchConfig, measured: list[dict], path: Path) -> None:
             (f"draft + target on kept {cfg.keep:.0%}",
              [r["draft_s"] + r["kept_s"] for r in measured])):
         ax.plot(tokens, values, marker="o", label=label)
-    ax.set(xlabel="prompt tokens", ylabel="time to first token (s)",
-           title=f"Speculative prefill on this CPU: {Path(cfg.draft).name} for "
-                 f"{Path(cfg.target).name}")
+    ax.set(xlabel="prompt tokens", ylabel="time to first token (s)")
+    ax.set_title(f"{Path(cfg.draft).name} drafting for {Path(cfg.target).name}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
