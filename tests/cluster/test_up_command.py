@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -66,3 +67,42 @@ def test_the_plaintext_demo_is_refused_with_tls_or_a_key(flag: str) -> None:
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: --demo speaks plaintext without a key: leave out "
                                      "--tls, --api-key and --api-keys-file")
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_auto_starts_the_targets_default_draft(tmp_path: Path) -> None:
+    """`up --draft-model auto` on the default model: its prefill worker drafts with the
+    registry's default draft (Gemma 3 270M for SmolLM2), which a request may ask for by
+    'auto' or by name; another model's name is refused with 412, naming it."""
+    command = [sys.executable, "-m", "cli.main", "up", "--store", "redis", "--draft-model",
+               "auto", "--port", "0", "--http-port", "0", "--decode-workers", "1", "--rows",
+               "2", "--log-dir", str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        printed = _read_until(process, "snapstream cluster is up", START_TIMEOUT_S)
+        base_url = re.search(r"  openai    (http://127\.0\.0\.1:\d+/v1)\n", printed).group(1)
+        with urllib.request.urlopen(f"{base_url}/models", timeout=10) as response:
+            model = json.load(response)["data"][0]["id"]
+        prompt = " ".join(f"Item {i} costs {i * 37 % 1000} coins." for i in range(80))
+        body = {"model": model, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+        for name in ("auto", "gemma3-270m"):
+            extension = {"speculative": {"keep": 0.25, "chunk_size": 32, "draft_model": name}}
+            status, reply = _post(f"{base_url}/completions", {**body, "snapstream": extension})
+            assert status == 200, reply
+            report = reply["snapstream"]["speculative"]
+            assert report["kept_tokens"] < report["prompt_tokens"] and not report["skipped"]
+        extension = {"speculative": {"keep": 0.25, "draft_model": "qwen2.5-coder-0.5b"}}
+        status, reply = _post(f"{base_url}/completions", {**body, "snapstream": extension})
+        assert status == 412 and "drafts with" in reply["error"]["message"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
