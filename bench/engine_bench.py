@@ -19,7 +19,7 @@ from snapstream.compress import slot_indices
 from snapstream.config import ModelConfig
 from snapstream.decode import Decoder
 from snapstream.engine import Engine
-from snapstream.kvcache import BatchCache, ModelLayout
+from snapstream.kvcache import BatchCache, ModelLayout, kv_bytes_per_token
 from snapstream.kvquant import kv_codec
 from snapstream.model import Transformer, to_hf_state
 from snapstream.policy import CacheLayout, CachePolicy
@@ -49,10 +49,6 @@ class DecodePoint:
     snapstream_s: float | None
     transformers_s: float | None
     snapstream_ref_s: float  # snapstream at the shortest context, stepped in the same rounds
-
-
-def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
-    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
 
 
 def filled_cache(config: ModelConfig, layout: CacheLayout, batch: int, context: int,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from bench.engine_bench import EngineBenchConfig, kv_bytes_per_token, run_engine_bench
+from bench.engine_bench import EngineBenchConfig, run_engine_bench
 from bench.report import (
     command_line,
     fmt_ms,
@@ -18,6 +18,7 @@ from bench.report import (
 )
 from serving.settings import add_model_setting
 from snapstream.engine import Engine
+from snapstream.kvcache import kv_bytes_per_token
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -16,17 +16,17 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from cli.flags import add_policy_flags, add_sampling_flags, policy_from_args, sampling_from_args
 from cli.generate import add_speculative_flags, draft_prompt, speculative_flags
 from snapstream.chat import ChatMessage
 from snapstream.checkpoints.registry import MODEL_HELP, draft_name, model_path
 from snapstream.engine import Engine
-from snapstream.kvcache import pool_row_bytes
+from snapstream.kvcache import kv_bytes_per_token, pool_row_bytes
 from snapstream.specprefill.pieces import Request
 from snapstream.specprefill.settings import SpeculativeSettings
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
-
-F16_BYTES = 2
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -120,12 +120,6 @@ def fit_sources(engine: Engine, sources: list[SourceText], question: str,
         count -= 1
 
 
-def full_cache_bytes(engine: Engine, tokens: int) -> int:
-    """K and V of every layer, KV head and token in float16."""
-    config = engine.config
-    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * F16_BYTES * tokens
-
-
 def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
@@ -162,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
         "decode_tokens_per_s": round((len(result.token_ids) - 1) / result.decode_s, 2)
         if result.decode_s > 0 else None,
         "policy": policy.kind, "kv_bytes": pool_row_bytes(engine.config, layout, engine.kv_dtype),
-        "full_kv_bytes_f16": full_cache_bytes(engine, len(ids) + args.max_new_tokens),
+        "full_kv_bytes_f16": (len(ids) + args.max_new_tokens)
+        * kv_bytes_per_token(engine.config, torch.float16),
     } | ({"speculative": speculative} if speculative else {})
     print(json.dumps(report) if args.json else describe(report, engine.context_len))
     return 0

@@ -139,6 +139,11 @@ class BatchGroupKV:
     filled: torch.Tensor  # (B, S) bool, True where a slot holds a token
 
 
+def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
+    """K and V of every layer and KV head for one token of a full cache in ``dtype``."""
+    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
+
+
 def pool_row_bytes(config: ModelConfig, layout: ModelLayout, dtype: torch.dtype) -> int:
     """Bytes one row (one sequence) of a :class:`BatchCache` in KV dtype ``dtype`` holds: K and
     V of every layer, KV head and slot, and its slot mask per layer group."""
