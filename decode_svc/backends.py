@@ -44,9 +44,9 @@ class SN40LSimBackend:
 
     def step(self, decoder: Decoder, tokens: torch.Tensor, positions: torch.Tensor
              ) -> tuple[torch.Tensor, float]:
-        # the static graph runs every row and reads every slot of its layout: the global layers
-        # their budget, a hybrid model's sliding layers their window (hwsim's model spec caps
-        # those at the window; a budget below the window costs the global layers at the window)
+        # the static graph runs the step's rows and reads every slot of its layout: the global
+        # layers their budget, a hybrid model's sliding layers their window (hwsim's model spec
+        # caps those at the window; a budget below the window costs the global layers at it)
         context = max(group.layout.budget for group in decoder.cache.layout.groups)
         key = (tokens.shape[0], context)
         if key not in self._costs:

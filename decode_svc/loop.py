@@ -164,9 +164,9 @@ class DecodeLoop:
         return self.rows * pool_row_bytes(self.engine.config, layout, self.engine.kv_dtype)
 
     def _step(self, pool: Pool) -> None:
-        batch = pool.decoder.cache.batch_size
-        tokens, positions = [0] * batch, [0] * batch
         active = pool.table.active
+        batch = pool.decoder.step_rows(max(seq.row for seq in active) + 1)
+        tokens, positions = [0] * batch, [0] * batch
         for seq in active:
             tokens[seq.row], positions[seq.row] = seq.next_input(), seq.next_position
         start = time.perf_counter()
@@ -182,6 +182,7 @@ class DecodeLoop:
         greedy = logits.argmax(dim=-1).tolist()  # one host sync for every greedy row
         events = [(seq.sink, self._next_event(pool, seq, logits, greedy)) for seq in emitting]
         metrics.STEP_TIME.observe(time.perf_counter() - start)
+        metrics.STEP_ROWS.observe(batch)
         if simulated_s:
             metrics.SIM_STEP_TIME.observe(simulated_s)
         deliver(events)

@@ -37,6 +37,9 @@ PREFILL_MODEL_TIME = Histogram("snapstream_prefill_model_seconds",
                                "encoding, first token)", buckets=LATENCY_BUCKETS)
 STEP_TIME = Histogram("snapstream_decode_step_seconds", "One static decode step (wall)",
                       buckets=LATENCY_BUCKETS)
+STEP_ROWS = Histogram("snapstream_decode_step_rows",
+                      "Rows one decode step ran: the power-of-two prefix of the pool that covers "
+                      "the rows in use", buckets=tuple(2.0**i for i in range(11)))
 SIM_STEP_TIME = Histogram("snapstream_sim_decode_step_seconds",
                           "One decode step on the simulated target", buckets=LATENCY_BUCKETS)
 PREFIX_CACHE = Counter("snapstream_prefix_cache_total",

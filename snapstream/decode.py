@@ -1,7 +1,10 @@
-"""The static decode step: one token for every row of a :class:`BatchCache`, one tensor shape.
+"""The static decode step: one token for each of the first rows of a :class:`BatchCache`.
 
 Row state lives in tensors (positions, slot contents), never in Python values the graph would
-specialise on, so sequences with contexts of 10 or 100k tokens run the same compiled graph.
+specialise on, so sequences with contexts of 10 or 100k tokens run the same compiled graph. A
+step runs a power-of-two prefix of the pool's rows that covers the rows in use
+(:meth:`Decoder.step_rows`): one graph per row count, as CUDA graphs are captured per batch
+size, so one sequence in a pool of 16 rows costs a one-row step.
 """
 
 from __future__ import annotations
@@ -20,21 +23,24 @@ def decode_step(
     token_ids: torch.Tensor, positions: torch.Tensor, layout: ModelLayout,
     fused: tuple[FusedLayer, ...] | None = None,
 ) -> torch.Tensor:
-    """token_ids, positions (B,) -> logits (B, V); writes each row's new K/V into its slot of
-    every layer group (a sliding group's ring then holds exactly the window the query sees).
+    """token_ids, positions (b,) -> logits (b, V) for the pool's first b rows; writes each
+    row's new K/V into its slot of every layer group (a sliding group's ring then holds exactly
+    the window the query sees).
 
-    caches: per group of ``layout``, k and v (Lg, B, Hkv, S, W) and which slots hold a token
-    (B, S) bool, updated in place. fused: the model's layers as ``decode_layer`` takes them
-    (:func:`snapstream.fused_decode.fused_layers`), run where the batch allows; the same
-    result as the modules'.
+    caches: per group of ``layout``, the pool's k and v (Lg, B, Hkv, S, W) and which slots hold
+    a token (B, S) bool, B >= b, updated in place. fused: the model's layers as
+    ``decode_layer`` takes them (:func:`snapstream.fused_decode.fused_layers`), run where the
+    batch allows; the same result as the modules'.
     """
-    rows = torch.arange(token_ids.shape[0], device=token_ids.device)  # (B,)
+    b = token_ids.shape[0]
+    caches = tuple((k[:, :b], v[:, :b], filled[:b]) for k, v, filled in caches)  # the first b rows
+    rows = torch.arange(b, device=token_ids.device)  # (b,)
     where, slots, empty = {}, [], []
     for index, (group, (_, _, filled)) in enumerate(zip(layout.groups, caches, strict=True)):
         group_slots = slot_indices(group.layout, positions)  # (B,)
         filled[rows, group_slots] = True
         slots.append(group_slots)
-        empty.append(~filled)  # (B, S), the same for every layer and KV head
+        empty.append(~filled)  # (b, S), the same for every layer and KV head
         where.update({layer: (index, local) for local, layer in enumerate(group.layers)})
 
     def attend(layer_idx: int, q, k, v) -> torch.Tensor:
@@ -48,10 +54,10 @@ def decode_step(
             k_cache, v_cache, _ = caches[index]
             return k_cache[local], v_cache[local], slots[index], empty[index]
 
-        hidden = fused_forward(model, fused, token_ids, positions, cache_of)  # (B, hidden)
+        hidden = fused_forward(model, fused, token_ids, positions, cache_of)  # (b, hidden)
     else:
-        hidden = model(token_ids[:, None], positions[:, None], attend)[:, 0]  # (B, hidden)
-    return model.logits(hidden)  # (B, V)
+        hidden = model(token_ids[:, None], positions[:, None], attend)[:, 0]  # (b, hidden)
+    return model.logits(hidden)  # (b, V)
 
 
 class Decoder:
@@ -68,8 +74,22 @@ class Decoder:
         )
         self._caches = tuple((group.k, group.v, group.filled) for group in cache.groups)
 
+    def step_rows(self, rows_in_use: int) -> int:
+        """The rows a step runs so that it covers the pool's first ``rows_in_use``: the next
+        power of two, at most the pool, where the fused kernels run at the pool's size (each
+        row's result is then the same at any row count, so a resumed sequence decodes the same
+        tokens whatever its neighbours); the whole pool elsewhere (a GEMM's or a GPU's sums may
+        depend on the row count)."""
+        batch = self.cache.batch_size
+        if not 1 <= rows_in_use <= batch:
+            raise ValueError(f"rows_in_use must be in [1, {batch}], got {rows_in_use}")
+        if not runs_fused(self._fused, batch):
+            return batch
+        return min(batch, 1 << (rows_in_use - 1).bit_length())
+
     @torch.no_grad()
     def step(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """token_ids, positions (B,) int64 on the cache's device -> float32 logits (B, V)."""
+        """token_ids, positions (b,) int64 on the cache's device, b <= the pool's rows -> float32
+        logits (b, V) of the pool's first b rows."""
         return self._step(self.model, self._caches, token_ids, positions, self.cache.layout,
                           self._fused)
