@@ -3,17 +3,26 @@ fused kernels run, each row's logits and cache writes are the same at any row co
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 
+from decode_svc.backends import BackendConfig, make_backend
+from decode_svc.loop import DecodeLoop
+from serving import metrics
 from snapstream import kernels
 from snapstream.decode import Decoder
+from snapstream.engine import Engine
 from snapstream.kvcache import BatchCache
 from snapstream.kvquant import as_bits
 from snapstream.policy import CachePolicy
 from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
+from snapstream.sampling_params import SamplingParams
 from tests.engine.helpers import engine_for
 from tests.engine.test_fused_decode import CONFIGS
+from tests.integration.test_decode_isolation import PROMPTS, _run
+from tests.integration.test_services import ENGINE_POLICY
 from tests.tiny_models import random_model, tiny_config
 
 POLICY = CachePolicy(n_sink=4, n_topk=24, n_recent=16, observation=8)
@@ -78,3 +87,33 @@ def test_a_rows_result_does_not_depend_on_the_row_count(kernel_cap, cap, scheme,
         assert torch.equal(as_bits(got.k[:, :3]), as_bits(expected.k[:, :3]))
         assert torch.equal(as_bits(got.v[:, :3]), as_bits(expected.v[:, :3]))
         assert torch.equal(got.filled[:3], expected.filled[:3])
+
+
+def _step_rows_seen() -> tuple[float, float]:
+    """(steps, rows stepped) the decode loops of this process have recorded so far."""
+    samples = {s.name: s.value for m in metrics.STEP_ROWS.collect() for s in m.samples}
+    return samples["snapstream_decode_step_rows_count"], samples["snapstream_decode_step_rows_sum"]
+
+
+async def test_the_loop_steps_only_the_rows_in_use(tiny_model_dir):
+    """A lone sequence in a pool of 8 rows: one-row steps, and the tokens the engine decodes
+    alone; three at once: steps of at most 4 rows."""
+    engine = Engine.from_pretrained(tiny_model_dir, dtype="int4")
+    loop = DecodeLoop(engine, make_backend(BackendConfig(), engine.config), rows=ROWS,
+                      max_queue=8)
+    loop.start()
+    try:
+        before = _step_rows_seen()
+        alone = await _run(loop, engine, PROMPTS[0], SamplingParams(), 12)
+        steps, rows = (a - b for a, b in zip(_step_rows_seen(), before, strict=True))
+        assert steps >= 10 and rows == steps
+        assert alone == engine.generate(PROMPTS[0], 12, policy=ENGINE_POLICY).token_ids
+        before = _step_rows_seen()
+        together = await asyncio.gather(*(_run(loop, engine, p, SamplingParams(), 12)
+                                          for p in PROMPTS))
+        steps, rows = (a - b for a, b in zip(_step_rows_seen(), before, strict=True))
+        assert 0 < rows <= 4 * steps
+    finally:
+        loop.stop()
+    for prompt, tokens in zip(PROMPTS, together, strict=True):
+        assert tokens == engine.generate(prompt, 12, policy=ENGINE_POLICY).token_ids
