@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from snapstream.config import ModelConfig
+from snapstream.kvcache import kv_bytes_per_token
 
 GEMM_SHAPES = ((2048, 576, 1536), (4096, 1536, 576), (8192, 576, 3072))  # (M, K, N)
 GEMM_DTYPES = (torch.float32, torch.bfloat16)
@@ -74,6 +75,14 @@ def prompt_flops(config: ModelConfig, prompt_len: int) -> float:
     pairs = sum(attended_pairs(prompt_len, window) for window in config.attention_windows)
     head = 2.0 * config.hidden_size * config.vocab_size
     return linear + 4.0 * config.head_dim * config.num_heads * pairs + head
+
+
+def context_kv_bytes(config: ModelConfig, tokens: int) -> int:
+    """K and V in float16 of ``tokens`` tokens of context, each layer at most its window: what
+    a full cache holds (and a decode step reads) for a sequence that long."""
+    per_layer_token = kv_bytes_per_token(config, torch.float16) // config.num_layers
+    return sum(per_layer_token * min(tokens, window or tokens)
+               for window in config.attention_windows)
 
 
 def model_bytes(model: nn.Module) -> int:

@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.limits import gemm_peak, memory_bandwidth, prompt_flops
+from bench.limits import context_kv_bytes, gemm_peak, memory_bandwidth, prompt_flops
 from bench.peers.peer_model import PeerModel, peer_model
 from bench.peers.process import RunnerError, RunnerProcess
 from bench.peers.prompts import Prompt, load_tokenizer, passkey_prompts
@@ -138,14 +138,16 @@ def run_peers_bench(cfg: PeersBenchConfig, echo: Echo | None = None) -> dict:
 
 def machine_limits(model: PeerModel, lengths: list[int], echo: Echo) -> dict:
     """The memory bandwidth and plain-GEMM peak, measured before any system starts, and what
-    the report sets against them: the GGUF's bytes and each prompt's FLOPs
-    (:func:`bench.limits.prompt_flops`; JSON keys are strings)."""
+    the report sets against them: the GGUF's bytes, each prompt's FLOPs
+    (:func:`bench.limits.prompt_flops`) and its full float16 KV
+    (:func:`bench.limits.context_kv_bytes`; JSON keys are strings)."""
     echo("measuring the machine's memory bandwidth and GEMM peak")
     config = open_checkpoint(model.gguf).config
     peak = max(rate for by_dtype in gemm_peak().values() for rate in by_dtype.values())
     return {"bandwidth_gb_s": memory_bandwidth(), "gemm_gflop_s": peak,
             "weights_bytes": model.gguf.stat().st_size,
-            "prompt_flops": {str(n): prompt_flops(config, n) for n in lengths}}
+            "prompt_flops": {str(n): prompt_flops(config, n) for n in lengths},
+            "context_kv_bytes": {str(n): context_kv_bytes(config, n) for n in lengths}}
 
 
 @contextmanager

@@ -48,11 +48,14 @@ def _percent(share: float | None) -> str:
 
 def limit_shares(point: dict, limits: dict | None, length: int) -> tuple[float | None, ...]:
     """(decode, prefill) as shares of the machine's limits: a token's bytes (the GGUF's
-    weights and this system's KV of the sequence) over the median decode gap against the
-    memory bandwidth; the prompt's FLOPs over the median TTFT against the plain-GEMM peak."""
+    weights and the KV this system reads for the sequence: what it holds, at most the prompt's
+    full float16 KV, as a cache reserved for the whole context is read only where it holds
+    tokens) over the median decode gap against the memory bandwidth; the prompt's FLOPs over
+    the median TTFT against the plain-GEMM peak."""
     if not limits:
         return None, None
-    step_bytes = limits["weights_bytes"] + (point["kv_bytes"] or 0)
+    kv_read = min(point["kv_bytes"] or 0, limits["context_kv_bytes"][str(length)])
+    step_bytes = limits["weights_bytes"] + kv_read
     decode = share_of_limit(median(point["decode_ms_per_token"]) / 1e3, step_bytes,
                             limits["bandwidth_gb_s"] * 1e9)
     prefill = share_of_limit(median(point["ttft_ms"]) / 1e3, limits["prompt_flops"][str(length)],
@@ -148,7 +151,9 @@ def _limits_text(limits: dict | None) -> str:
             f"{limits['bandwidth_gb_s']:.1f} GB/s (`torch.sum` over 1 GiB, best of 5), plain-GEMM "
             f"peak {limits['gemm_gflop_s']:.0f} GFLOP/s (`torch.mm` at the prompt's shapes, "
             "float32 and bfloat16, the best). Decode % of bandwidth: the GGUF's bytes (every "
-            "weight read once a token) and the system's KV of the sequence, over the decode gap; "
+            "weight read once a token) and the KV the system reads for the sequence (what it "
+            "holds, at most the prompt's full float16 KV: a cache reserved for the whole "
+            "context is read only where it holds tokens), over the decode gap; "
             "prefill % of peak: the prompt's FLOPs (every token through every layer, causal "
             "attention) over the TTFT.")
 

@@ -43,9 +43,12 @@ RESULTS = {
             1024: _point([30.0, 60.0, 30.0], [900.0, 1200.0, 1100.0], [1, 2, 3, 5], False)}),
     },
     "failures": {"openvino": "building the openvino venv failed at 'pip install' (exit 1)"},
-    # 100 GB/s and 500 GFLOP/s; 1 GB of weights: 1.024 GB a token is 1% at 1 s, 100% at 10 ms
+    # 100 GB/s and 500 GFLOP/s; 1 GB of weights: 1.024 GB a token is 1% at 1 s, 100% at 10 ms;
+    # a full float16 KV of 8 MiB at 1024 tokens (less than the 24 MiB the systems hold: read
+    # only where it holds tokens) and 32 MiB at 4096 (more: what they hold is read)
     "limits": {"bandwidth_gb_s": 100.0, "gemm_gflop_s": 500.0, "weights_bytes": 10**9,
-               "prompt_flops": {"1024": 2.75e11, "4096": 1.1e12}},
+               "prompt_flops": {"1024": 2.75e11, "4096": 1.1e12},
+               "context_kv_bytes": {"1024": 8 * 2**20, "4096": 32 * 2**20}},
 }
 
 
@@ -61,10 +64,10 @@ def test_render_writes_one_row_per_measured_point_and_names_failures():
     body = render(RESULTS, PeersBenchConfig(rounds=3), baseline="llama.cpp")
     rows = [line for line in body.splitlines() if line.startswith("| 1024") or
             line.startswith("| 4096")]
-    # decode: (1e9 + 24 MiB) bytes in 10 ms at 100 GB/s = 103%; prefill: 2.75e11 FLOPs in
-    # 0.55 s at 500 GFLOP/s = 100%
+    # decode: (1e9 + 8 MiB) bytes in 10 ms at 100 GB/s = 101%, (1e9 + 24 MiB) in 20 ms = 51%;
+    # prefill: 2.75e11 FLOPs in 0.55 s at 500 GFLOP/s = 100%
     assert rows == [
-        "| 1024 | llama.cpp | 10.0 | 1.00× | 103% | 0.55 | 1.00× | 100% | 300.0 | 24.0 | yes "
+        "| 1024 | llama.cpp | 10.0 | 1.00× | 101% | 0.55 | 1.00× | 100% | 300.0 | 24.0 | yes "
         "| 3/4 | 0.2 |",
         "| 1024 | transformers | 30.0 | 3.00× | 34% | 1.10 | 2.00× | 50% | 300.0 | 24.0 | no "
         "| 4/4 | 0.2 |",
@@ -236,5 +239,19 @@ def test_the_machines_limits_come_with_the_gguf_and_each_prompts_flops(monkeypat
     assert limits["weights_bytes"] == model.gguf.stat().st_size
     assert limits["prompt_flops"] == {"1024": prompt_flops(config, 1024),
                                       "4096": prompt_flops(config, 4096)}
+    # SmolLM2-135M: 30 layers x 3 KV heads x 64 dims, K and V in float16: 23,040 bytes a token
+    assert limits["context_kv_bytes"] == {"1024": 1024 * 23_040, "4096": 4096 * 23_040}
     # SmolLM2-135M: ~2 x 135M x 0.8 FLOPs a token besides attention
     assert 1.5e8 < limits["prompt_flops"]["1024"] / 1024 < 3e8
+
+
+def test_a_full_cache_is_read_up_to_the_windows_of_its_layers():
+    """A Gemma 3 in miniature: 4 of its 5 layers see at most 16 tokens, so 100 tokens of
+    context are read in full only by the global one."""
+    from bench.limits import context_kv_bytes
+    from tests.tiny_models import tiny_gemma3_config
+
+    config = tiny_gemma3_config()
+    per_layer_token = 2 * config.num_kv_heads * config.head_dim * 2  # K and V, float16
+    assert context_kv_bytes(config, 100) == per_layer_token * (100 + 4 * 16)
+    assert context_kv_bytes(config, 10) == per_layer_token * 5 * 10
