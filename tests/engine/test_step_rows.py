@@ -21,7 +21,7 @@ from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
 from snapstream.sampling_params import SamplingParams
 from tests.engine.helpers import engine_for
 from tests.engine.test_fused_decode import CONFIGS
-from tests.integration.test_decode_isolation import PROMPTS, _run
+from tests.integration.test_decode_isolation import PROMPTS, decode_in_loop
 from tests.integration.test_services import ENGINE_POLICY
 from tests.tiny_models import random_model, tiny_config
 
@@ -104,12 +104,12 @@ async def test_the_loop_steps_only_the_rows_in_use(tiny_model_dir):
     loop.start()
     try:
         before = _step_rows_seen()
-        alone = await _run(loop, engine, PROMPTS[0], SamplingParams(), 12)
+        alone = await decode_in_loop(loop, engine, PROMPTS[0], SamplingParams(), 12)
         steps, rows = (a - b for a, b in zip(_step_rows_seen(), before, strict=True))
         assert steps >= 10 and rows == steps
         assert alone == engine.generate(PROMPTS[0], 12, policy=ENGINE_POLICY).token_ids
         before = _step_rows_seen()
-        together = await asyncio.gather(*(_run(loop, engine, p, SamplingParams(), 12)
+        together = await asyncio.gather(*(decode_in_loop(loop, engine, p, SamplingParams(), 12)
                                           for p in PROMPTS))
         steps, rows = (a - b for a, b in zip(_step_rows_seen(), before, strict=True))
         assert 0 < rows <= 4 * steps

@@ -20,8 +20,10 @@ from tests.integration.test_services import ENGINE_POLICY, POLICY, collect, serv
 PROMPTS = ["one two three " * 6, "four five " * 9, "six " * 20]
 
 
-async def _run(loop: DecodeLoop, engine: Engine, prompt: str, sampling: SamplingParams,
-               new_tokens: int) -> list[int] | Exception:
+async def decode_in_loop(loop: DecodeLoop, engine: Engine, prompt: str,
+                         sampling: SamplingParams, new_tokens: int) -> list[int] | Exception:
+    """``prompt`` prefilled by ``engine`` and decoded by ``loop`` -> its tokens (the first one
+    included), or the error that ended it."""
     ids = engine.encode(prompt)
     result = engine.prefill(ids, ENGINE_POLICY, new_tokens, capacity=engine.context_len)
     first = int(result.logits.argmax())
@@ -48,8 +50,8 @@ async def test_a_row_whose_sampling_fails_ends_alone(tiny_model_dir):
     try:
         unseeded = SamplingParams(temperature=1.0)  # sample_row refuses it: no seed
         results = await asyncio.gather(
-            *(_run(loop, engine, p, SamplingParams(), 12) for p in PROMPTS),
-            _run(loop, engine, "poison " * 10, unseeded, 12))
+            *(decode_in_loop(loop, engine, p, SamplingParams(), 12) for p in PROMPTS),
+            decode_in_loop(loop, engine, "poison " * 10, unseeded, 12))
     finally:
         loop.stop()
     *normal, poisoned = results
