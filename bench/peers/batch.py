@@ -49,6 +49,8 @@ class PeersBatchConfig:
             raise ValueError("max_new_tokens must be ≥ 8: the decode window needs tokens")
         if min(self.concurrency, default=0) < 1 or min(self.rounds, self.n_threads) < 1:
             raise ValueError("concurrency, rounds and n_threads must be ≥ 1")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         peer_model(self.model).check_context(self.prompt_len + self.max_new_tokens,
                                              "prompt_len + new tokens")
 
