@@ -36,11 +36,12 @@ class FusedLayer:
     qkv_bias: torch.Tensor | None  # ((Hq + 2 Hkv) D,) float32: Qwen2's q/k/v biases
 
 
-# per layer class: the names of its norms after the op's first ten params (Gemma 3's extra four)
+# per layer class: the names of its norms after the op's first 14 params (Gemma 3's extra four)
 EXTRA_NORMS = {DecoderLayer: (),
                Gemma3DecoderLayer: ("self_attn.q_norm", "self_attn.k_norm",
                                     "pre_feedforward_layernorm", "post_feedforward_layernorm")}
 LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+NO_FACTORS = torch.empty(0)  # a linear's factors in the op's params where its scales are floats
 
 
 def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
@@ -56,7 +57,9 @@ def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
             or not all(tensor.dtype == torch.float32 and tensor.device.type == "cpu"
                        for tensor in (*norms, *(() if qkv_bias is None else (qkv_bias,))))):
         return None
-    qkv, out, gate_up, down = ((linear.weight, linear.scales) for linear in linears)
+    qkv, out, gate_up, down = ((linear.weight, linear.scales,
+                                NO_FACTORS if linear.factors is None else linear.factors)
+                               for linear in linears)
     return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:]),
                       num_heads=layer.self_attn.num_heads, eps=layer.input_layernorm.eps,
                       q_factor=layer.self_attn.q_factor, activation=layer.mlp.activation,

@@ -10,12 +10,12 @@ built by setup.py) and, registered here, what runs them on other devices and und
   rounded once to x's dtype; the heads come out contiguous in the same (B, T, H, D) order.
 - ``gated_activation(x, activation)``: a gated MLP's ``act(gate) * up`` from its [gate | up]
   projection in one pass (activation ``silu`` or ``gelu_tanh``).
-- ``int4_matmul(x, weight, scales, n)``, ``int8_matmul(x, weight, scales, n)``:
-  quantized matmul (codes in groups with float16/float32 scales and offsets; int8 also rounds
-  x to 8-bit codes, int4 to 15-bit codes where ``int4_matmul_reads_codes(group)``: CPUs with
-  AVX-512 but without BF16 or AMX) in the blocked
-  layout of snapstream/quant.py (CPU only, as quantization is;
-  their shapes are registered for ``torch.compile``).
+- ``int4_matmul(x, weight, scales, n, factors=None)``, ``int8_matmul(...)``: quantized matmul
+  (codes in groups with float16/float32 scales and offsets, or int8 codes of them with their
+  float32 factors; int8 also rounds x to 8-bit codes, int4 to 15-bit codes where
+  ``int4_matmul_reads_codes(group)``: CPUs with AVX-512 but without BF16 or AMX) in the blocked
+  layout of snapstream/quant.py (CPU only, as quantization is; their shapes are registered for
+  ``torch.compile``).
 - ``prompt_attention(q, k, v, window, positions)``: causal attention over a prompt, GQA,
   optionally within a sliding window of positions: a flash kernel for float32 on AVX-512 CPUs
   and bfloat16 on AVX512-BF16 CPUs without AMX, where ``prompt_attention_covers(q)`` (False off
@@ -158,12 +158,12 @@ def _gated_activation_shape(x, activation):
 
 
 @torch.library.register_fake("snapstream::int4_matmul")
-def _int4_matmul_shape(x, weight, scales, n):
+def _int4_matmul_shape(x, weight, scales, n, factors=None):
     return x.new_empty((x.shape[0], n), dtype=torch.float32)
 
 
 @torch.library.register_fake("snapstream::int8_matmul")
-def _int8_matmul_shape(x, weight, scales, n):
+def _int8_matmul_shape(x, weight, scales, n, factors=None):
     return x.new_empty((x.shape[0], n), dtype=torch.float32)
 
 

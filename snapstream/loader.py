@@ -89,7 +89,9 @@ def _load_blocks(model: Transformer, checkpoint: Checkpoint, dtype: torch.dtype)
             if len(parts) < count:
                 continue
             del pending[module]
-            layer = quantized_linear(GroupedCodes.stacked([parts[i] for i in range(count)]))
+            stacked = GroupedCodes.stacked([parts[i] for i in range(count)])
+            del parts  # the parts' codes go before the layer is packed
+            layer = quantized_linear(stacked)
         if module == EMBEDDING:  # untied: a table of its own
             model.model.embed_tokens = QuantizedEmbedding(layer, dtype, owns=True)
         else:

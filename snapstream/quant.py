@@ -6,8 +6,10 @@ groups of 32, Q5_0/Q5_1/Q5_K/Q8_0 as int8 groups of 32, Q6_K as int8 groups of 1
 snapstream/checkpoints/gguf_blocks.py), or float weights are requantized at load (the Engine's
 dtypes "int8": one scale per output row, "int4": a scale and an offset per group of 32 from the
 group's range). Scales and offsets are kept in float16 where that holds every one of them
-exactly (the legacy GGUF types), else float32 (the K-quants' d * sc), so a GGUF's weights are
-reproduced bit for bit. The LM head is int8 (a tied embedding looks its rows up there).
+exactly (the legacy GGUF types), as int8 codes times a float32 factor per block of 256 inputs
+(the K-quants' d * sc and -dmin * m: 1.5 bytes a scale of a group of 32 instead of 4), else
+float32, so a GGUF's weights are reproduced bit for bit. The LM head is int8 (a tied embedding
+looks its rows up there).
 
 The matmul is the project's kernel (``snapstream::int4_matmul``, ``int8_matmul``,
 snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block of 16 outputs
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -50,17 +53,24 @@ KERNEL_DTYPE = torch.bfloat16  # what the kernels take as activations
 INT4_GROUP = 32  # inputs per requantized int4 scale/offset; divides every Llama hidden size
 BLOCK = 16  # outputs per block of the kernels' packed layout
 GEMM_MIN_ROWS = 128  # from this many input rows on, the dequantized weight's GEMM is faster
+PACK_ROWS = 4096  # rows packed at a time (a multiple of BLOCK: bounds the packing's temporaries)
 
 
 @dataclass(frozen=True)
 class GroupedCodes:
     """A weight as codes in groups of ``K / G`` inputs: ``weight[n, k] = codes[n, k] *
-    scales[n, k // group] + offsets[n, k // group]`` (float32 arithmetic)."""
+    scales[n, k // group] + offsets[n, k // group]`` (float32 arithmetic).
+
+    With ``factors``, each scale (s = 0) and offset (s = 1) of a row is an integer in [-128,
+    127] times that row's factor for its span of K/F inputs (a GGUF K-quant's d and -dmin per
+    block of 256): the layer holds those integers as int8 codes beside the factors, the same
+    values in a quarter of float32's bytes."""
 
     codes: torch.Tensor  # (N, K) uint8 in [0, 16) for bits 4, int8 for bits 8
     scales: torch.Tensor  # (N, K/group) float32
     offsets: torch.Tensor | None  # (N, K/group) float32; None: all zero
     bits: int
+    factors: torch.Tensor | None = None  # (N, F, S) float32, S = 2 with offsets; None: none
 
     def __post_init__(self) -> None:
         N, K = self.codes.shape
@@ -68,15 +78,27 @@ class GroupedCodes:
         if self.scales.shape[0] != N or K % groups or (K // groups) % 2:
             raise ValueError(f"quantized weights need groups of an even number of inputs: a "
                              f"{N}x{K} weight with {groups} groups per row")
+        parts = 1 if self.offsets is None else 2
+        if self.factors is not None and (
+                self.factors.dim() != 3 or self.factors.shape[0] != N
+                or self.factors.shape[2] != parts or groups % self.factors.shape[1]):
+            raise ValueError(f"factors must be (N, F, {parts}) with F dividing the {groups} "
+                             f"groups of a row, got {tuple(self.factors.shape)}")
 
     @property
     def group(self) -> int:
         return self.codes.shape[1] // self.scales.shape[1]
 
-    def rows(self, select: torch.Tensor) -> GroupedCodes:
-        """The rows ``select`` (M,) int64, in that order."""
+    def rows(self, select: torch.Tensor | slice) -> GroupedCodes:
+        """The rows ``select`` ((M,) int64, in that order, or a slice)."""
         return GroupedCodes(self.codes[select], self.scales[select],
-                            None if self.offsets is None else self.offsets[select], self.bits)
+                            None if self.offsets is None else self.offsets[select], self.bits,
+                            None if self.factors is None else self.factors[select])
+
+    def row_chunks(self, size: int) -> Iterator[GroupedCodes]:
+        """The rows in runs of ``size`` (views, not copies)."""
+        for start in range(0, len(self.codes), size):
+            yield self.rows(slice(start, start + size))
 
     def regrouped(self, bits: int, group: int, with_offsets: bool) -> GroupedCodes:
         """The same weights (exactly) with wider codes, smaller groups or explicit zero
@@ -85,12 +107,15 @@ class GroupedCodes:
             raise ValueError(f"{self.bits}-bit codes in groups of {self.group} cannot be held "
                              f"as {bits}-bit codes in groups of {group}")
         repeat = self.group // group
-        offsets = self.offsets if self.offsets is not None or not with_offsets else (
-            torch.zeros_like(self.scales))
+        zero_offsets = with_offsets and self.offsets is None
+        offsets = torch.zeros_like(self.scales) if zero_offsets else self.offsets
+        factors = self.factors
+        if factors is not None and zero_offsets:
+            factors = torch.cat([factors, torch.zeros_like(factors)], dim=2)  # (N, F, 2)
         return GroupedCodes(
             self.codes if bits == self.bits else self.codes.to(torch.int8),
             self.scales.repeat_interleave(repeat, dim=1),
-            None if offsets is None else offsets.repeat_interleave(repeat, dim=1), bits)
+            None if offsets is None else offsets.repeat_interleave(repeat, dim=1), bits, factors)
 
     @staticmethod
     def stacked(parts: list[GroupedCodes]) -> GroupedCodes:
@@ -99,9 +124,12 @@ class GroupedCodes:
         bits, group = max(p.bits for p in parts), min(p.group for p in parts)
         with_offsets = any(p.offsets is not None for p in parts)
         same = [p.regrouped(bits, group, with_offsets) for p in parts]
+        factored = (all(p.factors is not None for p in same)
+                    and len({p.factors.shape[1] for p in same}) == 1)
         return GroupedCodes(torch.cat([p.codes for p in same]),
                             torch.cat([p.scales for p in same]),
-                            torch.cat([p.offsets for p in same]) if with_offsets else None, bits)
+                            torch.cat([p.offsets for p in same]) if with_offsets else None, bits,
+                            torch.cat([p.factors for p in same]) if factored else None)
 
 
 def quantize_int8_rows(weight: torch.Tensor) -> GroupedCodes:
@@ -147,12 +175,28 @@ def _scale_rows(codes: GroupedCodes) -> torch.Tensor:
     return torch.stack(parts, dim=-1).float()
 
 
-def pack_scales(rows: torch.Tensor) -> torch.Tensor:
-    """(N, G, S) scales and offsets, N a multiple of 16 -> the kernels' (N/16, G, S, 16);
-    float16 where exact, else float32."""
+def _scale_codes(codes: GroupedCodes) -> torch.Tensor:
+    """(N, G, S) int8: each group's scale and offset over its factor (exactly: checked)."""
+    values = _scale_rows(codes)  # (N, G, S)
+    factors = codes.factors.repeat_interleave(values.shape[1] // codes.factors.shape[1],
+                                              dim=1)  # (N, G, S)
+    quotients = torch.where(factors == 0, 0.0, values / factors).round_()
+    if not torch.equal(quotients.clamp(-128, 127) * factors, values):
+        raise ValueError("factored scales must be int8 multiples of their factors")
+    return quotients.to(torch.int8)
+
+
+def block_major(rows: torch.Tensor) -> torch.Tensor:
+    """(N, G, S) per output row, N a multiple of 16 -> the kernels' (N/16, G, S, 16)."""
     _, G, S = rows.shape
-    packed = rows.view(-1, BLOCK, G, S).permute(0, 2, 3, 1).contiguous()  # (NB, G, S, 16)
-    return packed.to(exact_dtype(packed))
+    return rows.view(-1, BLOCK, G, S).permute(0, 2, 3, 1).contiguous()
+
+
+def pack_scales(rows: torch.Tensor) -> torch.Tensor:
+    """(N, G, S) scales and offsets -> ``block_major``; int8 codes as they are, floats in
+    float16 where exact, else float32."""
+    packed = block_major(rows)  # (NB, G, S, 16)
+    return packed if packed.dtype == torch.int8 else packed.to(exact_dtype(packed))
 
 
 class QuantizedLinear(nn.Module):
@@ -163,7 +207,7 @@ class QuantizedLinear(nn.Module):
 
     def __init__(self, codes: GroupedCodes, bias: torch.Tensor | None = None) -> None:
         super().__init__()
-        self._pack(iter([codes]), len(codes.codes))
+        self._pack(codes.row_chunks(PACK_ROWS), len(codes.codes))
         self.bias = bias  # (N,) in the model's dtype, or None
 
     @classmethod
@@ -184,23 +228,34 @@ class QuantizedLinear(nn.Module):
                              f"{first.bits}-bit ones")
         K, (G, S) = first.codes.shape[1], _scale_rows(first).shape[1:]
         num_blocks = -(-rows // BLOCK)
+        factored = first.factors is not None
         weight = None
-        scales = torch.zeros(num_blocks * BLOCK, G, S)  # (NB*16, G, S) float32
+        # (NB*16, G, S): int8 codes of factored scales, else float32 values
+        scales = torch.zeros(num_blocks * BLOCK, G, S,
+                             dtype=torch.int8 if factored else torch.float32)
+        factors = torch.zeros(num_blocks * BLOCK, *first.factors.shape[1:]) if factored else None
         done = 0
-        for chunk in (first, *chunks):
+        for chunk in itertools.chain([first], chunks):  # one decoded chunk at a time
             if done % BLOCK:
                 raise ValueError("only the last chunk of rows may fill part of a block of 16")
+            if (chunk.factors is not None) != factored:
+                raise ValueError("the chunks of a weight are all factored or none is")
             packed = self.pack_codes(to_blocks(chunk.codes))  # (n/16, K/2, 16[, 2])
             if weight is None:
                 weight = packed.new_empty((num_blocks, *packed.shape[1:]))
             weight[done // BLOCK:done // BLOCK + len(packed)] = packed
-            scales[done:done + len(chunk.codes)] = _scale_rows(chunk)
+            rows_of = slice(done, done + len(chunk.codes))
+            scales[rows_of] = _scale_codes(chunk) if factored else _scale_rows(chunk)
+            if factored:
+                factors[rows_of] = chunk.factors
             done += len(chunk.codes)
         if done != rows:
             raise ValueError(f"{rows} rows announced, {done} given")
         self.out_features, self.in_features = rows, K
         self.register_buffer("weight", weight)
         self.register_buffer("scales", pack_scales(scales))  # (N/16, G, S, 16)
+        # (N/16, F, S, 16) float32 beside int8 scale codes, else None
+        self.register_buffer("factors", None if factors is None else block_major(factors))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> QuantizedLinear:
@@ -231,6 +286,10 @@ class QuantizedLinear(nn.Module):
         q = self.codes_of(ids).float()  # (..., K)
         q = q.view(*ids.shape, groups, -1)  # (..., G, group)
         scale_offset = self.scales[ids // BLOCK, :, :, ids % BLOCK].float()  # (..., G, S)
+        if self.factors is not None:
+            factors = self.factors[ids // BLOCK, :, :, ids % BLOCK]  # (..., F, S)
+            scale_offset = scale_offset * factors.repeat_interleave(
+                groups // factors.shape[-2], dim=-2)  # (..., G, S)
         out = q * scale_offset[..., 0:1]
         if scale_offset.shape[-1] == 2:
             out = out + scale_offset[..., 1:2]
@@ -287,7 +346,7 @@ class Int8Linear(QuantizedLinear):
         return (quads ^ 128).view(torch.int8).reshape(*ids.shape, -1)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return int8_matmul(x, self.weight, self.scales, self.out_features)
+        return int8_matmul(x, self.weight, self.scales, self.out_features, self.factors)
 
 
 class Int4Linear(QuantizedLinear):
@@ -305,7 +364,7 @@ class Int4Linear(QuantizedLinear):
         return torch.stack([pairs & 15, pairs >> 4], dim=-1).reshape(*ids.shape, -1)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return int4_matmul(x, self.weight, self.scales, self.out_features)
+        return int4_matmul(x, self.weight, self.scales, self.out_features, self.factors)
 
 
 QUANTIZED_LINEARS: dict[int, type[QuantizedLinear]] = {8: Int8Linear, 4: Int4Linear}

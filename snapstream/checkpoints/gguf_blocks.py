@@ -10,6 +10,8 @@ the float32 value llama.cpp (and ``gguf.quants.dequantize``) gives, for every we
 The products d * sc and dmin * m are exact in float32 (11 by 6 or 8 significant bits), and so is
 code * scale, so each weight is rounded once, in the final addition, as in the reference. The
 legacy types' scales and offsets are float16 values (-8d and -16d too): they are kept as such.
+The K-quants also give each block's d (and -dmin) as factors, of which its scales (and offsets)
+are integer multiples: the layers hold those integers as int8 codes (snapstream/quant.py).
 Torch-free: numpy arrays in, numpy arrays out.
 """
 
@@ -29,11 +31,13 @@ QK_K = 256
 @dataclass(frozen=True)
 class BlockCodes:
     """codes (B, block) uint8 (bits 4) or int8 (bits 8), scales (B, block/group) float32,
-    offsets (B, block/group) float32 or None (all zero)."""
+    offsets (B, block/group) float32 or None (all zero); K-quants: factors (B, S) float32, the
+    block's d (and -dmin, S = 2) of which every scale (offset) is an integer multiple."""
 
     codes: np.ndarray
     scales: np.ndarray
     offsets: np.ndarray | None
+    factors: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -86,26 +90,28 @@ def _q8_0(blocks: np.ndarray) -> BlockCodes:
     return BlockCodes(blocks[:, 2:].copy().view(np.int8), _half(blocks[:, :2]), None)
 
 
-def _k_scales(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K/Q5_K: (B, 8) scales d * sc and offsets -dmin * m of the 8 groups."""
+def _k_scales(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: (B, 8) scales d * sc and offsets -dmin * m of the 8 groups, and their
+    factors (B, 2): d and -dmin."""
     sc, m = Q4_K.get_scale_min(blocks[:, 4:16].copy())
     d, dmin = _half(blocks[:, :2]), _half(blocks[:, 2:4])
-    return d * sc.astype(np.float32), -(dmin * m.astype(np.float32))
+    return (d * sc.astype(np.float32), -(dmin * m.astype(np.float32)),
+            np.concatenate([d, -dmin], axis=1))
 
 
 def _q4_k(blocks: np.ndarray) -> BlockCodes:
-    scales, offsets = _k_scales(blocks)
+    scales, offsets, factors = _k_scales(blocks)
     codes = _nibbles(blocks[:, 16:], 64).reshape(len(blocks), QK_K)
-    return BlockCodes(codes, scales, offsets)
+    return BlockCodes(codes, scales, offsets, factors)
 
 
 def _q5_k(blocks: np.ndarray) -> BlockCodes:
-    scales, offsets = _k_scales(blocks)
+    scales, offsets, factors = _k_scales(blocks)
     B = len(blocks)
     low = _nibbles(blocks[:, 48:], 64).reshape(B, 8, 32)
     qh = blocks[:, 16:48].reshape(B, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
     codes = low | (qh & np.uint8(1)) << np.uint8(4)  # (B, 8, 32)
-    return BlockCodes(codes.reshape(B, QK_K).astype(np.int8), scales, offsets)
+    return BlockCodes(codes.reshape(B, QK_K).astype(np.int8), scales, offsets, factors)
 
 
 def _q6_k(blocks: np.ndarray) -> BlockCodes:
@@ -116,7 +122,8 @@ def _q6_k(blocks: np.ndarray) -> BlockCodes:
     high = (qh & np.uint8(3)).reshape(B, 8, 32)
     codes = (low | high << np.uint8(4)).astype(np.int8) - np.int8(32)
     sc = blocks[:, 192:208].copy().view(np.int8).astype(np.float32)  # (B, 16)
-    return BlockCodes(codes.reshape(B, QK_K), _half(blocks[:, 208:210]) * sc, None)
+    d = _half(blocks[:, 208:210])  # (B, 1)
+    return BlockCodes(codes.reshape(B, QK_K), d * sc, None, d)
 
 
 BLOCK_TYPES: dict[T, BlockType] = {
@@ -140,10 +147,12 @@ SUPPORTED_TYPES = (f"as exact int4/int8 blocks {', '.join(t.name for t in BLOCK_
 
 def decode_rows(kind: T, data: np.ndarray) -> BlockCodes:
     """data (N, bytes per row) uint8 of a tensor of ``kind`` -> codes (N, K), scales and offsets
-    (N, K / group)."""
+    (N, K / group), K-quants' factors (N, K / 256, S)."""
     block_type = BLOCK_TYPES[kind]
     N = data.shape[0]
     type_size = GGML_QUANT_SIZES[kind][1]
     got = block_type.decode(np.ascontiguousarray(data).reshape(-1, type_size))
+    factors = got.factors
     return BlockCodes(got.codes.reshape(N, -1), got.scales.reshape(N, -1),
-                      None if got.offsets is None else got.offsets.reshape(N, -1))
+                      None if got.offsets is None else got.offsets.reshape(N, -1),
+                      None if factors is None else factors.reshape(N, -1, factors.shape[1]))

@@ -61,10 +61,11 @@ class GGUFFile:
         """``{architecture}.{suffix}``, e.g. ``llama.block_count``."""
         return self.get(f"{self.architecture}.{suffix}", default)
 
-    def release(self, name: str) -> None:
-        """Give tensor ``name``'s pages of the mapped file back (they are read again if the
-        tensor is), so that a loaded model does not also keep the file resident."""
-        data = self.tensors[name].data
+    def release(self, name: str, rows: slice = slice(None)) -> None:
+        """Give tensor ``name``'s pages of the mapped file back, those of ``rows`` (they are
+        read again if the tensor is), so that a loaded model does not also keep the file
+        resident, nor a tensor read a chunk of rows at a time its rows already read."""
+        data = self.tensors[name].data[rows]
         start = data.__array_interface__["data"][0] - self._mapped.__array_interface__["data"][0]
         first = start // mmap.PAGESIZE * mmap.PAGESIZE
         self._mapped._mmap.madvise(mmap.MADV_DONTNEED, first, start + data.nbytes - first)

@@ -20,9 +20,7 @@ from snapstream.checkpoints.gguf_blocks import BLOCK_TYPES, decode_rows
 from snapstream.checkpoints.gguf_file import GGUFFile
 from snapstream.checkpoints.gguf_model import ROPE_FREQS, architecture_of, hf_name
 from snapstream.config import ModelConfig
-from snapstream.quant import GroupedCodes
-
-ROWS_PER_CHUNK = 4096  # rows of a quantized tensor decoded at a time (bounds the temporaries)
+from snapstream.quant import PACK_ROWS, GroupedCodes
 
 
 def unpermute_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -83,11 +81,13 @@ class BlockTensor:
 def _chunks(file: GGUFFile, name: str) -> Iterator[GroupedCodes]:
     info = file.tensors[name]
     bits = BLOCK_TYPES[info.tensor_type].bits
-    for start in range(0, len(info.data), ROWS_PER_CHUNK):
-        got = decode_rows(info.tensor_type, info.data[start:start + ROWS_PER_CHUNK])
+    for start in range(0, len(info.data), PACK_ROWS):  # decoded as they are packed
+        rows = slice(start, start + PACK_ROWS)
+        got = decode_rows(info.tensor_type, info.data[rows])
+        file.release(name, rows)
         yield GroupedCodes(torch.from_numpy(got.codes), torch.from_numpy(got.scales),
-                           None if got.offsets is None else torch.from_numpy(got.offsets), bits)
-    file.release(name)
+                           None if got.offsets is None else torch.from_numpy(got.offsets), bits,
+                           None if got.factors is None else torch.from_numpy(got.factors))
 
 
 def block_tensor(file: GGUFFile, config: ModelConfig, name: str) -> BlockTensor:

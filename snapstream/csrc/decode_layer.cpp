@@ -42,11 +42,23 @@ int64_t inputs_of(const at::Tensor& weight) {
   return weight.size(1) * (is_int4(weight) ? 2 : 4);
 }
 
-// rows (M, K) bfloat16 -> (M, n) float32 through a quantized linear's packed weight.
-at::Tensor project(const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& scales,
-                   int64_t n) {
-  return is_int4(weight) ? snapstream::int4_matmul(rows, weight, scales, n)
-                         : snapstream::int8_matmul(rows, weight, scales, n);
+// A quantized linear's packed buffers as params holds them: weight, scales and factors (empty
+// unless the scales are int8 codes).
+struct Linear {
+  const at::Tensor &weight, &scales, &factors;
+};
+
+Linear linear_at(at::TensorList params, size_t first) {
+  return {params[first], params[first + 1], params[first + 2]};
+}
+
+// rows (M, K) bfloat16 -> (M, n) float32 through a quantized linear.
+at::Tensor project(const at::Tensor& rows, const Linear& linear, int64_t n) {
+  const std::optional<at::Tensor> factors =
+      linear.factors.numel() ? std::optional<at::Tensor>(linear.factors) : std::nullopt;
+  return is_int4(linear.weight)
+             ? snapstream::int4_matmul(rows, linear.weight, linear.scales, n, factors)
+             : snapstream::int8_matmul(rows, linear.weight, linear.scales, n, factors);
 }
 
 // Heads of D values in place: x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1) for
@@ -77,10 +89,10 @@ void add_into(at::Tensor& out, const at::Tensor& residual) {
   for (int64_t i = 0, n = out.numel(); i < n; ++i) dst[i] += src[i];
 }
 
-void check_linear(const at::Tensor& weight, const at::Tensor& scales, int64_t inputs,
-                  const char* name) {
+void check_linear(const Linear& linear, int64_t inputs, const char* name) {
+  const at::Tensor& weight = linear.weight;
   TORCH_CHECK((weight.dim() == 3 || weight.dim() == 4) && weight.scalar_type() == at::kByte &&
-                  scales.dim() == 4,
+                  linear.scales.dim() == 4,
               "decode_layer: ", name, " must be a packed int4 or int8 weight and its scales");
   TORCH_CHECK(inputs_of(weight) == inputs, "decode_layer: ", name, " takes ",
               inputs_of(weight), " inputs, the layer gives it ", inputs);
@@ -90,10 +102,11 @@ void check_linear(const at::Tensor& weight, const at::Tensor& scales, int64_t in
 
 namespace snapstream {
 
-// x (B, H) float32 -> (B, H) float32 after the layer. params, Llama family (10): input norm
-// (H,), QKV weight and scales, output weight and scales, post-attention norm (H,: before the
-// MLP), gate/up weight and scales (gate rows first), down weight and scales (the packed buffers
-// of snapstream/quant.py); Gemma 3 (14): the same, the post-attention norm on the attention's
+// x (B, H) float32 -> (B, H) float32 after the layer. params, Llama family (14): input norm
+// (H,), the QKV projection's weight, scales and factors, the output projection's, the
+// post-attention norm (H,: before the MLP), the gate/up projection's (gate rows first), the
+// down projection's (the packed buffers of snapstream/quant.py; factors empty where the scales
+// are not int8 codes); Gemma 3 (18): the same, the post-attention norm on the attention's
 // output, then the query and key norms (D,) and the pre- and post-feedforward norms (H,).
 // cos, sin (B, D) float32 (any shape of B x D values); k, v, slots, empty as slot_attention
 // takes them (k and v updated in place); queries times q_factor after RoPE; activation "silu"
@@ -107,33 +120,32 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.scalar_type() == at::kFloat &&
                   x.is_contiguous(),
               "decode_layer: want x (B, H) float32, contiguous, on the CPU");
-  TORCH_CHECK(params.size() == 10 || params.size() == 14,
-              "decode_layer: want 10 params (Llama: 2 norms, 4 linears' weight and scales) or "
-              "14 (Gemma 3: and 4 more norms), got ", params.size());
+  TORCH_CHECK(params.size() == 14 || params.size() == 18,
+              "decode_layer: want 14 params (Llama: 2 norms, 4 linears' weight, scales and "
+              "factors) or 18 (Gemma 3: and 4 more norms), got ", params.size());
   check_activation(std::string(activation), "decode_layer");  // before the cache is written
-  const bool gemma = params.size() == 14;
-  const at::Tensor &input_norm = params[0], &qkv_w = params[1], &qkv_s = params[2];
-  const at::Tensor &o_w = params[3], &o_s = params[4], &post_norm = params[5];
-  const at::Tensor &gate_up_w = params[6], &gate_up_s = params[7];
-  const at::Tensor &down_w = params[8], &down_s = params[9];
+  const bool gemma = params.size() == 18;
+  const at::Tensor &input_norm = params[0], &post_norm = params[7];
+  const Linear qkv_l = linear_at(params, 1), o_l = linear_at(params, 4);
+  const Linear gate_up_l = linear_at(params, 8), down_l = linear_at(params, 11);
   const int64_t batch = x.size(0), hidden = x.size(1), kv_heads = k.size(1);
   const int64_t dim = cos.size(-1), heads = num_heads + 2 * kv_heads;
   TORCH_CHECK(dim % 2 == 0 && dim <= 512 && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat && cos.numel() == batch * dim &&
                   sin.numel() == batch * dim && cos.is_contiguous() && sin.is_contiguous(),
               "decode_layer: want cos and sin of B x D float32 values, D even");
-  const int64_t inner = inputs_of(down_w);
-  check_linear(qkv_w, qkv_s, hidden, "the QKV projection");
-  check_linear(o_w, o_s, num_heads * dim, "the output projection");
-  check_linear(gate_up_w, gate_up_s, hidden, "the gate/up projection");
-  check_linear(down_w, down_s, inner, "the down projection");
+  const int64_t inner = inputs_of(down_l.weight);
+  check_linear(qkv_l, hidden, "the QKV projection");
+  check_linear(o_l, num_heads * dim, "the output projection");
+  check_linear(gate_up_l, hidden, "the gate/up projection");
+  check_linear(down_l, inner, "the down projection");
   TORCH_CHECK(!qkv_bias.has_value() ||
                   (qkv_bias->dim() == 1 && qkv_bias->size(0) == heads * dim &&
                    qkv_bias->scalar_type() == at::kFloat && qkv_bias->is_contiguous()),
               "decode_layer: want qkv_bias ((Hq + 2 Hkv) D,) float32, contiguous");
 
   // attention: qkv (B, (Hq + 2 Hkv) D) -> q (B, Hq, D), k_new and v_new (B, Hkv, D)
-  at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_w, qkv_s, heads * dim);
+  at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_l, heads * dim);
   if (qkv_bias.has_value()) qkv.add_(*qkv_bias);  // (B, (Hq + 2 Hkv) D) + ((Hq + 2 Hkv) D,)
   at::Tensor q = at::empty({batch, num_heads, dim}, x.options());
   at::Tensor k_new = at::empty({batch, kv_heads, dim}, x.options());
@@ -146,8 +158,8 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
     std::copy(row + q_width + kv_width, row + heads * dim, v_new.data_ptr<float>() + b * kv_width);
   }
   if (gemma) {  // RMSNorm over each head's query and key, before RoPE
-    q = rms_norm(q, params[10], eps);
-    k_new = rms_norm(k_new, params[11], eps);
+    q = rms_norm(q, params[14], eps);
+    k_new = rms_norm(k_new, params[15], eps);
   }
   const float *cos_ptr = cos.data_ptr<float>(), *sin_ptr = sin.data_ptr<float>();
   for (int64_t b = 0; b < batch; ++b) {
@@ -157,16 +169,16 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
            sin_ptr + b * dim, 1.f);
   }
   const at::Tensor attn = slot_attention(q, k, v, k_new, v_new, slots, empty);  // (B, Hq, D)
-  at::Tensor h = project(to_bf16(attn.view({batch, q_width})), o_w, o_s, hidden);  // (B, H)
+  at::Tensor h = project(to_bf16(attn.view({batch, q_width})), o_l, hidden);  // (B, H)
   if (gemma) h = rms_norm(h, post_norm, eps);
   add_into(h, x);
 
   // MLP: gate/up (B, 2I), activation(gate) * up rounded to bfloat16 for the down projection
-  const at::Tensor gate_up = project(to_bf16(rms_norm(h, gemma ? params[12] : post_norm, eps)),
-                                     gate_up_w, gate_up_s, 2 * inner);
+  const at::Tensor gate_up = project(to_bf16(rms_norm(h, gemma ? params[16] : post_norm, eps)),
+                                     gate_up_l, 2 * inner);
   const at::Tensor act = to_bf16(gated_activation(gate_up, std::string(activation)));
-  at::Tensor out = project(act, down_w, down_s, hidden);
-  if (gemma) out = rms_norm(out, params[13], eps);
+  at::Tensor out = project(act, down_l, hidden);
+  if (gemma) out = rms_norm(out, params[17], eps);
   add_into(out, h);
   return out;
 }

@@ -4,6 +4,8 @@
 
 #include <torch/extension.h>
 
+#include <optional>
+
 namespace snapstream {
 
 // x (..., H), weight (H,) of x's dtype -> x / rms(x) * weight (rms_norm.cpp).
@@ -16,11 +18,12 @@ at::Tensor gated_activation(const at::Tensor& x, const std::string& activation);
 // Raises naming ``op`` unless gated_activation takes ``activation`` (gated_activation.cpp).
 void check_activation(const std::string& activation, const char* op);
 
-// x (M, K) bfloat16 -> (M, n) float32 through packed int4 / int8 codes (quant_matmul.cpp).
+// x (M, K) bfloat16 -> (M, n) float32 through packed int4 / int8 codes, their scales and, with
+// int8 scale codes, the codes' factors (quant_matmul.cpp).
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       int64_t n);
+                       int64_t n, const std::optional<at::Tensor>& factors);
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       int64_t n);
+                       int64_t n, const std::optional<at::Tensor>& factors);
 
 // q (B, Hq, D) float32 over a slot cache updated in place -> (B, Hq, D) float32
 // (slot_attention.cpp).

@@ -42,12 +42,20 @@ constexpr int kHalf = 8;     // outputs per 8-lane half of a block
 // A decode step streams the weights from memory: ask for the bytes this far ahead.
 constexpr int64_t kPrefetchAhead = 4096;
 
-// 8 scales (or offsets) of a block from entry ``index`` on, as float32.
-SNAPSTREAM_AVX2 inline __m256 load_scales(const Block& block, int64_t index) {
+// 8 scales (or offsets) of a block's group g from entry ``at`` on (0 or 8: scales, 16 or 24:
+// offsets), as float32.
+SNAPSTREAM_AVX2 inline __m256 load_scales(const Block& block, int64_t g, int64_t at) {
+  const int64_t index = g * block.stride + at;
   if (block.scale_type == ScaleType::kFloat)
     return _mm256_loadu_ps(static_cast<const float*>(block.scales) + index);
-  const auto* half = static_cast<const uint16_t*>(block.scales) + index;
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half)));
+  if (block.scale_type == ScaleType::kHalf) {
+    const auto* half = static_cast<const uint16_t*>(block.scales) + index;
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half)));
+  }
+  const auto* codes = static_cast<const int8_t*>(block.scales) + index;
+  const __m256 wide = _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes))));
+  return _mm256_mul_ps(wide, _mm256_loadu_ps(block.factors_of(g, at)));
 }
 
 SNAPSTREAM_AVX2 inline __m256i broadcast32(const int8_t* bytes) {
@@ -79,7 +87,7 @@ SNAPSTREAM_AVX2 inline void group_offsets(__m256 (&acc)[ROWS][2], const Block& b
                                           const Rows& x, int64_t g) {
   if (!block.has_offset) return;
   for (int c = 0; c < 2; ++c) {
-    const __m256 offset = load_scales(block, g * block.stride + kBlock + c * kHalf);
+    const __m256 offset = load_scales(block, g, kBlock + c * kHalf);
     for (int m = 0; m < ROWS; ++m)
       acc[m][c] = _mm256_fmadd_ps(_mm256_set1_ps(x.sums[m * x.groups + g]), offset, acc[m][c]);
   }
@@ -149,8 +157,7 @@ SNAPSTREAM_AVX2 void int4_rows_block(const Block& block, const Rows& x, const Bl
   __m256 acc[ROWS][2];
   for (int m = 0; m < ROWS; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < x.groups; ++g) {
-    const __m256 scale[2] = {load_scales(block, g * block.stride),
-                             load_scales(block, g * block.stride + kHalf)};
+    const __m256 scale[2] = {load_scales(block, g, 0), load_scales(block, g, kHalf)};
     for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
       __m256i high[ROWS][2], low[ROWS][2];
       for (int m = 0; m < ROWS; ++m)
@@ -201,7 +208,7 @@ SNAPSTREAM_AVX2 void int8_rows_block(const Block& block, const Rows& x, const Bl
   for (int m = 0; m < ROWS; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < x.groups; ++g) {
     for (int c = 0; c < 2; ++c) {  // outputs 0-7, then 8-15: bytes 0-31, 32-63 of each quad
-      const __m256 scale = load_scales(block, g * block.stride + c * kHalf);
+      const __m256 scale = load_scales(block, g, c * kHalf);
       for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
         __m256i dots[ROWS];
         for (int m = 0; m < ROWS; ++m) dots[m] = _mm256_setzero_si256();

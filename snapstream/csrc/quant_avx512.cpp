@@ -33,12 +33,20 @@ constexpr int kRowTile = 8;  // rows of x per register tile
 #define SNAPSTREAM_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,f16c")))
 #define SNAPSTREAM_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,f16c")))
 
-// 16 scales (or offsets) of a block from entry ``index`` on, as float32.
-SNAPSTREAM_AVX512 inline __m512 load_scales(const Block& block, int64_t index) {
+// 16 scales (or offsets) of a block's group g from entry ``at`` on (0: scales, 16: offsets), as
+// float32.
+SNAPSTREAM_AVX512 inline __m512 load_scales(const Block& block, int64_t g, int64_t at) {
+  const int64_t index = g * block.stride + at;
   if (block.scale_type == ScaleType::kFloat)
     return _mm512_loadu_ps(static_cast<const float*>(block.scales) + index);
-  const auto* half = static_cast<const uint16_t*>(block.scales) + index;
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(half)));
+  if (block.scale_type == ScaleType::kHalf) {
+    const auto* half = static_cast<const uint16_t*>(block.scales) + index;
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(half)));
+  }
+  const auto* codes = static_cast<const int8_t*>(block.scales) + index;
+  const __m512 wide = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
+  return _mm512_mul_ps(wide, _mm512_loadu_ps(block.factors_of(g, at)));
 }
 
 // The block's first out.cols columns of ROWS rows.
@@ -87,9 +95,8 @@ SNAPSTREAM_BF16 void int4_rows_block(const Block& block, const Rows& x, const Bl
       for (int c = 0; c < kChains; ++c)
         dot<ROWS>(partial[c], int4_pairs(block.weight, p + c), x_pairs, pairs, p + c);
     for (; p < last; ++p) dot<ROWS>(partial[0], int4_pairs(block.weight, p), x_pairs, pairs, p);
-    const __m512 scale = load_scales(block, g * block.stride);
-    __m512 offset = block.has_offset ? load_scales(block, g * block.stride + kBlock)
-                                     : _mm512_setzero_ps();
+    const __m512 scale = load_scales(block, g, 0);
+    __m512 offset = block.has_offset ? load_scales(block, g, kBlock) : _mm512_setzero_ps();
     offset = _mm512_fnmadd_ps(_mm512_set1_ps(128.f), scale, offset);  // offset - 128 scale
     for (int m = 0; m < ROWS; ++m) {
       __m512 sum = partial[0][m];
@@ -155,9 +162,8 @@ SNAPSTREAM_INT4_AMX_GROUP(int4_amx_odd, 5, 6, 7)
 SNAPSTREAM_AMX inline void int4_amx_scale(const Block& block, const Rows& x, int64_t g,
                                           int64_t rows, float (*dots)[kBlock],
                                           float (*acc)[kBlock]) {
-  const __m512 scale = load_scales(block, g * block.stride);
-  __m512 offset = block.has_offset ? load_scales(block, g * block.stride + kBlock)
-                                   : _mm512_setzero_ps();
+  const __m512 scale = load_scales(block, g, 0);
+  __m512 offset = block.has_offset ? load_scales(block, g, kBlock) : _mm512_setzero_ps();
   offset = _mm512_fnmadd_ps(_mm512_set1_ps(128.f), scale, offset);  // offset - 128 scale
   for (int64_t m = 0; m < rows; ++m) {
     __m512 sum = _mm512_fmadd_ps(_mm512_load_ps(dots[m]), scale, _mm512_load_ps(acc[m]));
@@ -228,7 +234,7 @@ template <int ROWS>
 SNAPSTREAM_AVX512 inline void group_offsets(__m512 (&acc)[ROWS], const Block& block,
                                             const Rows& x, int64_t g) {
   if (!block.has_offset) return;
-  const __m512 offset = load_scales(block, g * block.stride + kBlock);
+  const __m512 offset = load_scales(block, g, kBlock);
   for (int m = 0; m < ROWS; ++m)
     acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x.sums[m * x.groups + g]), offset, acc[m]);
 }
@@ -243,7 +249,7 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
   __m512 acc[ROWS];
   for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < x.groups; ++g) {
-    const __m512 scale = load_scales(block, g * block.stride);
+    const __m512 scale = load_scales(block, g, 0);
     for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
       __m512i dots[ROWS];
       for (int m = 0; m < ROWS; ++m) dots[m] = _mm512_setzero_si512();
@@ -331,7 +337,7 @@ SNAPSTREAM_AVX512 void int4_codes_rows_block(const Block& block, const Rows& x,
   __m512 acc[ROWS];
   for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < x.groups; ++g) {
-    const __m512 scale = load_scales(block, g * block.stride);
+    const __m512 scale = load_scales(block, g, 0);
     for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
       __m512i dots_high[ROWS], dots_low[ROWS];  // (16 outputs, 2) int16
       for (int m = 0; m < ROWS; ++m) dots_high[m] = dots_low[m] = _mm512_setzero_si512();
@@ -385,7 +391,7 @@ SNAPSTREAM_AVX512 void int8_wide_rows_block(const Block& block, const Rows& x,
   __m512 acc[ROWS];
   for (int m = 0; m < ROWS; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < x.groups; ++g) {
-    const __m512 scale = load_scales(block, g * block.stride);
+    const __m512 scale = load_scales(block, g, 0);
     for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
       __m512i lo[ROWS], hi[ROWS];  // (8 outputs, 2 sums) each
       for (int m = 0; m < ROWS; ++m) lo[m] = hi[m] = _mm512_setzero_si512();

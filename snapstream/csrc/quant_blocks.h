@@ -21,7 +21,10 @@ constexpr int64_t kActGroup = 32;  // inputs per activation scale, at most
 constexpr float kCode15 = 16383.f; // the largest 15-bit activation code
 
 enum class Format { kInt4, kInt8 };
-enum class ScaleType { kHalf, kFloat };
+// How a block holds its scales and offsets: float16 or float32 values, or int8 codes c with a
+// float32 factor f per span of groups, the value c * f (a GGUF K-quant's d * sc and -dmin * m,
+// exact in float32: a quarter of the float32 bytes).
+enum class ScaleType { kHalf, kFloat, kCode8 };
 
 inline float bf16_to_float(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;
@@ -35,13 +38,24 @@ struct Block {
   Format format;
   ScaleType scale_type;
   const uint8_t* weight;  // int4 (K/2, 16) or int8 (K/4, 16, 4)
-  const void* scales;     // (K/G, S, 16) float16 or float32
+  const void* scales;     // (K/G, S, 16) float16, float32 or int8 codes
+  const float* factors;   // kCode8: (K/(G span), S, 16) float32; else unused
   int64_t k, group, stride;  // stride: scale entries per group (S * 16)
+  int64_t span;              // kCode8: groups per factor
   bool has_offset;
 
-  float scale_at(int64_t index) const {
+  // Entry ``at`` (the output j: j; its offset: 16 + j) of group g's scales.
+  float scale_at(int64_t g, int64_t at) const {
+    const int64_t index = g * stride + at;
     if (scale_type == ScaleType::kFloat) return static_cast<const float*>(scales)[index];
-    return static_cast<float>(static_cast<const c10::Half*>(scales)[index]);
+    if (scale_type == ScaleType::kHalf)
+      return static_cast<float>(static_cast<const c10::Half*>(scales)[index]);
+    return static_cast<float>(static_cast<const int8_t*>(scales)[index]) * *factors_of(g, at);
+  }
+
+  // kCode8: the factors of group g from entry ``at`` on.
+  const float* factors_of(int64_t g, int64_t at) const {
+    return factors + (g / span) * stride + at;
   }
 
   int int8_byte(int64_t j, int64_t i) const {  // 128 + q of output j at input i (int8)
@@ -54,9 +68,9 @@ struct Block {
   }
 
   float int4_at(int64_t j, int64_t i) const {  // the float32 weight of output j at input i
-    const int64_t g = (i / group) * stride;
-    const float offset = has_offset ? scale_at(g + kBlock + j) : 0.f;
-    return static_cast<float>(int4_code(j, i)) * scale_at(g + j) + offset;
+    const int64_t g = i / group;
+    const float offset = has_offset ? scale_at(g, kBlock + j) : 0.f;
+    return static_cast<float>(int4_code(j, i)) * scale_at(g, j) + offset;
   }
 };
 

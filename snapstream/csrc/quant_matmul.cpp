@@ -1,8 +1,9 @@
 // Quantized matmul on the CPU for decode-sized batches: out (M, N) float32 = x (M, K) bfloat16
 // @ W^T, W stored as int4 or int8 codes q in groups of G inputs, each group of each output with
 // a scale and (optionally) an offset: w = q * scale + offset. int4 codes are in [0, 16), int8
-// codes signed. Scales and offsets are float16 or float32, so that the blocks of a GGUF file
-// (Q4_0/Q4_1/Q4_K, Q5_*/Q6_K/Q8_0) are held exactly (snapstream/quant.py,
+// codes signed. Scales and offsets are float16 or float32 values, or int8 codes times a float32
+// factor per span of groups, so that the blocks of a GGUF file (Q4_0/Q4_1/Q4_K, Q5_*/Q6_K/Q8_0)
+// are held exactly and the K-quants' in a quarter of float32's bytes (snapstream/quant.py,
 // snapstream/checkpoints/gguf_blocks.py); G is K / (the scales' second dimension).
 //
 // The weights are read once per call for all rows of x, a few rows at a time in registers (a
@@ -27,8 +28,10 @@
 // Packed layout, block b holding outputs 16b + j, j in [0, 16):
 //   int4: weight (N/16, K/2, 16) uint8, byte j of pair p = q(2p) | q(2p + 1) << 4;
 //   int8: weight (N/16, K/4, 16, 4) uint8, [b, r, j, t] = 128 + q(4r + t);
-//   both: scales (N/16, K/G, S, 16) float16 or float32, [b, g, 0, j] the scale and, when S is
-//         2, [b, g, 1, j] the offset of output 16b + j in group g (S = 1: offsets are 0).
+//   both: scales (N/16, K/G, S, 16) float16, float32 or int8, [b, g, 0, j] the scale and, when
+//         S is 2, [b, g, 1, j] the offset of output 16b + j in group g (S = 1: offsets are 0);
+//         int8 scales are codes c, the value c * factors[b, g / span, s, j] with factors
+//         (N/16, K/(G span), S, 16) float32.
 
 #include <torch/extension.h>
 
@@ -72,7 +75,7 @@ void int8_generic(const Block& block, const Rows& x, int64_t rows, const BlockOu
     for (int64_t j = 0; j < out.cols; ++j) {
       float acc = 0.f;
       for (int64_t g = 0; g < x.groups; ++g) {
-        const float scale = block.scale_at(g * block.stride + j);
+        const float scale = block.scale_at(g, j);
         for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
           int32_t dot = 0;
           for (int64_t i = s * sub; i < (s + 1) * sub; ++i)
@@ -81,7 +84,7 @@ void int8_generic(const Block& block, const Rows& x, int64_t rows, const BlockOu
                          acc);
         }
         if (block.has_offset)
-          acc = std::fma(row.sums[g], block.scale_at(g * block.stride + kBlock + j), acc);
+          acc = std::fma(row.sums[g], block.scale_at(g, kBlock + j), acc);
       }
       out.ptr[m * out.stride + j] = acc;
     }
@@ -165,14 +168,15 @@ KernelPlan kernel_plan(Format format, int64_t group) {
 namespace {
 
 void check_shapes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                  int64_t n, Format format) {
+                  const std::optional<at::Tensor>& factors, int64_t n, Format format) {
   TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() && scales.device().is_cpu(),
               "quant_matmul: CPU tensors only");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16,
               "quant_matmul: want x (M, K) bfloat16");
-  TORCH_CHECK((scales.scalar_type() == at::kHalf || scales.scalar_type() == at::kFloat) &&
+  const at::ScalarType scale_type = scales.scalar_type();
+  TORCH_CHECK((scale_type == at::kHalf || scale_type == at::kFloat || scale_type == at::kChar) &&
                   scales.is_contiguous() && weight.is_contiguous(),
-              "quant_matmul: want contiguous weights and float16 or float32 scales");
+              "quant_matmul: want contiguous weights and float16, float32 or int8 scales");
   const int64_t k = x.size(1), blocks = weight.size(0);
   TORCH_CHECK(n > 0 && (n + kBlock - 1) / kBlock == blocks,
               "quant_matmul: ", n, " outputs do not fill ", blocks, " blocks of 16");
@@ -191,24 +195,42 @@ void check_shapes(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
                   (scales.size(2) == 1 || scales.size(2) == 2) && scales.size(3) == kBlock,
               "quant_matmul: scales must be (N/16, K/G, 1 or 2, 16) with G a multiple of ",
               multiple);
+  TORCH_CHECK(factors.has_value() == (scale_type == at::kChar),
+              "quant_matmul: int8 scale codes come with their factors, float scales without");
+  if (factors.has_value()) {
+    const at::Tensor& f = *factors;
+    TORCH_CHECK(f.device().is_cpu() && f.scalar_type() == at::kFloat && f.is_contiguous() &&
+                    f.dim() == 4 && f.size(0) == blocks && f.size(1) > 0 &&
+                    scales.size(1) % f.size(1) == 0 && f.size(2) == scales.size(2) &&
+                    f.size(3) == kBlock,
+                "quant_matmul: factors must be (N/16, K/(G span), S, 16) float32 beside "
+                "scales (N/16, K/G, S, 16)");
+  }
+}
+
+ScaleType scale_type_of(const at::Tensor& scales) {
+  if (scales.scalar_type() == at::kFloat) return ScaleType::kFloat;
+  return scales.scalar_type() == at::kHalf ? ScaleType::kHalf : ScaleType::kCode8;
 }
 
 // x (M, K) bfloat16, the packed weight of n outputs (padded to whole blocks) -> (M, n) float32.
 at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                        int64_t n, Format format) {
-  check_shapes(x, weight, scales, n, format);
+                        const std::optional<at::Tensor>& factors, int64_t n, Format format) {
+  check_shapes(x, weight, scales, factors, n, format);
   const int64_t rows = x.size(0), k = x.size(1), blocks = weight.size(0);
   const int64_t groups = scales.size(1), group = k / groups, stride = scales.size(2) * kBlock;
+  const int64_t span = factors.has_value() ? groups / factors->size(1) : 1;
   const bool has_offset = scales.size(2) == 2;
-  const ScaleType scale_type =
-      scales.scalar_type() == at::kFloat ? ScaleType::kFloat : ScaleType::kHalf;
+  const ScaleType scale_type = scale_type_of(scales);
   const at::Tensor xc = x.contiguous();
   at::Tensor out = at::empty({rows, n}, x.options().dtype(at::kFloat));
   const auto* w_ptr = static_cast<const uint8_t*>(weight.data_ptr());
   const auto* s_ptr = static_cast<const uint8_t*>(scales.data_ptr());
+  const float* f_ptr = factors.has_value() ? factors->data_ptr<float>() : nullptr;
   float* out_ptr = out.data_ptr<float>();
   const int64_t block_bytes = k * kBlock / (format == Format::kInt4 ? 2 : 1);
   const int64_t block_scale_bytes = groups * stride * scales.element_size();
+  const int64_t block_factors = factors.has_value() ? factors->size(1) * stride : 0;
   const KernelPlan plan = kernel_plan(format, group);
   RowData data;
   const Rows x_rows =
@@ -217,8 +239,9 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
 
   at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
     for (int64_t b = first; b < last; ++b) {
-      const Block block{format, scale_type, w_ptr + b * block_bytes,
-                        s_ptr + b * block_scale_bytes, k, group, stride, has_offset};
+      const Block block{format, scale_type, w_ptr + b * block_bytes, s_ptr + b * block_scale_bytes,
+                        f_ptr ? f_ptr + b * block_factors : nullptr, k, group, stride, span,
+                        has_offset};
       plan.kernel(block, x_rows, rows,
                   BlockOut{out_ptr + b * kBlock, n, std::min(kBlock, n - b * kBlock)});
     }
@@ -232,13 +255,13 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
 namespace snapstream {
 
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       int64_t n) {
-  return quant::quant_matmul(x, weight, scales, n, quant::Format::kInt4);
+                       int64_t n, const std::optional<at::Tensor>& factors) {
+  return quant::quant_matmul(x, weight, scales, factors, n, quant::Format::kInt4);
 }
 
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       int64_t n) {
-  return quant::quant_matmul(x, weight, scales, n, quant::Format::kInt8);
+                       int64_t n, const std::optional<at::Tensor>& factors) {
+  return quant::quant_matmul(x, weight, scales, factors, n, quant::Format::kInt8);
 }
 
 bool int4_matmul_reads_codes(int64_t group) {
@@ -256,8 +279,10 @@ std::string quant_matmul_path(const std::string& format, int64_t group) {
 }  // namespace snapstream
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
-  m.def("int4_matmul(Tensor x, Tensor weight, Tensor scales, int n) -> Tensor");
-  m.def("int8_matmul(Tensor x, Tensor weight, Tensor scales, int n) -> Tensor");
+  m.def("int4_matmul(Tensor x, Tensor weight, Tensor scales, int n, Tensor? factors=None) -> "
+        "Tensor");
+  m.def("int8_matmul(Tensor x, Tensor weight, Tensor scales, int n, Tensor? factors=None) -> "
+        "Tensor");
   m.def("int4_matmul_reads_codes(int group) -> bool", &snapstream::int4_matmul_reads_codes);
   m.def("quant_matmul_path(str format, int group) -> str", &snapstream::quant_matmul_path);
 }

@@ -183,8 +183,8 @@ def load_peak(path: Path, how: str) -> dict[str, int]:
 
 
 def test_loading_streams_within_one_and_a_half_times_the_served_model(tmp_path):
-    """Peak RSS while loading a ~90 MB Q4_K/Q6_K model (its growth over the process before
-    loading) stays within 1.5x the model's bytes (measured 1.22x): no float32 copy (4x), no
+    """Peak RSS while loading a ~75 MB Q4_K/Q6_K model (its growth over the process before
+    loading) stays within 1.5x the model's bytes (measured 1.24x): no float32 copy (4x), no
     file held beside it. The float32 load of the same file, measured alike, grows by 7x."""
     config = tiny_config(hidden_size=512, intermediate_size=2048, num_layers=24, num_heads=4,
                          num_kv_heads=2, head_dim=128, max_position_embeddings=4096)
@@ -193,7 +193,7 @@ def test_loading_streams_within_one_and_a_half_times_the_served_model(tmp_path):
     path = write_gguf(tmp_path / "m.gguf", random_model(config),
                       {**qtypes, "attn_v.weight": T.Q6_K, "ffn_down.weight": T.Q6_K})
     got = load_peak(path, "blocks")
-    assert got["model"] > 80e6
+    assert got["model"] > 70e6
     assert got["peak"] - got["before"] <= 1.5 * got["model"], got
     dequantized = load_peak(path, "float32")  # the measure sees a float32 load's growth
     assert dequantized["peak"] - dequantized["before"] > 4 * got["model"], dequantized

@@ -3,6 +3,8 @@ bit for bit: the same logits and the same cache writes, step after step."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -13,7 +15,15 @@ from snapstream.fused_decode import fused_layers, runs_fused
 from snapstream.kvcache import BatchCache
 from snapstream.kvquant import as_bits
 from snapstream.policy import CachePolicy
-from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
+from snapstream.quant import (
+    GEMM_MIN_ROWS,
+    QUANT_SCHEMES,
+    Int4Linear,
+    Int8Linear,
+    QuantScheme,
+    quantize_int4_groups,
+    quantize_model,
+)
 from tests.engine.helpers import engine_for, greedy_with_logits
 from tests.tiny_models import random_model, tiny_config, tiny_gemma3_config
 
@@ -27,8 +37,23 @@ CONFIGS = {  # Llama; Llama with two sliding-window layers around a global one; 
 }
 
 
+def k_quant_layer(linear: nn.Linear) -> Int4Linear:
+    """``linear`` as int4 groups whose scales and offsets are int8 multiples of a float16
+    factor per row, as a GGUF K-quant's (held as int8 codes beside the factors)."""
+    codes = quantize_int4_groups(linear.weight)
+    parts = torch.stack([codes.scales, codes.offsets], dim=-1)  # (N, G, 2)
+    factors = (parts.abs().amax(1, keepdim=True) / 127).half().float()  # (N, 1, 2)
+    values = torch.where(factors == 0, 0.0, parts / factors).round() * factors  # exact
+    return Int4Linear(replace(codes, scales=values[..., 0], offsets=values[..., 1],
+                              factors=factors), linear.bias)
+
+
+SCHEMES = {**QUANT_SCHEMES, "k-quant": QuantScheme(layers=k_quant_layer,
+                                                   head=Int8Linear.from_linear)}
+
+
 def quantized_engine(scheme: str, kv_dtype: torch.dtype, family: str = "llama"):
-    model = quantize_model(random_model(CONFIGS[family]()), QUANT_SCHEMES[scheme])
+    model = quantize_model(random_model(CONFIGS[family]()), SCHEMES[scheme])
     return engine_for(model, kv_dtype=kv_dtype)
 
 
@@ -46,7 +71,7 @@ def twin_decoders(engine, prompts: list[list[int]]) -> tuple[Decoder, Decoder, l
     return *pools, [result.cache.next_position for result in results]
 
 
-@pytest.mark.parametrize("scheme", ["int4", "int8"])
+@pytest.mark.parametrize("scheme", list(SCHEMES))
 @pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn, torch.bfloat16,
                                       torch.float32])
 @pytest.mark.parametrize("family", list(CONFIGS))
@@ -73,16 +98,16 @@ def test_only_quantized_layers_fuse():
     model = quantize_model(random_model(tiny_config()), QUANT_SCHEMES["int4"])
     layers = fused_layers(model)
     assert layers is not None and len(layers) == model.config.num_layers
-    assert {len(layer.params) for layer in layers} == {10} and layers[0].activation == "silu"
+    assert {len(layer.params) for layer in layers} == {14} and layers[0].activation == "silu"
     gemma = fused_layers(quantize_model(random_model(tiny_gemma3_config()), QUANT_SCHEMES["int8"]))
-    assert {len(layer.params) for layer in gemma} == {14} and gemma[0].activation == "gelu_tanh"
+    assert {len(layer.params) for layer in gemma} == {18} and gemma[0].activation == "gelu_tanh"
     assert runs_fused(layers, GEMM_MIN_ROWS - 1) and not runs_fused(layers, GEMM_MIN_ROWS)
 
 
 def test_a_qkv_bias_goes_to_the_op_and_others_keep_the_modules():
     model = quantize_model(random_model(CONFIGS["qwen2"]()), QUANT_SCHEMES["int4"])
     layers = fused_layers(model)
-    assert {len(layer.params) for layer in layers} == {10}
+    assert {len(layer.params) for layer in layers} == {14}
     for layer, module in zip(layers, model.model.layers, strict=True):
         assert torch.equal(layer.qkv_bias, module.self_attn.qkv_proj.bias)
         assert layer.qkv_bias.dtype == torch.float32
@@ -117,7 +142,7 @@ def test_decode_layer_rejects_a_mismatched_weight():
     engine = quantized_engine("int4", torch.int8)
     layer = fused_layers(engine.model)[0]
     params = list(layer.params)
-    params[1], params[2] = params[8], params[9]  # the down projection (128 inputs) as QKV
+    params[1:4] = params[11:14]  # the down projection (128 inputs: weight, scales, factors) as QKV
     fused, _, positions = twin_decoders(engine, [[1, 2, 3]])
     group = fused.cache.groups[0]
     cos = sin = torch.ones(1, 1, 1, engine.config.head_dim)

@@ -6,6 +6,7 @@ import argparse
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -372,6 +373,66 @@ def test_quantized_kernels_compute_x_times_the_dequantized_weight(kernel_cap, ca
     assert got.shape == (rows, n) and got.dtype == torch.float32
     # float32 rounding, amplified where a group's offset cancels most of its sum: ~1e-5
     assert rel_error(got, want) < 1e-4
+
+
+def factored_codes(n: int, k: int, bits: int, group: int, offsets: bool,
+                   seed: int = 0) -> GroupedCodes:
+    """Random codes whose scales (and offsets) are int8 multiples of a float16 factor per 256
+    inputs, as a GGUF K-quant's d * sc (and -dmin * m)."""
+    gen = torch.Generator().manual_seed(seed)
+    low, high = (0, 16) if bits == 4 else (-128, 128)
+    codes = torch.randint(low, high, (n, k), generator=gen)
+    parts = 2 if offsets else 1
+    factors = (torch.randn(n, k // 256, parts, generator=gen) / 64).half().float()  # (N, F, S)
+    multiples = torch.randint(-128, 128, (n, k // group, parts), generator=gen).float()
+    values = multiples * factors.repeat_interleave(256 // group, dim=1)  # (N, G, S), exact
+    return GroupedCodes(codes.to(torch.uint8 if bits == 4 else torch.int8), values[..., 0],
+                        values[..., 1] if offsets else None, bits, factors)
+
+
+FACTORED = [(4, 32, True), (8, 32, True), (8, 16, False)]  # Q4_K, Q5_K, Q6_K
+
+
+@pytest.mark.parametrize("cap", kernels.distinct_caps())
+@pytest.mark.parametrize("factoring", FACTORED)
+@pytest.mark.parametrize("rows", [1, 5, 9, 17])
+def test_factored_scales_compute_what_their_float_values_do(kernel_cap, cap, factoring, rows):
+    """Scales held as int8 codes times a factor per 256 inputs (a quarter of float32's bytes):
+    the same weights and, on every path, the same outputs bit for bit as the float32 scales
+    they stand for (a code or factor read from the wrong group, output or span is off)."""
+    kernel_cap(cap)
+    bits, group, offsets = factoring
+    codes = factored_codes(40, 768, bits, group, offsets, seed=rows)
+    factored = QUANTIZED_LINEARS[bits](codes)
+    plain = QUANTIZED_LINEARS[bits](replace(codes, factors=None))
+    assert factored.scales.dtype == torch.int8 and factored.factors.dtype == torch.float32
+    assert factored.factors.shape == (3, 3, 2 if offsets else 1, 16)  # (N/16, K/256, S, 16)
+    assert plain.scales.dtype == torch.float32 and plain.factors is None
+    assert factored.scales.nbytes + factored.factors.nbytes < plain.scales.nbytes / 2
+    assert torch.equal(factored.dequantized(), plain.dequantized())
+    x = torch.randn(rows, 768, dtype=torch.bfloat16)
+    assert torch.equal(factored.kernel(x), plain.kernel(x))
+
+
+def test_factored_scales_stay_factored_only_where_every_part_is():
+    """A fused projection of K-quant parts keeps int8 scale codes, also where one part's
+    offsets are made explicit zeros (Q4_K beside Q6_K); beside a part with plain float scales
+    it holds float values."""
+    q4_k, q6_k = factored_codes(32, 512, 4, 32, True), factored_codes(16, 512, 8, 16, False)
+    mixed = GroupedCodes.stacked([q4_k, q6_k])
+    assert mixed.factors.shape == (48, 2, 2) and not mixed.factors[32:, :, 1].any()
+    layer = Int8Linear(mixed)
+    assert layer.scales.dtype == torch.int8
+    plain = Int8Linear(GroupedCodes.stacked([q4_k, replace(q6_k, factors=None)]))
+    assert plain.factors is None and torch.equal(plain.dequantized(), layer.dequantized())
+
+
+def test_scales_that_are_not_multiples_of_their_factors_are_refused():
+    codes = factored_codes(16, 256, 4, 32, True)
+    with pytest.raises(ValueError, match="int8 multiples of their factors"):
+        Int4Linear(replace(codes, scales=codes.scales + 1e-3))
+    with pytest.raises(ValueError, match=r"factors must be \(N, F, 2\)"):
+        replace(codes, factors=codes.factors[..., :1])
 
 
 @pytest.mark.parametrize("cap", kernels.distinct_caps())
