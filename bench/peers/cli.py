@@ -106,9 +106,11 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM unwinds like Ctrl-C, so the runners get stopped on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: dict[str, dict] = {}
-    # doc section -> tables
-    tables, passkey_tables = model.section(), model.section("passkey")
-    bodies: dict[str, list[str]] = {tables: [], passkey_tables: []}
+    # doc section -> tables (the batch and passkey parts: sections of their own, so that a run
+    # of one part leaves the others' tables as they are)
+    tables, batch_tables = model.section(), model.section("batch")
+    passkey_tables = model.section("passkey")
+    bodies: dict[str, list[str]] = {tables: [], batch_tables: [], passkey_tables: []}
     if "batch1" in parts:
         results["batch1"] = run_peers_bench(cfg)
         bodies[tables].append(render(results["batch1"], cfg, args.baseline))
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         bodies[tables].append(render_serve(results["serve"], serve_cfg))
     if "batch" in parts:
         results["batch"] = run_peers_batch(batch_cfg)
-        bodies[tables].append(render_batch(results["batch"], batch_cfg, args.baseline))
+        bodies[batch_tables].append(render_batch(results["batch"], batch_cfg, args.baseline))
     if "passkey" in parts:
         passkey_cfg = PeersPasskeyConfig(systems=cfg.systems, prompt_len=args.serve_prompt_len,
                                          n_threads=args.threads, model=args.model, budget=budget)

@@ -191,8 +191,9 @@ class _Completion(threading.Thread):
     def run(self) -> None:
         request = urllib.request.Request(self.url, data=self.body,
                                          headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=3600) as response:
+        try:  # no read timeout: a slot's first event waits for the prompts before it (8 x 16k
+            # on 2 cores: over an hour); the caller's timeout bounds the whole batch
+            with urllib.request.urlopen(request) as response:
                 for line in response:
                     if not line.startswith(b"data: "):
                         continue
