@@ -7,6 +7,13 @@ The figure is measured in the **decode window** of each batch: from the moment t
 sequence got its first token (every prompt prefilled) to the moment the first sequence got its
 last one. Every sequence is decoding throughout, no prompt is being processed, so tokens/s there
 is the system's decode throughput at concurrency ``c`` with those contexts.
+
+With ``shared_prompt`` every sequence gets the same prompt and each system prefills it once
+where it can (snapstream: one prefill, its compressed cache put into every row; llama-server:
+one slot prefilled, saved and restored into the others), so that on 2 cores a long prompt costs
+one prefill instead of ``c`` and the decode window opens at all: llama-server prefills distinct
+slots one after another while the finished ones decode a token per prompt batch. The sequences
+stay independent: each holds and reads its own copy of the context.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class PeersBatchConfig:
     model: str | None = None  # a registry name or a GGUF path; None: the default model
     budget: PeerBudget | None = None  # None: the model's policy
     timeout_s: float = 3600.0
+    shared_prompt: bool = False  # one prompt for every sequence, prefilled once where it can be
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -87,7 +95,10 @@ def run_peers_batch(cfg: PeersBatchConfig, echo: Echo | None = None) -> dict:
     echo = echo or _stderr
     model = peer_model(cfg.model)
     tokenizer = load_tokenizer(model.gguf, echo)
-    prompts = distinct_passkey_prompts(tokenizer, cfg.prompt_len, max(cfg.concurrency))
+    count = max(cfg.concurrency)
+    prompts = (distinct_passkey_prompts(tokenizer, cfg.prompt_len, 1) * count
+               if cfg.shared_prompt else
+               distinct_passkey_prompts(tokenizer, cfg.prompt_len, count))
     results: dict[str, dict[int, list[dict]]] = {}
     failures: dict[str, str] = {}
     with ExitStack() as stack:
@@ -178,9 +189,14 @@ def batch_table(results: dict, baseline: str) -> str:
 def render_batch(results: dict, cfg: PeersBatchConfig, baseline: str) -> str:
     systems = "\n".join(f"- **{name}**: {label}" for name, label in results["labels"].items())
     failed = "\n".join(f"- {name}: {why}" for name, why in results["failures"].items())
+    prompts = (f"one {cfg.prompt_len}-token passkey prompt for every sequence, prefilled once "
+               "where the system can (snapstream: one prefill, its cache put into every row; "
+               "llama-server: one slot prefilled, saved and restored into the others; each "
+               "sequence then holds and reads its own copy)" if cfg.shared_prompt else
+               f"{cfg.prompt_len}-token passkey prompts that share no prefix")
     return "\n".join([
         "### Concurrency: aggregate decode throughput with long contexts", "",
-        f"{cfg.prompt_len}-token passkey prompts that share no prefix, greedy, "
+        f"{prompts[0].upper()}{prompts[1:]}, greedy, "
         f"{cfg.max_new_tokens} new tokens each; at each concurrency c, the c prompts go to the "
         f"system at once, {cfg.rounds} rounds, the systems taking turns. **Decode tok/s** is "
         "counted in the decode window (from the last sequence's first token to the first "

@@ -77,6 +77,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-timeout", type=float, default=batch.timeout_s,
                         help="seconds a system may take to start or to finish one batch (c "
                              "long prompts on 2 cores take most of an hour)")
+    parser.add_argument("--batch-shared-prompt", action="store_true",
+                        help="one prompt for every sequence of the batch part, prefilled once "
+                             "where the system can: one long prefill instead of c")
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
     parser.add_argument("--json-out", type=Path, default=None)
 
@@ -102,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         systems=tuple(args.batch_systems.split(",")),
         concurrency=_ints(args.batch_concurrency), prompt_len=args.serve_prompt_len,
         max_new_tokens=args.batch_new_tokens, rounds=args.rounds, n_threads=args.threads,
-        model=args.model, budget=budget, timeout_s=args.batch_timeout)
+        model=args.model, budget=budget, timeout_s=args.batch_timeout,
+        shared_prompt=args.batch_shared_prompt)
     # SIGTERM unwinds like Ctrl-C, so the runners get stopped on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: dict[str, dict] = {}

@@ -69,6 +69,22 @@ def test_batch_runs_every_prompt_on_its_own_slot_at_once(llama_runner):
     assert "--parallel" in batch["extra"]["argv"] and "3" in batch["extra"]["argv"]
     # one slot: prompt + new tokens + the margin, f16 K and V of 30 layers × 3 heads × 64
     assert batch["kv_bytes"] == (150 + 5 + 64) * 2 * 30 * 3 * 64 * 2
+    assert batch["extra"]["prompt_tokens_evaluated"] == [150, 150, 150]
+
+
+def test_batch_prefills_a_repeated_prompt_once_and_restores_it_into_its_other_slots(
+        llama_runner):
+    shared, other = list(range(1000, 1150)), list(range(2000, 2150))
+    batch = llama_runner.call("generate_batch", prompts=[shared, other, shared, shared],
+                              max_new_tokens=5)
+    singles = [llama_runner.call("generate", prompt_ids=ids, max_new_tokens=5)["token_ids"]
+               for ids in (shared, other)]
+    assert batch["token_ids"] == [singles[0], singles[1], singles[0], singles[0]]
+    # each distinct prompt was prefilled before the batch, in its first slot, and restored
+    # into the shared prompt's other slots: every slot then runs only its prompt's last token
+    # (a slot without the prompt cached runs all of it: 150, as the batch above shows)
+    assert batch["extra"]["prompt_tokens_evaluated"] == [1, 1, 1, 1]
+    assert batch["extra"]["shared_prefill_s"] > 0
 
 
 def test_gemma3_keeps_llama_cpps_swa_cache_and_reports_its_size(tmp_path):

@@ -79,6 +79,17 @@ def test_batch_decodes_every_row_in_one_step_as_single_requests_would(runner):
     assert batch["kv_bytes"] == singles[0]["kv_bytes"]
 
 
+def test_batch_prefills_a_repeated_prompt_once(runner):
+    shared, other = [3 + j % 200 for j in range(120)], [5 + j % 190 for j in range(120)]
+    options = get_system("snapstream").generate_options(120, BUDGET)
+    batch = runner.call("generate_batch", prompts=[shared, shared, other], max_new_tokens=6,
+                        options=options)
+    singles = [runner.call("generate", prompt_ids=ids, max_new_tokens=6, options=options)
+               for ids in (shared, other)]
+    assert batch["extra"]["prefills"] == 2
+    assert batch["token_ids"] == [singles[0]["token_ids"]] * 2 + [singles[1]["token_ids"]]
+
+
 def test_a_measured_batch_counts_the_cores_other_processes_kept_busy(runner):
     system = get_system("snapstream")
     peer = Peer(system=system, runner=runner, venv=None, load={})

@@ -4,8 +4,12 @@ Run with the llamacpp venv's python; ``LLAMA_CPP_LIB_PATH`` names the build's bi
 and llama-server). Ops beyond the protocol's: ``serve`` starts llama.cpp's own OpenAI-compatible
 ``llama-server`` with parallel slots (continuous batching) on a free port. ``generate_batch``
 runs on such a server, one slot per prompt: every prompt is sent at once (one thread each) to
-its native streamed ``/completion`` (``cache_prompt`` off), each token stamped as its event
-arrives.
+its slot's native streamed ``/completion``, each token stamped as its event arrives. Distinct
+prompts go with ``cache_prompt`` off. When a prompt repeats, each distinct prompt is prefilled
+once before the batch: its first slot runs it, the slot's cache is saved
+(``/slots/{id}?action=save``) and restored into the other slots of the same prompt, and then
+every request goes with ``cache_prompt`` on, so each slot evaluates only its prompt's last token
+before it decodes.
 
 ``load`` takes the layers' ``attention_windows`` (None for a global layer; all global when
 absent): on a model with sliding-window layers llama.cpp keeps its SWA cache (``swa_full``
@@ -27,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -145,14 +150,21 @@ class LlamaCppRunner:
             raise RuntimeError("generate_batch before load")
         prompts, max_new = args["prompts"], args["max_new_tokens"]
         per_slot = max(map(len, prompts)) + max_new + SLOT_MARGIN
+        repeated = len({tuple(ids) for ids in prompts}) < len(prompts)
         self.stop_servers()  # one server at a time: each holds its whole KV cache
-        server = self.serve({"n_parallel": len(prompts), "n_ctx_per_slot": per_slot})
-        start = time.perf_counter()
-        streams = [_Completion(server["base_url"], ids, max_new) for ids in prompts]
-        for stream in streams:
-            stream.start()
-        for stream in streams:
-            stream.join()
+        with tempfile.TemporaryDirectory(prefix="llama-slots-") as slot_dir:
+            server = self.serve({"n_parallel": len(prompts), "n_ctx_per_slot": per_slot,
+                                 "extra_args": ["--slot-save-path", slot_dir]})
+            start = time.perf_counter()
+            if repeated:
+                _share_prefills(server["base_url"], prompts)
+            primed_s = time.perf_counter() - start
+            streams = [_Completion(server["base_url"], ids, max_new, slot, repeated)
+                       for slot, ids in enumerate(prompts)]
+            for stream in streams:
+                stream.start()
+            for stream in streams:
+                stream.join()
         failed = [s.error for s in streams if s.error]
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(streams)} requests failed: {failed[0]}")
@@ -161,7 +173,8 @@ class LlamaCppRunner:
             token_ids=[s.token_ids for s in streams], kv_bytes=self._kv_bytes(per_slot),
             kv_note=f"f16 K and V of one slot, n_ctx = {per_slot} tokens (prompt + new tokens "
                     f"+ {SLOT_MARGIN}): {self._kv_rule()}",
-            extra={"argv": server["argv"]})
+            extra={"argv": server["argv"], "shared_prefill_s": primed_s if repeated else None,
+                   "prompt_tokens_evaluated": [s.prompt_evaluated for s in streams]})
 
     def stop_servers(self) -> None:
         for proc in self.servers:
@@ -177,15 +190,17 @@ class LlamaCppRunner:
 class _Completion(threading.Thread):
     """One greedy streamed request to llama-server's native ``/completion``."""
 
-    def __init__(self, base_url: str, prompt_ids: list[int], max_new_tokens: int) -> None:
+    def __init__(self, base_url: str, prompt_ids: list[int], max_new_tokens: int, slot: int,
+                 cache_prompt: bool) -> None:
         super().__init__(daemon=True)
         self.body = json.dumps({
             "prompt": prompt_ids, "n_predict": max_new_tokens, "stream": True,
-            "cache_prompt": False, "temperature": 0.0, "ignore_eos": True,
-            "return_tokens": True}).encode()
+            "id_slot": slot, "cache_prompt": cache_prompt, "temperature": 0.0,
+            "ignore_eos": True, "return_tokens": True}).encode()
         self.url = f"{base_url}/completion"
         self.stamps: list[float] = []
         self.token_ids: list[int] = []
+        self.prompt_evaluated: int | None = None  # the server's count, in its last event
         self.error: str | None = None
 
     def run(self) -> None:
@@ -202,8 +217,32 @@ class _Completion(threading.Thread):
                     tokens = event.get("tokens") or []
                     self.token_ids += tokens
                     self.stamps += [now] * len(tokens)
+                    if "timings" in event:
+                        self.prompt_evaluated = event["timings"].get("prompt_n")
         except (OSError, ValueError) as exc:
             self.error = f"{type(exc).__name__}: {exc}"
+
+
+def _share_prefills(base_url: str, prompts: list[list[int]]) -> None:
+    """Prefills each distinct prompt once, in the first slot that gets it, and restores that
+    slot's cache into the other slots of the same prompt."""
+    first_slot: dict[tuple[int, ...], int] = {}
+    for slot, ids in enumerate(prompts):
+        key = tuple(ids)
+        filename = f"prompt-{first_slot.setdefault(key, slot)}.bin"
+        if first_slot[key] == slot:
+            _post(f"{base_url}/completion", {"prompt": ids, "n_predict": 1, "id_slot": slot,
+                                             "cache_prompt": True, "temperature": 0.0})
+            _post(f"{base_url}/slots/{slot}?action=save", {"filename": filename})
+        else:
+            _post(f"{base_url}/slots/{slot}?action=restore", {"filename": filename})
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as response:  # a long prefill: no read timeout
+        return json.load(response)
 
 
 def _free_port() -> int:

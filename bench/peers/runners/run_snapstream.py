@@ -9,9 +9,10 @@ default policy. KV bytes are the decode pool's row for this sequence
 (``snapstream.kvcache.pool_row_bytes``: K and V of every layer and KV head over the layout's
 slots in the served KV dtype, and the row's slot mask).
 
-``generate_batch`` prefills the prompts one by one (each first token stamped as its prefill
-ends), puts them into one decode pool of as many rows, and runs the static decode step over
-all of them until each has its tokens: what a decode worker does once its rows are full.
+``generate_batch`` prefills the prompts one by one, a prompt that repeats once (each first
+token stamped as its prefill ends), puts them into one decode pool of as many rows, and runs
+the static decode step over all of them until each has its tokens: what a decode worker does
+once its rows are full.
 """
 
 from __future__ import annotations
@@ -94,8 +95,12 @@ class SnapstreamRunner:
         capacity = max(map(len, prompts)) + max_new  # one layout for every row
         start = time.perf_counter()
         results, token_ids, stamps = [], [], []
+        prefilled = {}  # prompt ids -> its prefill: a repeated prompt is prefilled once
         for ids in prompts:
-            results.append(engine.prefill(ids, policy, max_new, capacity=capacity))
+            key = tuple(ids)
+            if key not in prefilled:
+                prefilled[key] = engine.prefill(ids, policy, max_new, capacity=capacity)
+            results.append(prefilled[key])
             token_ids.append([int(results[-1].logits.argmax())])
             stamps.append([time.perf_counter()])
         layout = results[0].cache.layout
@@ -114,7 +119,8 @@ class SnapstreamRunner:
         kv_bytes, kv_note = self._kv(layout)
         return batch_reply(start=start, stamps=stamps, token_ids=token_ids, kv_bytes=kv_bytes,
                            kv_note=kv_note, extra={"policy": str(policy),
-                                                   "slots": layout.global_slots})
+                                                   "slots": layout.global_slots,
+                                                   "prefills": len(prefilled)})
 
 
 if __name__ == "__main__":
