@@ -8,6 +8,7 @@ import os
 import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -85,11 +86,39 @@ def usage_now(metrics_urls: dict[str, str], pids: dict[str, int]) -> Usage:
     return Usage(totals, cpu)
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads)."""
+def process_cpu_s(pid: int, waited_children: bool = False) -> float:
+    """User + system CPU seconds of a process (all its threads), with ``waited_children`` also
+    those of the ended children it has waited for."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    ticks = fields[11:15] if waited_children else fields[11:13]  # utime, stime, cutime, cstime
+    return sum(map(int, ticks)) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants: the living ones, and the
+    ended ones it has waited for (a runner's llama-server works in a child process)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # ended meanwhile
+                continue
+            parents[int(entry.name)] = int(fields[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in parents.items() if ppid == parent]
+        tree.update(children)
+        frontier += children
+    total = 0.0
+    for member in tree:
+        try:
+            total += process_cpu_s(member, waited_children=member == pid)
+        except OSError:
+            continue
+    return total
 
 
 def machine_cpu_s() -> float:

@@ -21,7 +21,7 @@ from bench.peers.prompts import Prompt, load_tokenizer, passkey_prompts
 from bench.peers.runners import RUNNERS
 from bench.peers.systems import PeerBudget, PeerSystem, get_system
 from bench.peers.venvs import Echo, PeerBuildError, Venv, ensure_venv, peers_root
-from bench.serve_profile import machine_cpu_s, process_cpu_s
+from bench.serve_profile import machine_cpu_s, process_tree_cpu_s
 from snapstream.checkpoints import open_checkpoint
 
 WARMUP_TOKENS = 256
@@ -95,7 +95,8 @@ class Peer:
 
     def measured_call(self, method: str, timeout_s: float, **args) -> dict:
         """The runner's ``method``; its reply gains ``other_cores_busy``: the cores that
-        processes other than this runner and this process kept busy meanwhile (other people's
+        processes other than this runner (with its children: llama-server) and this process
+        kept busy meanwhile (other people's
         jobs on a shared machine, and the CPU time a virtual machine's host gave to other
         guests: steal)."""
         before = self._cpu_s()
@@ -106,8 +107,8 @@ class Peer:
         return reply
 
     def _cpu_s(self) -> tuple[float, float, float]:
-        """(wall, machine busy, this runner + this process) in seconds."""
-        ours = process_cpu_s(self.runner.pid) + time.process_time()
+        """(wall, machine busy, this runner's process tree + this process) in seconds."""
+        ours = process_tree_cpu_s(self.runner.pid) + time.process_time()
         return time.perf_counter(), machine_cpu_s(), ours
 
 
