@@ -202,9 +202,10 @@ def render_batch(results: dict, cfg: PeersBatchConfig, baseline: str) -> str:
         "counted in the decode window (from the last sequence's first token to the first "
         "sequence's last: every sequence decoding, no prompt being processed); ms per decode "
         "step = window / tokens per sequence in it; tok/s incl. prefill = all tokens / the "
-        "batch's wall time; KV per sequence as each system holds it; peak RSS of the runner "
-        "so far; other jobs' cores = the cores that other processes (and, on a virtual "
-        "machine, its host's other guests: steal) kept busy during the batch. Ratios within "
+        "batch's wall time; KV per sequence as each system holds it; peak RSS so far of the "
+        "process that serves the batch (the runner; llama-server for llama.cpp); other jobs' "
+        "cores = the cores that other processes (and, on a virtual machine, its host's other "
+        "guests: steal) kept busy during the batch. Ratios within "
         "each round.", "", batch_table(results, baseline), "",
         "Systems:", "", systems, *(["", "Failed:", "", failed] if failed else [])])
 

@@ -70,6 +70,11 @@ def test_batch_runs_every_prompt_on_its_own_slot_at_once(llama_runner):
     # one slot: prompt + new tokens + the margin, f16 K and V of 30 layers × 3 heads × 64
     assert batch["kv_bytes"] == (150 + 5 + 64) * 2 * 30 * 3 * 64 * 2
     assert batch["extra"]["prompt_tokens_evaluated"] == [150, 150, 150]
+    # the server's own peak memory, not the runner's: the server maps the model and holds the
+    # slots' KV, the runner has its own copy of the model loaded besides
+    assert batch["peak_rss_bytes"] > batch["kv_bytes"] * 3
+    assert batch["peak_rss_bytes"] != llama_runner.call("generate", prompt_ids=prompts[0],
+                                                        max_new_tokens=2)["peak_rss_bytes"]
 
 
 def test_batch_prefills_a_repeated_prompt_once_and_restores_it_into_its_other_slots(

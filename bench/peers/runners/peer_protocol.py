@@ -104,7 +104,9 @@ class GenerateReply:
 @dataclass(frozen=True)
 class BatchReply:
     """What ``generate_batch`` returns: for each prompt, in order, its tokens and the seconds
-    from the batch's start at which each came out; the KV bytes one sequence holds."""
+    from the batch's start at which each came out; the KV bytes one sequence holds;
+    ``peak_rss_bytes``: the peak so far of the process that served the batch (the runner, or
+    the server it started)."""
 
     token_ids: list[list[int]]
     stamps_s: list[list[float]]
@@ -115,17 +117,19 @@ class BatchReply:
 
 
 def batch_reply(*, start: float, stamps: list[list[float]], token_ids: list[list[int]],
-                kv_bytes: int | None, kv_note: str, extra: dict | None = None) -> dict:
+                kv_bytes: int | None, kv_note: str, extra: dict | None = None,
+                server_pid: int | None = None) -> dict:
     """A ``generate_batch`` reply from ``time.perf_counter()`` stamps (``start``: when the
-    prompts went in)."""
+    prompts went in); the peak RSS is the runner's, or that of ``server_pid`` where a server
+    process of the runner's served the batch."""
     for row_stamps, row_ids in zip(stamps, token_ids, strict=True):
         if len(row_stamps) != len(row_ids) or not row_ids:
             raise ValueError(f"need one stamp per token and a token per prompt, got "
                              f"{len(row_stamps)} stamps for {len(row_ids)} tokens")
     return asdict(BatchReply(
         token_ids=token_ids, stamps_s=[[s - start for s in row] for row in stamps],
-        peak_rss_bytes=peak_rss_bytes(), kv_bytes=kv_bytes, kv_note=kv_note,
-        extra=extra or {}))
+        peak_rss_bytes=peak_rss_bytes() if server_pid is None else process_peak_rss_bytes(
+            server_pid), kv_bytes=kv_bytes, kv_note=kv_note, extra=extra or {}))
 
 
 def generation_reply(*, start: float, stamps: list[float], token_ids: list[int],
@@ -151,6 +155,15 @@ def median(values: list[float]) -> float:
 
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def process_peak_rss_bytes(pid: int) -> int:
+    """Another living process's peak resident memory (its VmHWM)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError(f"/proc/{pid}/status has no VmHWM")
 
 
 def serve(handlers: dict[str, Handler], stdin: IO[str] | None = None,

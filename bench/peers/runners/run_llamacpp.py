@@ -174,7 +174,8 @@ class LlamaCppRunner:
             kv_note=f"f16 K and V of one slot, n_ctx = {per_slot} tokens (prompt + new tokens "
                     f"+ {SLOT_MARGIN}): {self._kv_rule()}",
             extra={"argv": server["argv"], "shared_prefill_s": primed_s if repeated else None,
-                   "prompt_tokens_evaluated": [s.prompt_evaluated for s in streams]})
+                   "prompt_tokens_evaluated": [s.prompt_evaluated for s in streams]},
+            server_pid=server["pid"])
 
     def stop_servers(self) -> None:
         for proc in self.servers:
