@@ -26,10 +26,11 @@ from bench.peers.bench import Peer, _stderr, started_peer
 from bench.peers.peer_model import peer_model
 from bench.peers.process import RunnerError
 from bench.peers.prompts import Prompt, distinct_passkey_prompts, load_tokenizer
+from bench.peers.report import capped_title
 from bench.peers.runners.peer_protocol import median
 from bench.peers.systems import PeerBudget, get_system
 from bench.peers.venvs import Echo, PeerBuildError
-from bench.report import markdown_table
+from bench.report import command_line, machine_line, markdown_table
 
 SLOT_MARGIN = 64  # context tokens beyond prompt + new tokens
 
@@ -195,7 +196,10 @@ def render_batch(results: dict, cfg: PeersBatchConfig, baseline: str) -> str:
                "sequence then holds and reads its own copy)" if cfg.shared_prompt else
                f"{cfg.prompt_len}-token passkey prompts that share no prefix")
     return "\n".join([
-        "### Concurrency: aggregate decode throughput with long contexts", "",
+        f"## Peers on {peer_model(cfg.model).title}: aggregate decode throughput of "
+        f"{'/'.join(map(str, cfg.concurrency))} sequences at once{capped_title()}", "",
+        f"Command: `{command_line()}`  ",
+        f"Machine: {machine_line()}; {cfg.n_threads} threads per system  ",
         f"{prompts[0].upper()}{prompts[1:]}, greedy, "
         f"{cfg.max_new_tokens} new tokens each; at each concurrency c, the c prompts go to the "
         f"system at once, {cfg.rounds} rounds, the systems taking turns. **Decode tok/s** is "
