@@ -190,17 +190,17 @@ def batch_table(results: dict, baseline: str) -> str:
 def render_batch(results: dict, cfg: PeersBatchConfig, baseline: str) -> str:
     systems = "\n".join(f"- **{name}**: {label}" for name, label in results["labels"].items())
     failed = "\n".join(f"- {name}: {why}" for name, why in results["failures"].items())
-    prompts = (f"one {cfg.prompt_len}-token passkey prompt for every sequence, prefilled once "
-               "where the system can (snapstream: one prefill, its cache put into every row; "
-               "llama-server: one slot prefilled, saved and restored into the others; each "
-               "sequence then holds and reads its own copy)" if cfg.shared_prompt else
-               f"{cfg.prompt_len}-token passkey prompts that share no prefix")
+    workload = (f"one {cfg.prompt_len}-token passkey prompt for every sequence, prefilled once "
+                "where the system can (snapstream: one prefill, its cache put into every row; "
+                "llama-server: one slot prefilled, saved and restored into the others; each "
+                "sequence then holds and reads its own copy)" if cfg.shared_prompt else
+                f"{cfg.prompt_len}-token passkey prompts that share no prefix")
     return "\n".join([
         f"## Peers on {peer_model(cfg.model).title}: aggregate decode throughput of "
         f"{'/'.join(map(str, cfg.concurrency))} sequences at once{capped_title()}", "",
         f"Command: `{command_line()}`  ",
         f"Machine: {machine_line()}; {cfg.n_threads} threads per system  ",
-        f"{prompts[0].upper()}{prompts[1:]}, greedy, "
+        f"{workload[0].upper()}{workload[1:]}, greedy, "
         f"{cfg.max_new_tokens} new tokens each; at each concurrency c, the c prompts go to the "
         f"system at once, {cfg.rounds} rounds, the systems taking turns. **Decode tok/s** is "
         "counted in the decode window (from the last sequence's first token to the first "
