@@ -62,6 +62,8 @@ COMMANDS: dict[str, Command | Group] = {
         "capacity": Command("bench.capacity_bench", "streams of long prompts one decode worker "
                             "holds within a memory budget"),
         "prefill": Command("bench.prefill_bench", "prefill time to first token in process"),
+        "flat": Command("bench.flat_bench", "decode step time against context, the lengths "
+                        "taking turns"),
         "specprefill": Command("bench.specprefill_bench", "speculative prefill's time to first "
                                "token against prefilling the whole prompt"),
     }),
