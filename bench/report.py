@@ -44,13 +44,22 @@ def machine_line() -> str:
 # environment variables that change what a benchmark measures: a command line names those set
 MEASURED_ENV = ("SNAPSTREAM_KERNELS", "SNAPSTREAM_MATMUL_DTYPE", "ATEN_CPU_CAPABILITY",
                 "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+# options that only say where the results go: a published command leaves them out
+OUTPUT_OPTIONS = ("--doc", "--json-out")
 
 
 def command_line() -> str:
-    """This run's command as a reader would type it, the variables of MEASURED_ENV first."""
+    """This run's command as a reader would type it, the variables of MEASURED_ENV first and
+    the OUTPUT_OPTIONS left out."""
     env = [f"{name}={shlex.quote(os.environ[name])}" for name in MEASURED_ENV
            if os.environ.get(name)]
-    return " ".join([*env, "snapstream", *(shlex.quote(arg) for arg in sys.argv[1:])])
+    args, kept = iter(sys.argv[1:]), []
+    for arg in args:
+        if arg in OUTPUT_OPTIONS:
+            next(args, None)  # its value
+        elif not arg.startswith(tuple(f"{option}=" for option in OUTPUT_OPTIONS)):
+            kept.append(arg)
+    return " ".join([*env, "snapstream", *(shlex.quote(arg) for arg in kept)])
 
 
 def write_section(doc: Path, name: str, body: str) -> None:

@@ -222,6 +222,14 @@ def test_a_command_line_names_the_variables_that_change_the_measurement(monkeypa
                               "bench peers --lengths 1024")
 
 
+def test_a_command_line_leaves_out_where_the_results_go(monkeypatch):
+    monkeypatch.delenv("SNAPSTREAM_KERNELS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr("sys.argv", ["snapstream", "bench", "flat", "--doc", "/tmp/x.md",
+                                     "--rounds", "5", "--json-out=/tmp/x.json", "--no-doc"])
+    assert command_line() == "snapstream bench flat --rounds 5 --no-doc"
+
+
 def test_the_machines_limits_come_with_the_gguf_and_each_prompts_flops(monkeypatch):
     import bench.peers.bench as peers_bench
     from bench.limits import prompt_flops
