@@ -5,8 +5,9 @@ it changes, each figure against a baseline measured in the same run.
   at the start) against the served model's bytes, dtype gguf and float32, in a fresh process per
   model: the named models and a synthetic Llama-3.2-1B-shaped Q4_K_M file written here (random
   codes, Q4_K with Q6_K for attn_v/ffn_down and the tied embedding).
-- ``decode``: ms per decode step (batch 1 and 16, 1,024 tokens of context in the model's default
-  policy) of two source trees (e.g. before and after a change), in fresh processes taking turns.
+- ``decode``: ms per decode step (batches 1 and 16 unless ``--batches``, 1,024 tokens of context
+  in the model's default policy) of two source trees (e.g. before and after a change), in fresh
+  processes taking turns.
 - ``agreement``: dtype gguf against the float32 dequantized model: perplexity, KL and top-1
   agreement teacher-forced over a held-out text (docs shipped in the repo), through the prompt's
   bfloat16 GEMM and through the decode kernels on every row (what a decode step computes: the
@@ -31,6 +32,7 @@ from unittest import mock
 import numpy as np
 
 from bench.limits import share_of_limit
+from bench.report import parse_ints
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -148,7 +150,7 @@ engine = Engine.from_pretrained(sys.argv[2] if sys.argv[2] else None)
 out, moved = {}, {}
 row = pool_row_bytes(engine.config, engine.model_layout(engine.default_policy.layout(1024, 64)),
                      engine.kv_dtype)
-for batch in (1, 16):
+for batch in map(int, sys.argv[3].split(",")):
     moved[batch] = decode_step_bytes(model_bytes(engine.model), row, batch)
     layout = engine.default_policy.layout(1024, 64)
     step = ours_stepper(engine.model, layout, batch, 1024, dtype=engine.kv_dtype)
@@ -164,16 +166,17 @@ print(json.dumps({"step_s": out, "bytes": moved, "bandwidth_gb_s": memory_bandwi
 """
 
 
-def run_decode(trees: list[str], rounds: int, threads: int,
-               model: str | None) -> dict[str, dict[str, list[float]]]:
-    """Each tree's decode steps of ``model`` (None: the default), ``rounds`` fresh processes
-    each, in turns, ``threads`` torch threads each."""
+def run_decode(trees: list[str], rounds: int, threads: int, model: str | None,
+               batches: list[int]) -> dict[str, dict[str, list[float]]]:
+    """Each tree's decode steps of ``model`` (None: the default) at each batch size, ``rounds``
+    fresh processes each, in turns, ``threads`` torch threads each."""
     times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
     moved: dict[str, dict[str, int]] = {}
     bandwidth: list[float] = []  # GB/s, measured in each process after its steps
     for _ in range(rounds):
         for tree in trees:
-            run = subprocess.run([sys.executable, "-c", DECODE_STEPS, str(threads), model or ""],
+            run = subprocess.run([sys.executable, "-c", DECODE_STEPS, str(threads), model or "",
+                                  ",".join(map(str, batches))],
                                  cwd=tree, check=True, capture_output=True, text=True)
             got = json.loads(run.stdout.splitlines()[-1])
             print(f"{tree}: {got}", flush=True)  # each round as it comes
@@ -305,6 +308,8 @@ def main(argv: list[str] | None = None) -> None:
     decode.add_argument("--threads", type=int, default=2)
     decode.add_argument("--model", default=None, help="a registry name or path (default: the "
                         "default model)")
+    decode.add_argument("--batches", type=parse_ints, default=(1, 16),
+                        help="comma-separated batch sizes (rows of one decode step)")
     agree = sub.add_parser("agreement")
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "load":
         run_load(args.models, args.synthetic_1b)
     elif args.what == "decode":
-        run_decode(args.trees, args.rounds, args.threads, args.model)
+        run_decode(args.trees, args.rounds, args.threads, args.model, args.batches)
     else:
         run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions,
                       not args.no_llamacpp, args.text_at)
