@@ -13,9 +13,9 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``int4_matmul(x, weight, scales, n, factors=None)``, ``int8_matmul(...)``: quantized matmul
   (codes in groups with float16/float32 scales and offsets, or int8 codes of them with their
   float32 factors; int8 also rounds x to 8-bit codes, int4 to 15-bit codes where
-  ``int4_matmul_reads_codes(group)``: CPUs with AVX-512 but without BF16 or AMX) in the blocked
-  layout of snapstream/quant.py (CPU only, as quantization is; their shapes are registered for
-  ``torch.compile``).
+  ``int4_matmul_reads_codes(group)``: its integer kernels, AVX512-VNNI, plain AVX-512 and AVX2)
+  in the blocked layout of snapstream/quant.py (CPU only, as quantization is; their shapes are
+  registered for ``torch.compile``).
 - ``prompt_attention(q, k, v, window, positions)``: causal attention over a prompt, GQA,
   optionally within a sliding window of positions: a flash kernel for float32 on AVX-512 CPUs
   and bfloat16 on AVX512-BF16 CPUs without AMX, where ``prompt_attention_covers(q)`` (False off

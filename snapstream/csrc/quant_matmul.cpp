@@ -8,14 +8,15 @@
 //
 // The weights are read once per call for all rows of x, a few rows at a time in registers (a
 // matrix-vector kernel would read them again for every row). Three kinds of arithmetic:
-// - int4 in bfloat16 (AVX512-BF16, AMX): x as it is, the codes unpacked to bfloat16 (128 + q,
-//   exact), float32 sums (quant_avx512.cpp);
-// - int4 in integers (plain AVX-512, AVX2): x rounded to 15-bit codes per sub-group of A =
-//   gcd(G, 32) inputs (x ~ a * dx, dx = max |x| / 16383: finer than x's own bfloat16 rounding
-//   but for values under 1/64 of the sub-group's largest), split into two bytes a = 128 h + l,
-//   times the codes exactly in 16-bit lanes (vpmaddubsw):
+// - int4 in bfloat16 (AMX; AVX512-BF16 for groups the integer kernels do not take): x as it
+//   is, the codes unpacked to bfloat16 (128 + q, exact), float32 sums (quant_avx512.cpp);
+// - int4 in integers (AVX512-VNNI, plain AVX-512, AVX2): x rounded to 15-bit codes per
+//   sub-group of A = gcd(G, 32) inputs (x ~ a * dx, dx = max |x| / 16383: finer than x's own
+//   bfloat16 rounding but for values under 1/64 of the sub-group's largest), split into two
+//   bytes a = 128 h + l, times the codes exactly (vpdpbusd in 32-bit lanes, or vpmaddubsw in
+//   16-bit ones):
 //     sum x w ~ dx * scale * (128 sum q h + sum q l) + offset * sum x;
-//   both paths compute the same integers and the same float operations after them;
+//   all three compute the same integers and the same float operations after them;
 // - int8 in integers (every path): x rounded to 8-bit codes per sub-group (dx = max |x| / 127,
 //   as llama.cpp's Q8_0 activations), multiplied exactly in int32:
 //     sum x w ~ dx * scale * sum q a + offset * sum x,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from snapstream import kernels
 from snapstream.cpu import KERNEL_CAP_ENV, matmul_dtype_name, this_cpu
@@ -65,6 +66,18 @@ def test_the_avx2_cap_takes_the_avx2_kernels_where_the_cpu_has_them(kernel_cap):
     assert paths["int4_matmul"] == "avx2-codes"
     assert paths["int8_matmul"] in ("avx2", "avx-vnni")
     assert paths["slot_attention"] == paths["row_kernels"] == "avx2"
+
+
+def test_avx512_vnni_without_amx_takes_the_vnni_codes_kernel_for_int4(kernel_cap):
+    kernel_cap("native")
+    isa = set(kernels.isa())
+    if "avx512_vnni" not in isa or "amx" in isa:
+        pytest.skip(f"wants AVX512-VNNI without AMX ({sorted(isa)})")
+    paths = kernels.kernel_paths()
+    assert paths["int4_matmul"] == "avx512-vnni-codes"
+    assert paths["int8_matmul"] == "avx512-vnni"
+    assert torch.ops.snapstream.int4_matmul_reads_codes(32)
+    assert not torch.ops.snapstream.int4_matmul_reads_codes(8)  # bfloat16 pairs take those
 
 
 def test_an_unknown_cap_in_the_environment_stops_the_import():

@@ -345,7 +345,7 @@ def activation_codes(x: torch.Tensor, group: int, limit: int = 127) -> torch.Ten
 def test_quantized_kernels_compute_x_times_the_dequantized_weight(kernel_cap, cap,
                                                                   grouping, n, rows):
     """int8: x's 8-bit codes (per sub-group of up to 32 inputs) @ the float32 weight; int4: x
-    (rounded to bfloat16), or where its kernel reads codes (AVX-512 without BF16 or AMX) x's
+    (rounded to bfloat16), or where its kernel reads codes (the integer kernels) x's
     15-bit codes, @ the float32 weight; all up to float32 rounding (a weight off by one int4
     step, a swapped pair, a wrong scale, unscaled codes or a code byte lost are off by
     >1e-3)."""
@@ -451,8 +451,8 @@ def test_int8_kernel_paths_agree_bit_for_bit(kernel_cap, cap):
 
 @pytest.mark.parametrize("grouping", [g for g in GROUPINGS if g[0] == 4])
 def test_int4_code_kernels_agree_bit_for_bit(kernel_cap, grouping):
-    """The int4 kernels that read x's 15-bit codes (plain AVX-512, AVX2) do the same integer
-    sums and float operations: the same floats on either kind of CPU."""
+    """The int4 kernels that read x's 15-bit codes (AVX512-VNNI, plain AVX-512, AVX2) do the
+    same integer sums and float operations: the same floats on every kind of CPU."""
     readers = []
     for cap in kernels.distinct_caps():
         kernel_cap(cap)
