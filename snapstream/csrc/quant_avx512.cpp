@@ -11,8 +11,8 @@
 //   take, and a quarter of its unpacking, shared by the rows. Measured on a Zen 4 against the
 //   bfloat16 pair products below (python -m bench.blocks_bench decode, Qwen2.5-Coder-1.5B):
 //   0.90x the decode step at batch 1, 0.94x at 8.
-// - AVX512-BF16 pair dot products (vdpbf16ps) on the bfloat16 codes, for groups the codes
-//   kernels do not take (a multiple of 16 inputs).
+// - AVX512-BF16 pair dot products (vdpbf16ps) on the bfloat16 codes, for groups of a size the
+//   codes kernels do not take (not a multiple of 16 inputs).
 // int8: x's 8-bit codes times the biased weight bytes u = q + 128, multiplied exactly in int32
 // with AVX512-VNNI (vpdpbusd: 4 byte products per lane):
 //   sum x w ~ dx * scale * (sum u a - 128 sum a) + offset * sum x.
