@@ -167,7 +167,7 @@ print(json.dumps({"step_s": out, "bytes": moved, "bandwidth_gb_s": memory_bandwi
 
 
 def run_decode(trees: list[str], rounds: int, threads: int, model: str | None,
-               batches: list[int]) -> dict[str, dict[str, list[float]]]:
+               batches: tuple[int, ...]) -> dict[str, dict[str, list[float]]]:
     """Each tree's decode steps of ``model`` (None: the default) at each batch size, ``rounds``
     fresh processes each, in turns, ``threads`` torch threads each."""
     times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}

@@ -53,11 +53,12 @@ def command_line() -> str:
     the OUTPUT_OPTIONS left out."""
     env = [f"{name}={shlex.quote(os.environ[name])}" for name in MEASURED_ENV
            if os.environ.get(name)]
+    joined = tuple(f"{option}=" for option in OUTPUT_OPTIONS)  # --doc=PATH
     args, kept = iter(sys.argv[1:]), []
     for arg in args:
         if arg in OUTPUT_OPTIONS:
             next(args, None)  # its value
-        elif not arg.startswith(tuple(f"{option}=" for option in OUTPUT_OPTIONS)):
+        elif not arg.startswith(joined):
             kept.append(arg)
     return " ".join([*env, "snapstream", *(shlex.quote(arg) for arg in kept)])
 
