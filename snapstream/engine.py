@@ -37,7 +37,7 @@ from snapstream.prefix_cache import (
 )
 from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 from snapstream.prefix_scores import REPEAT_INSTRUCTION
-from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model
+from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model, use_int4_x_bits
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
 from snapstream.tokenizer import Tokenizer
@@ -108,6 +108,8 @@ class Engine:
                            keep_blocks=fmt.keep_blocks)
         if fmt.quant is not None:
             quantize_model(model, QUANT_SCHEMES[fmt.quant])
+        if checkpoint.int4_x_bits is not None:
+            use_int4_x_bits(model, checkpoint.int4_x_bits)
         return cls(model, checkpoint.tokenizer(), compile,
                    load_default_policy(checkpoint.policy_file), name=checkpoint.name,
                    kv_dtype=getattr(torch, kv),

@@ -19,7 +19,7 @@ import torch
 
 from snapstream import kernels
 from snapstream.model import DecoderLayer, Gemma3DecoderLayer, Transformer
-from snapstream.quant import GEMM_MIN_ROWS, QuantizedLinear
+from snapstream.quant import GEMM_MIN_ROWS, INT4_X_BITS, Int4Linear, QuantizedLinear
 
 CacheOf = Callable[[int], tuple[torch.Tensor, ...]]  # layer -> k, v, slots, empty
 
@@ -34,6 +34,7 @@ class FusedLayer:
     q_factor: float
     activation: str  # an activation of kernels.gated_activation: silu or gelu_tanh
     qkv_bias: torch.Tensor | None  # ((Hq + 2 Hkv) D,) float32: Qwen2's q/k/v biases
+    x_bits: int  # the int4 linears' (Int4Linear.x_bits)
 
 
 # per layer class: the names of its norms after the op's first 14 params (Gemma 3's extra four)
@@ -52,7 +53,8 @@ def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
              for name in ("input_layernorm", "post_attention_layernorm",
                           *EXTRA_NORMS[type(layer)])]
     qkv_bias = linears[0].bias if isinstance(linears[0], QuantizedLinear) else None
-    if (not all(isinstance(linear, QuantizedLinear) for linear in linears)
+    x_bits = {linear.x_bits for linear in linears if isinstance(linear, Int4Linear)}
+    if (not all(isinstance(linear, QuantizedLinear) for linear in linears) or len(x_bits) > 1
             or any(linear.bias is not None for linear in linears[1:])
             or not all(tensor.dtype == torch.float32 and tensor.device.type == "cpu"
                        for tensor in (*norms, *(() if qkv_bias is None else (qkv_bias,))))):
@@ -63,13 +65,14 @@ def _fused_layer(layer: torch.nn.Module) -> FusedLayer | None:
     return FusedLayer(params=(norms[0], *qkv, *out, norms[1], *gate_up, *down, *norms[2:]),
                       num_heads=layer.self_attn.num_heads, eps=layer.input_layernorm.eps,
                       q_factor=layer.self_attn.q_factor, activation=layer.mlp.activation,
-                      qkv_bias=None if qkv_bias is None else qkv_bias.detach().contiguous())
+                      qkv_bias=None if qkv_bias is None else qkv_bias.detach().contiguous(),
+                      x_bits=x_bits.pop() if x_bits else INT4_X_BITS)
 
 
 def fused_layers(model: Transformer) -> tuple[FusedLayer, ...] | None:
     """``decode_layer``'s arguments for each of ``model``'s layers, or None unless every layer
-    is a Llama-family (Qwen2: q/k/v biases) or Gemma 3 one of quantized linears, float32 norms
-    and biases."""
+    is a Llama-family (Qwen2: q/k/v biases) or Gemma 3 one of quantized linears (int4 ones of
+    one ``x_bits``), float32 norms and biases."""
     layers = tuple(_fused_layer(layer) for layer in model.model.layers)
     return None if None in layers else layers
 
@@ -94,5 +97,6 @@ def fused_forward(model: Transformer, layers: tuple[FusedLayer, ...],
     for index, layer in enumerate(layers):
         cos, sin = local if index in sliding else rotation
         x = kernels.decode_layer(x, layer.params, cos, sin, *cache_of(index), layer.num_heads,
-                                 layer.eps, layer.q_factor, layer.activation, layer.qkv_bias)
+                                 layer.eps, layer.q_factor, layer.activation, layer.qkv_bias,
+                                 layer.x_bits)
     return model.model.norm(x)

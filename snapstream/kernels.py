@@ -10,10 +10,11 @@ built by setup.py) and, registered here, what runs them on other devices and und
   rounded once to x's dtype; the heads come out contiguous in the same (B, T, H, D) order.
 - ``gated_activation(x, activation)``: a gated MLP's ``act(gate) * up`` from its [gate | up]
   projection in one pass (activation ``silu`` or ``gelu_tanh``).
-- ``int4_matmul(x, weight, scales, n, factors=None)``, ``int8_matmul(...)``: quantized matmul
-  (codes in groups with float16/float32 scales and offsets, or int8 codes of them with their
-  float32 factors; int8 also rounds x to 8-bit codes, int4 to 15-bit codes where
-  ``int4_matmul_reads_codes(group)``: its integer kernels, AVX512-VNNI, plain AVX-512 and AVX2)
+- ``int4_matmul(x, weight, scales, n, factors=None, x_bits=15)``, ``int8_matmul(x, weight,
+  scales, n, factors=None)``: quantized matmul (codes in groups with float16/float32 scales and
+  offsets, or int8 codes of them with their float32 factors; int8 also rounds x to 8-bit codes,
+  int4 to codes of ``x_bits`` (15 or 8) where ``int4_matmul_reads_codes(group)``: its integer
+  kernels, AVX512-VNNI, plain AVX-512 and AVX2)
   in the blocked layout of snapstream/quant.py (CPU only, as quantization is; their shapes are
   registered for ``torch.compile``).
 - ``prompt_attention(q, k, v, window, positions)``: causal attention over a prompt, GQA,
@@ -23,7 +24,7 @@ built by setup.py) and, registered here, what runs them on other devices and und
 - ``int8_rows(x)``: K/V rows (..., D) -> int8 rows (..., D + 4) with their scales; defined
   with the KV codecs that use it (snapstream/kvquant.py, which registers its off-CPU form).
 - ``decode_layer(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
-  activation, qkv_bias)``: a whole decoder layer (Llama family, Qwen2's q/k/v biases, or
+  activation, qkv_bias, x_bits)``: a whole decoder layer (Llama family, Qwen2's q/k/v biases, or
   Gemma 3) of quantized linears for one decode step (:mod:`snapstream.fused_decode`; CPU only).
 """
 
@@ -158,7 +159,7 @@ def _gated_activation_shape(x, activation):
 
 
 @torch.library.register_fake("snapstream::int4_matmul")
-def _int4_matmul_shape(x, weight, scales, n, factors=None):
+def _int4_matmul_shape(x, weight, scales, n, factors=None, x_bits=15):
     return x.new_empty((x.shape[0], n), dtype=torch.float32)
 
 
@@ -169,5 +170,5 @@ def _int8_matmul_shape(x, weight, scales, n, factors=None):
 
 @torch.library.register_fake("snapstream::decode_layer")
 def _decode_layer_shape(x, params, cos, sin, k, v, slots, empty, num_heads, eps, q_factor,
-                        activation, qkv_bias=None):
+                        activation, qkv_bias=None, x_bits=15):
     return torch.empty_like(x)

@@ -15,12 +15,15 @@ The matmul is the project's kernel (``snapstream::int4_matmul``, ``int8_matmul``
 snapstream/csrc/quant_matmul.cpp), in its blocked layout packed here: each block of 16 outputs
 is read once per call for every row of the input, so a decode batch reads the weights once
 (torch's ``_weight_int4pack_mm_for_cpu`` unpacks them again for every row: 1.7x slower at 16
-rows, docs/benchmarks.md "Kernels"). int4 layers take the input rounded to
-bfloat16 and sum products in float32; int8 layers also round the input to 8 bits (codes per
-sub-group of up to 32 inputs with one scale each, as llama.cpp's Q8_0 activations) and sum
-code products exactly in int32 (AVX512-VNNI): widening int8 weights to bfloat16 cost more than
-reading them. Layers return their input's dtype: float32 in decode, the CPU's GEMM dtype in a
-quantized model's prompt forward.
+rows, docs/benchmarks.md "Kernels"). Both take the input rounded to bfloat16. int8 layers
+also round it to 8 bits (codes per sub-group of up to 32 inputs with one scale each, as
+llama.cpp's Q8_0 activations) and sum code products exactly in int32: widening int8 weights to
+bfloat16 cost more than reading them. int4 layers, where an integer kernel takes them
+(AVX512-VNNI, AVX-512, AVX2: ``int4_matmul_reads_codes``), round the input to 15-bit codes per
+sub-group (``Int4Linear.x_bits``: 8 where a model's outputs hold at 8 bits, half the products)
+for exact int32 sums; elsewhere (AMX, the plain loop) they sum bfloat16 products in float32.
+Layers return their input's dtype: float32 in decode, the CPU's GEMM dtype in a quantized
+model's prompt forward.
 
 From ``GEMM_MIN_ROWS`` rows on (a prompt), oneDNN's GEMM is as fast or faster: a layer then
 multiplies by its weight dequantized to the CPU's GEMM dtype (``snapstream.cpu.matmul_dtype_name``:
@@ -54,6 +57,8 @@ INT4_GROUP = 32  # inputs per requantized int4 scale/offset; divides every Llama
 BLOCK = 16  # outputs per block of the kernels' packed layout
 GEMM_MIN_ROWS = 128  # from this many input rows on, the dequantized weight's GEMM is faster
 PACK_ROWS = 4096  # rows packed at a time (a multiple of BLOCK: bounds the packing's temporaries)
+INT4_X_BITS = 15  # x's codes in the int4 integer kernels, unless the model chooses 8
+INT4_X_BITS_CHOICES = (15, 8)
 
 
 @dataclass(frozen=True)
@@ -350,10 +355,13 @@ class Int8Linear(QuantizedLinear):
 
 
 class Int4Linear(QuantizedLinear):
-    """int4 codes, two to a byte; requantized from floats in groups of ``INT4_GROUP``."""
+    """int4 codes, two to a byte; requantized from floats in groups of ``INT4_GROUP``.
+    ``x_bits``: the width of x's codes where the kernel multiplies in integers (15, or 8 for a
+    model whose outputs hold at 8: :func:`use_int4_x_bits`)."""
 
     bits = 4
     requantize = staticmethod(quantize_int4_groups)
+    x_bits = INT4_X_BITS
 
     @staticmethod
     def pack_codes(pairs: torch.Tensor) -> torch.Tensor:
@@ -364,7 +372,8 @@ class Int4Linear(QuantizedLinear):
         return torch.stack([pairs & 15, pairs >> 4], dim=-1).reshape(*ids.shape, -1)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return int4_matmul(x, self.weight, self.scales, self.out_features, self.factors)
+        return int4_matmul(x, self.weight, self.scales, self.out_features, self.factors,
+                           self.x_bits)
 
 
 QUANTIZED_LINEARS: dict[int, type[QuantizedLinear]] = {8: Int8Linear, 4: Int4Linear}
@@ -418,6 +427,16 @@ def quantize_model(model: Transformer, scheme: QuantScheme) -> Transformer:
         model.model.embed_tokens = QuantizedEmbedding(model.lm_head, dtype)
     return_freed_memory()
     return model
+
+
+def use_int4_x_bits(model: nn.Module, bits: int) -> None:
+    """Every int4 layer of ``model`` takes x in codes of ``bits`` (15 or 8) where its kernel
+    multiplies in integers."""
+    if bits not in INT4_X_BITS_CHOICES:
+        raise ValueError(f"int4 layers take x in codes of {INT4_X_BITS_CHOICES} bits, not {bits}")
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            module.x_bits = bits
 
 
 def return_freed_memory() -> None:

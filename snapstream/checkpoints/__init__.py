@@ -24,6 +24,7 @@ class Checkpoint(Protocol):
     config: ModelConfig
     policy_file: Path  # the model's default cache policy, when the file exists
     native_format: str  # the weight format its weights already have (weight_formats)
+    int4_x_bits: int | None  # its int4 layers' x codes (quant.Int4Linear.x_bits); None: 15
 
     def state_dict(self, dtype: torch.dtype) -> dict[str, torch.Tensor]: ...
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +10,8 @@ from snapstream.checkpoints.gguf_blocks import BLOCK_TYPES
 from snapstream.checkpoints.gguf_file import GGUFFile
 from snapstream.checkpoints.gguf_model import config_from_gguf
 from snapstream.checkpoints.gguf_tokenizer import tokenizer_from_gguf
+from snapstream.checkpoints.model_sources import file_sha256
+from snapstream.checkpoints.registry import int4_x_bits_of
 from snapstream.config import ModelConfig
 from snapstream.tokenizer import Tokenizer
 
@@ -64,7 +65,14 @@ class GGUFCheckpoint:
         return tokenizer_from_gguf(self.file)
 
     @cached_property
+    def sha256(self) -> str:
+        return file_sha256(self.path)
+
+    @property
     def policy_file(self) -> Path:
-        with self.path.open("rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
-        return SHIPPED_POLICIES / f"{digest}.json"
+        return SHIPPED_POLICIES / f"{self.sha256}.json"
+
+    @property
+    def int4_x_bits(self) -> int | None:
+        """The registry's choice for this file (None: the kernels' own)."""
+        return int4_x_bits_of(self.sha256)

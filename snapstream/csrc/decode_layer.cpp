@@ -52,12 +52,12 @@ Linear linear_at(at::TensorList params, size_t first) {
   return {params[first], params[first + 1], params[first + 2]};
 }
 
-// rows (M, K) bfloat16 -> (M, n) float32 through a quantized linear.
-at::Tensor project(const at::Tensor& rows, const Linear& linear, int64_t n) {
+// rows (M, K) bfloat16 -> (M, n) float32 through a quantized linear (int4: x's codes of x_bits).
+at::Tensor project(const at::Tensor& rows, const Linear& linear, int64_t n, int64_t x_bits) {
   const std::optional<at::Tensor> factors =
       linear.factors.numel() ? std::optional<at::Tensor>(linear.factors) : std::nullopt;
   return is_int4(linear.weight)
-             ? snapstream::int4_matmul(rows, linear.weight, linear.scales, n, factors)
+             ? snapstream::int4_matmul(rows, linear.weight, linear.scales, n, factors, x_bits)
              : snapstream::int8_matmul(rows, linear.weight, linear.scales, n, factors);
 }
 
@@ -111,12 +111,13 @@ namespace snapstream {
 // cos, sin (B, D) float32 (any shape of B x D values); k, v, slots, empty as slot_attention
 // takes them (k and v updated in place); queries times q_factor after RoPE; activation "silu"
 // or "gelu_tanh" (gated_activation's, as the modules); qkv_bias ((Hq + 2 Hkv) D,) float32 or
-// none, added to the QKV projection (the module path's ``out + bias``).
+// none, added to the QKV projection (the module path's ``out + bias``); x_bits: the width of x's
+// codes in the int4 linears (int4_matmul's).
 at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Tensor& cos,
                         const at::Tensor& sin, const at::Tensor& k, const at::Tensor& v,
                         const at::Tensor& slots, const at::Tensor& empty, int64_t num_heads,
                         double eps, double q_factor, c10::string_view activation,
-                        const std::optional<at::Tensor>& qkv_bias) {
+                        const std::optional<at::Tensor>& qkv_bias, int64_t x_bits) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.scalar_type() == at::kFloat &&
                   x.is_contiguous(),
               "decode_layer: want x (B, H) float32, contiguous, on the CPU");
@@ -124,6 +125,7 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
               "decode_layer: want 14 params (Llama: 2 norms, 4 linears' weight, scales and "
               "factors) or 18 (Gemma 3: and 4 more norms), got ", params.size());
   check_activation(std::string(activation), "decode_layer");  // before the cache is written
+  TORCH_CHECK(x_bits == 15 || x_bits == 8, "decode_layer: x_bits is 15 or 8, got ", x_bits);
   const bool gemma = params.size() == 18;
   const at::Tensor &input_norm = params[0], &post_norm = params[7];
   const Linear qkv_l = linear_at(params, 1), o_l = linear_at(params, 4);
@@ -145,7 +147,7 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
               "decode_layer: want qkv_bias ((Hq + 2 Hkv) D,) float32, contiguous");
 
   // attention: qkv (B, (Hq + 2 Hkv) D) -> q (B, Hq, D), k_new and v_new (B, Hkv, D)
-  at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_l, heads * dim);
+  at::Tensor qkv = project(to_bf16(rms_norm(x, input_norm, eps)), qkv_l, heads * dim, x_bits);
   if (qkv_bias.has_value()) qkv.add_(*qkv_bias);  // (B, (Hq + 2 Hkv) D) + ((Hq + 2 Hkv) D,)
   at::Tensor q = at::empty({batch, num_heads, dim}, x.options());
   at::Tensor k_new = at::empty({batch, kv_heads, dim}, x.options());
@@ -169,15 +171,15 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
            sin_ptr + b * dim, 1.f);
   }
   const at::Tensor attn = slot_attention(q, k, v, k_new, v_new, slots, empty);  // (B, Hq, D)
-  at::Tensor h = project(to_bf16(attn.view({batch, q_width})), o_l, hidden);  // (B, H)
+  at::Tensor h = project(to_bf16(attn.view({batch, q_width})), o_l, hidden, x_bits);  // (B, H)
   if (gemma) h = rms_norm(h, post_norm, eps);
   add_into(h, x);
 
   // MLP: gate/up (B, 2I), activation(gate) * up rounded to bfloat16 for the down projection
   const at::Tensor gate_up = project(to_bf16(rms_norm(h, gemma ? params[16] : post_norm, eps)),
-                                     gate_up_l, 2 * inner);
+                                     gate_up_l, 2 * inner, x_bits);
   const at::Tensor act = to_bf16(gated_activation(gate_up, std::string(activation)));
-  at::Tensor out = project(act, down_l, hidden);
+  at::Tensor out = project(act, down_l, hidden, x_bits);
   if (gemma) out = rms_norm(out, params[17], eps);
   add_into(out, h);
   return out;
@@ -188,7 +190,7 @@ at::Tensor decode_layer(const at::Tensor& x, at::TensorList params, const at::Te
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
   m.def("decode_layer(Tensor x, Tensor[] params, Tensor cos, Tensor sin, Tensor(a!) k, "
         "Tensor(b!) v, Tensor slots, Tensor empty, int num_heads, float eps, float q_factor, "
-        "str activation, Tensor? qkv_bias=None) -> Tensor");
+        "str activation, Tensor? qkv_bias=None, int x_bits=15) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(snapstream, CPU, m) { m.impl("decode_layer", &snapstream::decode_layer); }

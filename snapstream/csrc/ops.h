@@ -19,9 +19,10 @@ at::Tensor gated_activation(const at::Tensor& x, const std::string& activation);
 void check_activation(const std::string& activation, const char* op);
 
 // x (M, K) bfloat16 -> (M, n) float32 through packed int4 / int8 codes, their scales and, with
-// int8 scale codes, the codes' factors (quant_matmul.cpp).
+// int8 scale codes, the codes' factors; int4 in integers with x's codes of x_bits (15 or 8)
+// (quant_matmul.cpp).
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       int64_t n, const std::optional<at::Tensor>& factors);
+                       int64_t n, const std::optional<at::Tensor>& factors, int64_t x_bits);
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
                        int64_t n, const std::optional<at::Tensor>& factors);
 

@@ -10,10 +10,11 @@
 // nibbles and interleaving them (vpunpcklbw / vpunpckhbw) gives, per 16-bit lane, one output's
 // two codes of one pair: (q_j(2p), q_j(2p + 1)) in the low half, (q_j(2p + 2), q_j(2p + 3)) in
 // the high half, for outputs 0-7 (unpacklo) and 8-15 (unpackhi). vpmaddubsw multiplies each
-// with the row's code bytes of the same inputs (h, and l, in input order, spread to match)
-// and adds the two products: at most 2 * 15 * 128 = 3,840 per lane and pair, and a sub-group
-// of at most 32 inputs adds 8 of them to a lane: under 2^15, exact in 16 bits. The halves of
-// each 16-bit accumulator (even and odd pairs) are widened and added in 32 bits.
+// with the row's code bytes of the same inputs (h, and l, in input order, spread to match; with
+// 8-bit codes a alone) and adds the two products: at most 2 * 15 * 128 = 3,840 per lane and
+// pair, and a sub-group of at most 32 inputs adds 8 of them to a lane: under 2^15, exact in 16
+// bits. The halves of each 16-bit accumulator (even and odd pairs) are widened and added in 32
+// bits.
 // int8: the biased bytes u = q + 128 give q = u ^ 0x80; vpmaddubsw(|q|, a signed as q) adds
 // two products of at most 128 * 127 (exact, no saturation), vpmaddwd two more: per output the
 // sum of 4 products q a, summed over the sub-group in 32 bits (vpdpbusd's u a less the
@@ -107,10 +108,11 @@ SNAPSTREAM_AVX2 inline void store_bytes(int8_t* out, __m256i codes) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(words, words));
 }
 
-// x's 15-bit codes in input order: per sub-group of ``sub`` (a multiple of 8) inputs, a = x *
-// (16383 / max |x|) rounded to nearest even (the MXCSR's default), h = a >> 7, l = a & 127.
-SNAPSTREAM_AVX2 void codes15_in_order(const uint16_t* x, int64_t count, int64_t sub,
-                                      RowData& data) {
+// x's codes of ``bits`` in input order: per sub-group of ``sub`` (a multiple of 8) inputs, a =
+// x * (limit / max |x|) rounded to nearest even (the MXCSR's default); 15 bits: h = a >> 7, l =
+// a & 127; 8 bits: a.
+SNAPSTREAM_AVX2 void int4_codes_in_order(const uint16_t* x, int64_t count, int64_t sub, int bits,
+                                         RowData& data) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   const __m256i low_bits = _mm256_set1_epi32(127);
   for (int64_t i = 0; i < count / sub; ++i) {
@@ -121,13 +123,18 @@ SNAPSTREAM_AVX2 void codes15_in_order(const uint16_t* x, int64_t count, int64_t 
     __m128 fold = _mm_max_ps(_mm256_castps256_ps128(largest), _mm256_extractf128_ps(largest, 1));
     fold = _mm_max_ps(fold, _mm_movehl_ps(fold, fold));
     const float amax = _mm_cvtss_f32(_mm_max_ss(fold, _mm_shuffle_ps(fold, fold, 1)));
-    const __m256 inv = _mm256_set1_ps(code15_inverse(amax));
+    const float limit = code_limit(bits);
+    const __m256 inv = _mm256_set1_ps(code_inverse(amax, limit));
     for (int64_t d = 0; d < sub; d += 8) {
       const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(load_bf16(values + d), inv));
+      if (bits == 8) {
+        store_bytes(data.codes.data() + i * sub + d, a);
+        continue;
+      }
       store_bytes(data.codes.data() + i * sub + d, _mm256_srai_epi32(a, 7));
       store_bytes(data.low_codes.data() + i * sub + d, _mm256_and_si256(a, low_bits));
     }
-    data.code_scales[i] = amax / kCode15;
+    data.code_scales[i] = amax / limit;
   }
 }
 
@@ -149,9 +156,9 @@ SNAPSTREAM_AVX2 inline __m256i widen_pairs(__m256i sums) {
                           _mm256_cvtepi16_epi32(_mm256_extracti128_si256(sums, 1)));
 }
 
-// ROWS rows of x's 15-bit codes times an int4 block.
-template <int ROWS>
-SNAPSTREAM_AVX2 void int4_rows_block(const Block& block, const Rows& x, const BlockOut& out) {
+// ROWS rows of x's codes (15-bit with LOW, else 8-bit) times an int4 block.
+template <int ROWS, bool LOW>
+SNAPSTREAM_AVX2 void int4_tile(const Block& block, const Rows& x, const BlockOut& out) {
   const int64_t sub = block.k / x.subs, per_group = x.subs / x.groups;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   __m256 acc[ROWS][2];
@@ -171,14 +178,16 @@ SNAPSTREAM_AVX2 void int4_rows_block(const Block& block, const Rows& x, const Bl
         const __m256i w[2] = {_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd)};
         for (int m = 0; m < ROWS; ++m) {
           int4_pairs(w, x.codes + m * x.k + i, high[m]);
-          int4_pairs(w, x.low_codes + m * x.k + i, low[m]);
+          if constexpr (LOW) int4_pairs(w, x.low_codes + m * x.k + i, low[m]);
         }
       }
       for (int m = 0; m < ROWS; ++m) {
         const __m256 dx = _mm256_set1_ps(x.code_scales[m * x.subs + s]);
         for (int c = 0; c < 2; ++c) {
-          const __m256i dots = _mm256_add_epi32(_mm256_slli_epi32(widen_pairs(high[m][c]), 7),
-                                                widen_pairs(low[m][c]));
+          const __m256i dots =
+              LOW ? _mm256_add_epi32(_mm256_slli_epi32(widen_pairs(high[m][c]), 7),
+                                     widen_pairs(low[m][c]))
+                  : widen_pairs(high[m][c]);
           acc[m][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(scale[c], dx),
                                       acc[m][c]);
         }
@@ -187,6 +196,12 @@ SNAPSTREAM_AVX2 void int4_rows_block(const Block& block, const Rows& x, const Bl
     group_offsets<ROWS>(acc, block, x, g);
   }
   store_rows<ROWS>(acc, out);
+}
+
+template <int ROWS>
+SNAPSTREAM_AVX2 void int4_rows_block(const Block& block, const Rows& x, const BlockOut& out) {
+  if (x.low_codes) return int4_tile<ROWS, true>(block, x, out);
+  int4_tile<ROWS, false>(block, x, out);
 }
 
 // Row m's exact int32 sums q a of sub-group s (8 outputs) into its accumulator: acc + dots *
@@ -258,10 +273,10 @@ std::optional<KernelPlan> avx2_plan(Format format, int64_t group, const Isa& isa
   if (!isa.avx2) return std::nullopt;
   if (format == Format::kInt4)
     return group % 8 == 0 ? std::optional<KernelPlan>(KernelPlan{
-                                &block_tiles<Format::kInt4>, Reads::kCodes15, "avx2-codes",
-                                &codes15_in_order})
+                                &block_tiles<Format::kInt4>, Reads::kInt4Codes, "avx2-codes",
+                                &int4_codes_in_order})
                           : std::nullopt;
-  return KernelPlan{&block_tiles<Format::kInt8>, Reads::kCodes8, "avx2"};
+  return KernelPlan{&block_tiles<Format::kInt8>, Reads::kInt8Codes, "avx2"};
 }
 
 }  // namespace snapstream::quant

@@ -6,11 +6,12 @@
 //   An int4 value q becomes the bfloat16 128 + q by bit operations alone (0x4300 | q); a
 //   group's dot product sum x c (c = 128 + q) then takes the group's scale and offset once per
 //   group and row:  sum x w = scale * sum x c + (offset - 128 scale) * sum x.
-// - AVX512-VNNI (Ice Lake and later, Zen 4): x's 15-bit codes times the int4 codes exactly in
-//   int32 (vpdpbusd, see int4_vnni_rows_block): per row as many multiplies as vdpbf16ps would
-//   take, and a quarter of its unpacking, shared by the rows. Measured on a Zen 4 against the
-//   bfloat16 pair products below (python -m bench.blocks_bench decode, Qwen2.5-Coder-1.5B):
-//   0.90x the decode step at batch 1, 0.94x at 8.
+// - AVX512-VNNI (Ice Lake and later, Zen 4): x's codes times the int4 codes exactly in int32
+//   (vpdpbusd, see int4_vnni_rows_block): with 15-bit codes per row as many multiplies as
+//   vdpbf16ps would take, with 8-bit ones half, and a quarter of its unpacking, shared by the
+//   rows. Measured on a Zen 4 against the bfloat16 pair products below (python -m
+//   bench.blocks_bench decode, Qwen2.5-Coder-1.5B, 15-bit codes): 0.90x the decode step at
+//   batch 1, 0.94x at 8.
 // - AVX512-BF16 pair dot products (vdpbf16ps) on the bfloat16 codes, for groups of a size the
 //   codes kernels do not take (not a multiple of 16 inputs).
 // int8: x's 8-bit codes times the biased weight bytes u = q + 128, multiplied exactly in int32
@@ -225,14 +226,17 @@ SNAPSTREAM_AMX void int4_amx_pass(const Block& block, const Rows& x, int64_t row
 
 // The int8 kernels' float steps, shared by the VNNI and the plain AVX-512 kernel (the same
 // operations after the same integers: bit for bit the same results).
-// Row m's exact int32 sums of sub-group s into its accumulator: acc + (dots - 128 sum a) * dx *
-// the group's scale.
-SNAPSTREAM_AVX512 inline __m512 int8_sub_group(__m512 acc, __m512i dots, __m512 scale,
+// Row m's exact int32 sums of sub-group s, less 128 sum a (sum q a), into its accumulator: acc +
+// sums * dx * the group's scale.
+SNAPSTREAM_AVX512 inline __m512 int8_sub_group(__m512 acc, __m512i sums, __m512 scale,
                                                const Rows& x, int m, int64_t s) {
-  const __m512 dot = _mm512_cvtepi32_ps(
-      _mm512_sub_epi32(dots, _mm512_set1_epi32(x.code_bias[m * x.subs + s])));
   const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
-  return _mm512_fmadd_ps(dot, step, acc);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), step, acc);
+}
+
+// Row m's -128 sum a of sub-group s, where its sums u a start (u = q + 128: they end at sum q a).
+SNAPSTREAM_AVX512 inline __m512i int8_bias(const Rows& x, int m, int64_t s) {
+  return _mm512_set1_epi32(-x.code_bias[m * x.subs + s]);
 }
 
 // Group g's offsets times each row's sum of x, where the weights have offsets (the codes
@@ -259,7 +263,7 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
     const __m512 scale = load_scales(block, g, 0);
     for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
       __m512i dots[ROWS];
-      for (int m = 0; m < ROWS; ++m) dots[m] = _mm512_setzero_si512();
+      for (int m = 0; m < ROWS; ++m) dots[m] = int8_bias(x, m, s);
       for (int64_t r = s * sub_quads; r < (s + 1) * sub_quads; ++r) {
         const __m512i w = _mm512_loadu_si512(block.weight + r * 4 * kBlock);  // (16, 4) bytes
         for (int m = 0; m < ROWS; ++m)
@@ -274,12 +278,13 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
 
 // CPUs with AVX-512 but neither BF16 nor VNNI (Skylake-SP).
 //
-// The int4 codes kernel's 15-bit codes of ``count`` values of x, per sub-group of ``sub`` (a
-// multiple of 16), into data.codes (h), data.low_codes (l) and data.code_scales: 16 values at a
-// time as float32 (bfloat16 widened exactly), a = x * (16383 / max |x|) rounded to nearest even
-// (the MXCSR's default), h = a >> 7 and l = a & 127, stored per run of 8 inputs as its even
-// then its odd ones.
-SNAPSTREAM_AVX512 void int4_codes(const uint16_t* x, int64_t count, int64_t sub, RowData& data) {
+// The int4 codes kernels' codes of ``count`` values of x, per sub-group of ``sub`` (a multiple
+// of 16), into data.codes, data.low_codes (15 bits) and data.code_scales: 16 values at a time as
+// float32 (bfloat16 widened exactly), a = x * (limit / max |x|) rounded to nearest even (the
+// MXCSR's default); 15 bits: h = a >> 7 and l = a & 127, 8 bits: a itself; stored per run of 8
+// inputs as its even then its odd ones.
+SNAPSTREAM_AVX512 void int4_codes_in_runs(const uint16_t* x, int64_t count, int64_t sub,
+                                          int bits, RowData& data) {
     const __m512i run_order = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
   const __m512i low_bits = _mm512_set1_epi32(127);
   for (int64_t i = 0; i < count / sub; ++i) {
@@ -292,19 +297,25 @@ SNAPSTREAM_AVX512 void int4_codes(const uint16_t* x, int64_t count, int64_t sub,
       largest = _mm512_max_ps(largest, _mm512_abs_ps(v));
     }
     const float amax = _mm512_reduce_max_ps(largest);
-    const __m512 inv = _mm512_set1_ps(amax > 0.f ? kCode15 / amax : 0.f);
+    const float limit = code_limit(bits);
+    const __m512 inv = _mm512_set1_ps(code_inverse(amax, limit));
     for (int64_t d = 0; d < sub; d += 16) {
       const __m512i wide = _mm512_cvtepu16_epi32(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + d)));
       const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
       const __m512i a = _mm512_permutexvar_epi32(
-          run_order, _mm512_cvtps_epi32(_mm512_mul_ps(v, inv)));  // |a| <= 16383
+          run_order, _mm512_cvtps_epi32(_mm512_mul_ps(v, inv)));  // |a| <= limit
+      if (bits == 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(data.codes.data() + i * sub + d),
+                         _mm512_cvtepi32_epi8(a));
+        continue;
+      }
       _mm_storeu_si128(reinterpret_cast<__m128i*>(data.codes.data() + i * sub + d),
                        _mm512_cvtepi32_epi8(_mm512_srai_epi32(a, 7)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(data.low_codes.data() + i * sub + d),
                        _mm512_cvtepi32_epi8(_mm512_and_si512(a, low_bits)));
     }
-    data.code_scales[i] = amax / kCode15;
+    data.code_scales[i] = amax / limit;
   }
 }
 
@@ -318,13 +329,15 @@ constexpr int64_t kPrefetchAhead = 4096;
 // (x ~ a * dx, dx = max |x| / 16383: finer than x's own bfloat16 rounding but for values under
 // 1/64 of the sub-group's largest) split into two bytes, a = 128 h + l, and the int4 codes q
 // (unsigned) are multiplied with each byte exactly:
-//   sum x w ~ dx * scale * (128 sum q h + sum q l) + offset * sum x.
+//   sum x w ~ dx * scale * (128 sum q h + sum q l) + offset * sum x,
+// or, with x_bits 8, as one byte a (dx = max |x| / 127): dx * scale * sum q a + offset * sum x,
+// half the products (LOW false below: no low bytes).
 // Widened to float32 instead, the codes cost five instructions per 32 weights, then an FMA per
 // 16 weights and row (compute-bound, below the memory's bandwidth, there); here a run
 // of 4 pairs (64 bytes, [pair][output]) is transposed to [output][pair] by a dword permute
 // and a byte shuffle (five instructions per 128 weights with the nibble masks), after which
 // the low nibbles hold each output's inputs 0, 2, 4, 6 of the run and the high ones 1, 3, 5,
-// 7, multiplied with the row's bytes in that order (int4_codes stores them so): an
+// 7, multiplied with the row's bytes in that order (int4_codes_in_runs stores them so): an
 // instruction per 64 weights and byte. The integer part is exact, so a row's result does not
 // depend on its batch, and the two kernels below (and the AVX2 one) give the same bits.
 struct Nibbles {
@@ -345,8 +358,8 @@ SNAPSTREAM_AVX512 inline Nibbles int4_run(const uint8_t* weight, int64_t r) {
   return {_mm512_and_si512(t, nibble), _mm512_and_si512(_mm512_srli_epi16(t, 4), nibble)};
 }
 
-// Row m's exact sums 128 sum q h + sum q l of sub-group s into its accumulator, times dx and
-// the group's scale.
+// Row m's exact sums (128 sum q h + sum q l, or sum q a) of sub-group s into its accumulator,
+// times dx and the group's scale.
 SNAPSTREAM_AVX512 inline __m512 int4_sub_group(__m512 acc, __m512i dots, __m512 scale,
                                                const Rows& x, int m, int64_t s) {
   const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.code_scales[m * x.subs + s]));
@@ -356,9 +369,8 @@ SNAPSTREAM_AVX512 inline __m512 int4_sub_group(__m512 acc, __m512i dots, __m512 
 // Without VNNI: vpmaddubsw adds two byte products in 16-bit lanes. Bound: a lane gains at most
 // 4 * 15 * 128 = 7,680 per run, so a sub-group (at most 4 runs) stays under 2^15 before
 // vpmaddwd widens it to 32 bits.
-template <int ROWS>
-SNAPSTREAM_AVX512 void int4_codes_rows_block(const Block& block, const Rows& x,
-                                             const BlockOut& out) {
+template <int ROWS, bool LOW>
+SNAPSTREAM_AVX512 void int4_codes_tile(const Block& block, const Rows& x, const BlockOut& out) {
   const auto* high = reinterpret_cast<const int32_t*>(x.codes);     // (ROWS, K/4)
   const auto* low = reinterpret_cast<const int32_t*>(x.low_codes);  // (ROWS, K/4)
   const int64_t words = block.k / 4, runs = block.k / x.subs / 8;  // runs per sub-group
@@ -378,16 +390,18 @@ SNAPSTREAM_AVX512 void int4_codes_rows_block(const Block& block, const Rows& x,
               dots_high[m],
               _mm512_add_epi16(_mm512_maddubs_epi16(q.even, _mm512_set1_epi32(high[at])),
                                _mm512_maddubs_epi16(q.odd, _mm512_set1_epi32(high[at + 1]))));
-          dots_low[m] = _mm512_add_epi16(
-              dots_low[m],
-              _mm512_add_epi16(_mm512_maddubs_epi16(q.even, _mm512_set1_epi32(low[at])),
-                               _mm512_maddubs_epi16(q.odd, _mm512_set1_epi32(low[at + 1]))));
+          if constexpr (LOW)
+            dots_low[m] = _mm512_add_epi16(
+                dots_low[m],
+                _mm512_add_epi16(_mm512_maddubs_epi16(q.even, _mm512_set1_epi32(low[at])),
+                                 _mm512_maddubs_epi16(q.odd, _mm512_set1_epi32(low[at + 1]))));
         }
       }
       for (int m = 0; m < ROWS; ++m) {
-        const __m512i dots = _mm512_add_epi32(
-            _mm512_madd_epi16(dots_high[m], _mm512_set1_epi16(128)),
-            _mm512_madd_epi16(dots_low[m], _mm512_set1_epi16(1)));  // (16 outputs) exact
+        const __m512i dots =
+            LOW ? _mm512_add_epi32(_mm512_madd_epi16(dots_high[m], _mm512_set1_epi16(128)),
+                                   _mm512_madd_epi16(dots_low[m], _mm512_set1_epi16(1)))
+                : _mm512_madd_epi16(dots_high[m], _mm512_set1_epi16(1));  // (16 outputs) exact
         acc[m] = int4_sub_group(acc[m], dots, scale, x, m, s);
       }
     }
@@ -400,7 +414,7 @@ SNAPSTREAM_AVX512 void int4_codes_rows_block(const Block& block, const Rows& x,
 // instruction per 64 weights, byte and row, as the bfloat16 kernel's vdpbf16ps per 32, but
 // with the unpacking above shared by all rows: a quarter of the bfloat16 kernel's). The runs of
 // a sub-group are unrolled (RUNS of them), which keeps the sums in registers.
-template <int ROWS, int RUNS>
+template <int ROWS, int RUNS, bool LOW>
 SNAPSTREAM_VNNI inline void int4_vnni_sub_group(__m512 (&acc)[ROWS], const Block& block,
                                                 const Rows& x, __m512 scale, int64_t s) {
   const auto* high = reinterpret_cast<const int32_t*>(x.codes);     // (ROWS, K/4)
@@ -415,21 +429,23 @@ SNAPSTREAM_VNNI inline void int4_vnni_sub_group(__m512 (&acc)[ROWS], const Block
     for (int m = 0; m < ROWS; ++m) {
       const int64_t at = m * words + 2 * r;  // the row's even inputs, then its odd ones
       dots_high[m] = _mm512_dpbusd_epi32(dots_high[m], q.even, _mm512_set1_epi32(high[at]));
-      dots_low[m] = _mm512_dpbusd_epi32(dots_low[m], q.even, _mm512_set1_epi32(low[at]));
+      if constexpr (LOW)
+        dots_low[m] = _mm512_dpbusd_epi32(dots_low[m], q.even, _mm512_set1_epi32(low[at]));
       dots_high[m] = _mm512_dpbusd_epi32(dots_high[m], q.odd, _mm512_set1_epi32(high[at + 1]));
-      dots_low[m] = _mm512_dpbusd_epi32(dots_low[m], q.odd, _mm512_set1_epi32(low[at + 1]));
+      if constexpr (LOW)
+        dots_low[m] = _mm512_dpbusd_epi32(dots_low[m], q.odd, _mm512_set1_epi32(low[at + 1]));
     }
   }
   for (int m = 0; m < ROWS; ++m) {
     const __m512i dots =
-        _mm512_add_epi32(_mm512_slli_epi32(dots_high[m], 7), dots_low[m]);  // exact
+        LOW ? _mm512_add_epi32(_mm512_slli_epi32(dots_high[m], 7), dots_low[m])  // exact
+            : dots_high[m];
     acc[m] = int4_sub_group(acc[m], dots, scale, x, m, s);
   }
 }
 
-template <int ROWS>
-SNAPSTREAM_VNNI void int4_vnni_rows_block(const Block& block, const Rows& x,
-                                          const BlockOut& out) {
+template <int ROWS, bool LOW>
+SNAPSTREAM_VNNI void int4_vnni_tile(const Block& block, const Rows& x, const BlockOut& out) {
   const int64_t runs = block.k / x.subs / 8;  // per sub-group: 2 or 4 (16 or 32 inputs)
   const int64_t per_group = x.subs / x.groups;
   __m512 acc[ROWS];
@@ -438,14 +454,29 @@ SNAPSTREAM_VNNI void int4_vnni_rows_block(const Block& block, const Rows& x,
     const __m512 scale = load_scales(block, g, 0);
     for (int64_t s = g * per_group; s < (g + 1) * per_group; ++s) {
       if (runs == 4) {
-        int4_vnni_sub_group<ROWS, 4>(acc, block, x, scale, s);
+        int4_vnni_sub_group<ROWS, 4, LOW>(acc, block, x, scale, s);
       } else {
-        int4_vnni_sub_group<ROWS, 2>(acc, block, x, scale, s);
+        int4_vnni_sub_group<ROWS, 2, LOW>(acc, block, x, scale, s);
       }
     }
     group_offsets<ROWS>(acc, block, x, g);
   }
   store_rows<ROWS>(acc, out);
+}
+
+// The int4 codes kernels of ROWS rows, for x's 15-bit codes (low bytes) or its 8-bit ones.
+template <int ROWS>
+SNAPSTREAM_VNNI void int4_vnni_rows_block(const Block& block, const Rows& x,
+                                          const BlockOut& out) {
+  if (x.low_codes) return int4_vnni_tile<ROWS, true>(block, x, out);
+  int4_vnni_tile<ROWS, false>(block, x, out);
+}
+
+template <int ROWS>
+SNAPSTREAM_AVX512 void int4_codes_rows_block(const Block& block, const Rows& x,
+                                             const BlockOut& out) {
+  if (x.low_codes) return int4_codes_tile<ROWS, true>(block, x, out);
+  int4_codes_tile<ROWS, false>(block, x, out);
 }
 
 // int8: the VNNI kernel's integers by vpmaddwd. A run of 4 inputs of the block's 16 outputs
@@ -482,7 +513,8 @@ SNAPSTREAM_AVX512 void int8_wide_rows_block(const Block& block, const Rows& x,
       for (int m = 0; m < ROWS; ++m) {
         const __m512i dots = _mm512_add_epi32(_mm512_permutex2var_epi32(lo[m], evens, hi[m]),
                                               _mm512_permutex2var_epi32(lo[m], odds, hi[m]));
-        acc[m] = int8_sub_group(acc[m], dots, scale, x, m, s);
+        acc[m] = int8_sub_group(acc[m], _mm512_add_epi32(dots, int8_bias(x, m, s)), scale, x, m,
+                                s);
       }
     }
     group_offsets<ROWS>(acc, block, x, g);
@@ -534,17 +566,17 @@ std::optional<KernelPlan> avx512_plan(Format format, int64_t group, const Isa& i
   if (format == Format::kInt4 && isa.amx)
     return KernelPlan{&int4_amx, Reads::kBFloat16, "amx-bf16"};
   if (format == Format::kInt4 && isa.avx512_vnni && group % 16 == 0)
-    return KernelPlan{&block_tiles<kVnniTileKernels, Format::kInt4>, Reads::kCodes15,
-                      "avx512-vnni-codes", &int4_codes};
+    return KernelPlan{&block_tiles<kVnniTileKernels, Format::kInt4>, Reads::kInt4Codes,
+                      "avx512-vnni-codes", &int4_codes_in_runs};
   if (format == Format::kInt4 && isa.avx512_bf16)
     return KernelPlan{&block_tiles<kTileKernels, Format::kInt4>, Reads::kBFloat16, "avx512-bf16"};
   if (format == Format::kInt8 && isa.avx512_vnni)
-    return KernelPlan{&block_tiles<kTileKernels, Format::kInt8>, Reads::kCodes8, "avx512-vnni"};
+    return KernelPlan{&block_tiles<kTileKernels, Format::kInt8>, Reads::kInt8Codes, "avx512-vnni"};
   if (format == Format::kInt4 && isa.avx512 && group % 16 == 0)
-    return KernelPlan{&block_tiles<kPlainTileKernels, Format::kInt4>, Reads::kCodes15,
-                      "avx512-codes", &int4_codes};
+    return KernelPlan{&block_tiles<kPlainTileKernels, Format::kInt4>, Reads::kInt4Codes,
+                      "avx512-codes", &int4_codes_in_runs};
   if (format == Format::kInt8 && isa.avx512)
-    return KernelPlan{&block_tiles<kPlainTileKernels, Format::kInt8>, Reads::kCodes8, "avx512",
+    return KernelPlan{&block_tiles<kPlainTileKernels, Format::kInt8>, Reads::kInt8Codes, "avx512",
                       nullptr, /*wide_codes=*/true};
   return std::nullopt;
 }

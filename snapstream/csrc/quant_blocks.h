@@ -18,7 +18,9 @@ namespace snapstream::quant {
 
 constexpr int64_t kBlock = 16;     // outputs per block
 constexpr int64_t kActGroup = 32;  // inputs per activation scale, at most
-constexpr float kCode15 = 16383.f; // the largest 15-bit activation code
+// The largest activation code of each width an int4 integer kernel takes x in (x_bits).
+constexpr float kCodeLimit15 = 16383.f;
+constexpr float kCodeLimit8 = 127.f;
 
 enum class Format { kInt4, kInt8 };
 // How a block holds its scales and offsets: float16 or float32 values, or int8 codes c with a
@@ -79,7 +81,7 @@ struct Rows {
   const uint16_t* x;          // (M, K) bfloat16
   const float* sums;          // (M, K/G) each group's sum of x (int4, or weights with offsets)
   const int8_t* codes;        // codes kernels: (M, K) x's codes a (15-bit codes: their high bytes)
-  const int8_t* low_codes;    // 15-bit codes: (M, K) the codes' low 7 bits
+  const int8_t* low_codes;    // int4, 15-bit codes: (M, K) the codes' low 7 bits; else null
   const int16_t* wide_codes;  // 8-bit codes for the plain AVX-512 kernel: (M, K) a as int16
   const float* code_scales;   // codes kernels: (M, K/A) each sub-group's dx
   const int32_t* code_bias;   // 8-bit codes: (M, K/A) 128 * each sub-group's sum of a
@@ -114,22 +116,25 @@ using BlockKernel = void (*)(const Block&, const Rows&, int64_t, const BlockOut&
 
 // What a block kernel reads of x besides x itself, per sub-group of A = gcd(G, 32) inputs:
 // nothing more (bfloat16 kernels); 8-bit codes a in [-127, 127] (x ~ a * dx, dx = max |x| /
-// 127) with 128 times their sums (int8 kernels); 15-bit codes a in [-16383, 16383] (dx = max
-// |x| / 16383) as two bytes, a = 128 h + l with h in [-128, 127] and l in [0, 128) (int4
-// kernels in integers), stored in the order the kernel's ``codes15`` writes them.
-enum class Reads { kBFloat16, kCodes8, kCodes15 };
+// 127) with 128 times their sums (int8 kernels); codes of the call's x_bits in the order the
+// kernel's ``int4_codes`` writes them (int4 kernels in integers): 15-bit codes a in [-16383,
+// 16383] (dx = max |x| / 16383) as two bytes, a = 128 h + l with h in [-128, 127] and l in
+// [0, 128), or 8-bit codes a in [-127, 127] as one.
+enum class Reads { kBFloat16, kInt8Codes, kInt4Codes };
 
-// Writes the 15-bit codes of ``count`` values of x, per sub-group of ``sub``, into
-// data.codes (h), data.low_codes (l) and data.code_scales, in a kernel's order.
-using Codes15Fn = void (*)(const uint16_t* x, int64_t count, int64_t sub, RowData& data);
+// Writes the codes of ``count`` values of x, per sub-group of ``sub``, of ``bits`` (15: into
+// data.codes (h) and data.low_codes (l); 8: into data.codes) and data.code_scales, in a
+// kernel's order.
+using Int4CodesFn = void (*)(const uint16_t* x, int64_t count, int64_t sub, int bits,
+                             RowData& data);
 
 // A block kernel, what it reads of x, and its name (``snapstream info``).
 struct KernelPlan {
   BlockKernel kernel;
   Reads reads;
   const char* name;
-  Codes15Fn codes15 = nullptr;  // Reads::kCodes15
-  bool wide_codes = false;      // Reads::kCodes8: also as int16
+  Int4CodesFn int4_codes = nullptr;  // Reads::kInt4Codes
+  bool wide_codes = false;           // Reads::kInt8Codes: also as int16
 };
 
 // The instruction sets' plans for a format and group size on a CPU of ``isa`` (none: the set
@@ -137,8 +142,11 @@ struct KernelPlan {
 std::optional<KernelPlan> avx512_plan(Format format, int64_t group, const Isa& isa);
 std::optional<KernelPlan> avx2_plan(Format format, int64_t group, const Isa& isa);
 
-// a = x * (16383 / max |x|) rounded to nearest even per sub-group: the 15-bit code of one value
-// (the vector kernels compute the same float product and rounding).
-inline float code15_inverse(float amax) { return amax > 0.f ? kCode15 / amax : 0.f; }
+// The largest code of an int4 kernel's x codes of ``bits`` (15 or 8).
+inline float code_limit(int bits) { return bits == 15 ? kCodeLimit15 : kCodeLimit8; }
+
+// a = x * (limit / max |x|) rounded to nearest even per sub-group: the code of one value (the
+// vector kernels compute the same float product and rounding).
+inline float code_inverse(float amax, float limit) { return amax > 0.f ? limit / amax : 0.f; }
 
 }  // namespace snapstream::quant

@@ -10,12 +10,15 @@
 // matrix-vector kernel would read them again for every row). Three kinds of arithmetic:
 // - int4 in bfloat16 (AMX; AVX512-BF16 for groups the integer kernels do not take): x as it
 //   is, the codes unpacked to bfloat16 (128 + q, exact), float32 sums (quant_avx512.cpp);
-// - int4 in integers (AVX512-VNNI, plain AVX-512, AVX2): x rounded to 15-bit codes per
-//   sub-group of A = gcd(G, 32) inputs (x ~ a * dx, dx = max |x| / 16383: finer than x's own
-//   bfloat16 rounding but for values under 1/64 of the sub-group's largest), split into two
-//   bytes a = 128 h + l, times the codes exactly (vpdpbusd in 32-bit lanes, or vpmaddubsw in
-//   16-bit ones):
+// - int4 in integers (AVX512-VNNI, plain AVX-512, AVX2): x rounded to codes of the call's
+//   x_bits per sub-group of A = gcd(G, 32) inputs, times the codes exactly (vpdpbusd in 32-bit
+//   lanes, or vpmaddubsw in 16-bit ones). 15 bits (x ~ a * dx, dx = max |x| / 16383: finer
+//   than x's own bfloat16 rounding but for values under 1/64 of the sub-group's largest),
+//   split into two bytes a = 128 h + l:
 //     sum x w ~ dx * scale * (128 sum q h + sum q l) + offset * sum x;
+//   or 8 bits (dx = max |x| / 127, as the int8 kernels), one byte and half the products:
+//     sum x w ~ dx * scale * sum q a + offset * sum x
+//   (a model whose outputs hold at 8 bits chooses them: snapstream/checkpoints/registry.py);
 //   all three compute the same integers and the same float operations after them;
 // - int8 in integers (every path): x rounded to 8-bit codes per sub-group (dx = max |x| / 127,
 //   as llama.cpp's Q8_0 activations), multiplied exactly in int32:
@@ -117,7 +120,7 @@ void codes8(const uint16_t* x, int64_t count, int64_t sub, bool wide, RowData& d
     const uint16_t* values = x + i * sub;
     float amax = 0.f;
     for (int64_t d = 0; d < sub; ++d) amax = std::max(amax, std::fabs(bf16_to_float(values[d])));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    const float inv = code_inverse(amax, kCodeLimit8);
     int32_t total = 0;
     for (int64_t d = 0; d < sub; ++d) {
       const int a = std::clamp(static_cast<int>(std::nearbyint(bf16_to_float(values[d]) * inv)),
@@ -126,29 +129,31 @@ void codes8(const uint16_t* x, int64_t count, int64_t sub, bool wide, RowData& d
       if (wide) data.wide_codes[i * sub + d] = static_cast<int16_t>(a);
       total += a;
     }
-    data.code_scales[i] = amax / 127.f;
+    data.code_scales[i] = amax / kCodeLimit8;
     data.code_bias[i] = 128 * total;
   }
 }
 
-// x's group sums (when a kernel reads them) and its codes (when it reads codes).
+// x's group sums (when a kernel reads them) and its codes (when it reads codes; int4 ones of
+// x_bits).
 Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group,
-                  const KernelPlan& plan, bool need_sums, RowData& data) {
+                  const KernelPlan& plan, bool need_sums, int x_bits, RowData& data) {
   const int64_t sub = plan.reads == Reads::kBFloat16 ? 0 : std::gcd(group, kActGroup);
   const int64_t groups = k / group, subs = sub ? k / sub : 0;
   data.sums.resize(need_sums ? rows * groups : 0);
   for (int64_t i = 0; i < static_cast<int64_t>(data.sums.size()); ++i)
     data.sums[i] = group_sum(x + i * group, group);
-  const bool int8 = plan.reads == Reads::kCodes8, int4 = plan.reads == Reads::kCodes15;
+  const bool int8 = plan.reads == Reads::kInt8Codes, int4 = plan.reads == Reads::kInt4Codes;
+  const bool low = int4 && x_bits == 15;
   if (int8) codes8(x, rows * k, sub, plan.wide_codes, data);
   if (int4) {
     data.codes.resize(rows * k);
-    data.low_codes.resize(rows * k);
+    data.low_codes.resize(low ? rows * k : 0);
     data.code_scales.resize(rows * subs);
-    plan.codes15(x, rows * k, sub, data);
+    plan.int4_codes(x, rows * k, sub, x_bits, data);
   }
   return {x, need_sums ? data.sums.data() : nullptr, sub ? data.codes.data() : nullptr,
-          int4 ? data.low_codes.data() : nullptr,
+          low ? data.low_codes.data() : nullptr,
           int8 && plan.wide_codes ? data.wide_codes.data() : nullptr,
           sub ? data.code_scales.data() : nullptr, int8 ? data.code_bias.data() : nullptr, k,
           groups, subs};
@@ -163,7 +168,7 @@ KernelPlan kernel_plan(Format format, int64_t group) {
   for (const auto plan_of : {&avx512_plan, &avx2_plan})
     if (std::optional<KernelPlan> plan = plan_of(format, group, usable)) return *plan;
   if (format == Format::kInt4) return {&int4_generic, Reads::kBFloat16, "generic"};
-  return {&int8_generic, Reads::kCodes8, "generic"};
+  return {&int8_generic, Reads::kInt8Codes, "generic"};
 }
 
 namespace {
@@ -214,9 +219,12 @@ ScaleType scale_type_of(const at::Tensor& scales) {
   return scales.scalar_type() == at::kHalf ? ScaleType::kHalf : ScaleType::kCode8;
 }
 
-// x (M, K) bfloat16, the packed weight of n outputs (padded to whole blocks) -> (M, n) float32.
+// x (M, K) bfloat16, the packed weight of n outputs (padded to whole blocks) -> (M, n) float32;
+// x_bits: the width of x's codes where an int4 kernel reads codes (15 or 8; int8 kernels read
+// 8-bit codes).
 at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                        const std::optional<at::Tensor>& factors, int64_t n, Format format) {
+                        const std::optional<at::Tensor>& factors, int64_t n, Format format,
+                        int64_t x_bits) {
   check_shapes(x, weight, scales, factors, n, format);
   const int64_t rows = x.size(0), k = x.size(1), blocks = weight.size(0);
   const int64_t groups = scales.size(1), group = k / groups, stride = scales.size(2) * kBlock;
@@ -236,7 +244,8 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
   RowData data;
   const Rows x_rows =
       prepare_rows(reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>()), rows, k,
-                   group, plan, format == Format::kInt4 || has_offset, data);
+                   group, plan, format == Format::kInt4 || has_offset, static_cast<int>(x_bits),
+                   data);
 
   at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
     for (int64_t b = first; b < last; ++b) {
@@ -256,17 +265,18 @@ at::Tensor quant_matmul(const at::Tensor& x, const at::Tensor& weight, const at:
 namespace snapstream {
 
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       int64_t n, const std::optional<at::Tensor>& factors) {
-  return quant::quant_matmul(x, weight, scales, factors, n, quant::Format::kInt4);
+                       int64_t n, const std::optional<at::Tensor>& factors, int64_t x_bits) {
+  TORCH_CHECK(x_bits == 15 || x_bits == 8, "int4_matmul: x_bits is 15 or 8, got ", x_bits);
+  return quant::quant_matmul(x, weight, scales, factors, n, quant::Format::kInt4, x_bits);
 }
 
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
                        int64_t n, const std::optional<at::Tensor>& factors) {
-  return quant::quant_matmul(x, weight, scales, factors, n, quant::Format::kInt8);
+  return quant::quant_matmul(x, weight, scales, factors, n, quant::Format::kInt8, 8);
 }
 
 bool int4_matmul_reads_codes(int64_t group) {
-  return quant::kernel_plan(quant::Format::kInt4, group).reads == quant::Reads::kCodes15;
+  return quant::kernel_plan(quant::Format::kInt4, group).reads == quant::Reads::kInt4Codes;
 }
 
 // The kernel a format ("int4" or "int8") and group size take on this CPU, under the cap.
@@ -280,8 +290,8 @@ std::string quant_matmul_path(const std::string& format, int64_t group) {
 }  // namespace snapstream
 
 TORCH_LIBRARY_FRAGMENT(snapstream, m) {
-  m.def("int4_matmul(Tensor x, Tensor weight, Tensor scales, int n, Tensor? factors=None) -> "
-        "Tensor");
+  m.def("int4_matmul(Tensor x, Tensor weight, Tensor scales, int n, Tensor? factors=None, "
+        "int x_bits=15) -> Tensor");
   m.def("int8_matmul(Tensor x, Tensor weight, Tensor scales, int n, Tensor? factors=None) -> "
         "Tensor");
   m.def("int4_matmul_reads_codes(int group) -> bool", &snapstream::int4_matmul_reads_codes);

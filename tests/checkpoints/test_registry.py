@@ -109,3 +109,19 @@ def test_an_unknown_name_lists_the_known_ones():
     assert not Path("gemma9-1t").exists()
     with pytest.raises(ValueError, match=r"qwen2\.5-coder-1\.5b"):
         named_model("gemma9-1t")
+
+
+def test_a_models_int4_x_bits_reach_its_int4_layers(monkeypatch):
+    """A registry model's choice of x codes is found by its file's SHA-256 (so also when the
+    file is given as a path) and set on every int4 layer; other files keep the kernels' 15."""
+    from snapstream.engine import Engine
+    from snapstream.quant import Int4Linear
+
+    def x_bits_of(engine: Engine) -> set[int]:
+        return {m.x_bits for m in engine.model.modules() if isinstance(m, Int4Linear)}
+
+    assert MODELS["qwen2.5-coder-1.5b"].int4_x_bits == 8
+    assert open_checkpoint(DEFAULT_MODEL).int4_x_bits is None
+    assert x_bits_of(Engine.from_pretrained(DEFAULT_MODEL)) == {15}
+    monkeypatch.setitem(MODELS, DEFAULT_MODEL, replace(MODELS[DEFAULT_MODEL], int4_x_bits=8))
+    assert x_bits_of(Engine.from_pretrained(model_path(DEFAULT_MODEL))) == {8}

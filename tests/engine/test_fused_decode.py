@@ -48,8 +48,16 @@ def k_quant_layer(linear: nn.Linear) -> Int4Linear:
                               factors=factors), linear.bias)
 
 
-SCHEMES = {**QUANT_SCHEMES, "k-quant": QuantScheme(layers=k_quant_layer,
-                                                   head=Int8Linear.from_linear)}
+def x8_layer(linear: nn.Linear) -> Int4Linear:
+    """``linear`` as int4 groups taking x in 8-bit codes."""
+    layer = Int4Linear.from_linear(linear)
+    layer.x_bits = 8
+    return layer
+
+
+SCHEMES = {**QUANT_SCHEMES,
+           "k-quant": QuantScheme(layers=k_quant_layer, head=Int8Linear.from_linear),
+           "int4-x8": QuantScheme(layers=x8_layer, head=Int8Linear.from_linear)}
 
 
 def quantized_engine(scheme: str, kv_dtype: torch.dtype, family: str = "llama"):
@@ -102,6 +110,13 @@ def test_only_quantized_layers_fuse():
     gemma = fused_layers(quantize_model(random_model(tiny_gemma3_config()), QUANT_SCHEMES["int8"]))
     assert {len(layer.params) for layer in gemma} == {18} and gemma[0].activation == "gelu_tanh"
     assert runs_fused(layers, GEMM_MIN_ROWS - 1) and not runs_fused(layers, GEMM_MIN_ROWS)
+
+
+def test_x_bits_go_to_the_op_and_a_layer_of_two_widths_keeps_the_modules():
+    model = quantize_model(random_model(tiny_config()), SCHEMES["int4-x8"])
+    assert {layer.x_bits for layer in fused_layers(model)} == {8}
+    model.model.layers[1].mlp.down_proj.x_bits = 15
+    assert fused_layers(model) is None
 
 
 def test_a_qkv_bias_goes_to_the_op_and_others_keep_the_modules():

@@ -34,6 +34,7 @@ from snapstream.quant import (
     QuantizedLinear,
     quantize_int4_groups,
     quantize_int8_rows,
+    use_int4_x_bits,
 )
 from snapstream.sampling_params import SamplingParams
 from snapstream.weight_formats import DTYPE_CHOICES, WEIGHT_FORMATS
@@ -375,6 +376,46 @@ def test_quantized_kernels_compute_x_times_the_dequantized_weight(kernel_cap, ca
     assert rel_error(got, want) < 1e-4
 
 
+@pytest.mark.parametrize("cap", kernels.distinct_caps())
+@pytest.mark.parametrize("grouping", [g for g in GROUPINGS if g[0] == 4])
+@pytest.mark.parametrize("rows", [1, 3, 8, 9])
+def test_int4_kernels_take_x_in_8_bit_codes_where_they_read_codes(kernel_cap, cap, grouping,
+                                                                   rows):
+    """x_bits 8: an integer int4 kernel multiplies x's 8-bit codes (the int8 kernels' rounding)
+    by the weight, up to float32 rounding (a kernel still adding low bytes, or scaling by the
+    15-bit dx, is off by far more); a kernel of bfloat16 products takes x as it is."""
+    kernel_cap(cap)
+    bits, group, offsets, half = grouping
+    codes = grouped_codes(50, 96, bits, group, offsets, half, seed=rows)
+    layer = Int4Linear(codes)
+    x = torch.randn(rows, 96, dtype=torch.bfloat16)
+    fine = layer.kernel(x)
+    layer.x_bits = 8
+    got = layer.kernel(x)
+    if not torch.ops.snapstream.int4_matmul_reads_codes(group):
+        assert torch.equal(got, fine)
+        return
+    x_used = activation_codes(x, group, limit=127)
+    want = F.linear(x_used, layer.dequantized())
+    if offsets:  # an offset multiplies the sum of x itself, not of its codes
+        sums = (x.float() - x_used).view(rows, -1, group).sum(-1)  # (M, G)
+        want = want + sums @ codes.offsets.T
+    assert rel_error(got, want) < 1e-4
+    assert rel_error(got, fine) > 1e-4  # 8-bit codes are coarser than 15-bit ones
+
+
+def test_int4_x_bits_other_than_15_or_8_are_refused():
+    layer = Int4Linear.from_linear(spread_linear(32, 64))
+    with pytest.raises(RuntimeError, match="x_bits is 15 or 8, got 12"):
+        torch.ops.snapstream.int4_matmul(torch.zeros(1, 64, dtype=torch.bfloat16), layer.weight,
+                                         layer.scales, 32, None, 12)
+    with pytest.raises(ValueError, match=r"codes of \(15, 8\) bits, not 4"):
+        use_int4_x_bits(nn.Sequential(layer), 4)
+    assert layer.x_bits == 15
+    use_int4_x_bits(nn.Sequential(layer, Int8Linear.from_linear(spread_linear(32, 64))), 8)
+    assert layer.x_bits == 8
+
+
 def factored_codes(n: int, k: int, bits: int, group: int, offsets: bool,
                    seed: int = 0) -> GroupedCodes:
     """Random codes whose scales (and offsets) are int8 multiples of a float16 factor per 256
@@ -449,10 +490,12 @@ def test_int8_kernel_paths_agree_bit_for_bit(kernel_cap, cap):
     assert torch.equal(layer.kernel(x), got)
 
 
+@pytest.mark.parametrize("x_bits", [15, 8])
 @pytest.mark.parametrize("grouping", [g for g in GROUPINGS if g[0] == 4])
-def test_int4_code_kernels_agree_bit_for_bit(kernel_cap, grouping):
-    """The int4 kernels that read x's 15-bit codes (AVX512-VNNI, plain AVX-512, AVX2) do the
-    same integer sums and float operations: the same floats on every kind of CPU."""
+def test_int4_code_kernels_agree_bit_for_bit(kernel_cap, grouping, x_bits):
+    """The int4 kernels that read x's codes (AVX512-VNNI, plain AVX-512, AVX2) do the same
+    integer sums and float operations, with codes of 15 bits or of 8: the same floats on every
+    kind of CPU."""
     readers = []
     for cap in kernels.distinct_caps():
         kernel_cap(cap)
@@ -462,6 +505,7 @@ def test_int4_code_kernels_agree_bit_for_bit(kernel_cap, grouping):
         pytest.skip(f"one int4 kernel on this CPU reads codes ({readers})")
     bits, group, offsets, half = grouping
     layer = Int4Linear(grouped_codes(40, 192, bits, group, offsets, half, seed=5))
+    layer.x_bits = x_bits
     x = torch.randn(6, 192, dtype=torch.bfloat16)
     outputs = []
     for cap in readers:
