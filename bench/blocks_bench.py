@@ -8,15 +8,19 @@ it changes, each figure against a baseline measured in the same run.
 - ``decode``: ms per decode step (batches 1 and 16 unless ``--batches``, 1,024 tokens of context
   in the model's default policy) of two source trees (e.g. before and after a change), in fresh
   processes taking turns.
+- ``x-bits``: ms per decode step of one model with its int4 layers taking x in 15-bit codes
+  and in 8-bit ones (``Int4Linear.x_bits``), in one process taking turns (this VM's bandwidth
+  moves between processes more than the difference).
 - ``agreement``: dtype gguf against the float32 dequantized model: perplexity, KL and top-1
   agreement teacher-forced over a held-out text (docs shipped in the repo), through the prompt's
   bfloat16 GEMM and through the decode kernels on every row (what a decode step computes: the
   int8 kernel also rounds activations to 8 bits), and greedy parity of
   32 tokens on the 8 chat prompts of ``bench.quant_bench`` (as raw text for a base model);
   llama.cpp's perplexity and top-1 on the same GGUF and the same token ids beside them
-  (``bench.llamacpp_ppl``; ``--no-llamacpp`` leaves it out, the table says why it is missing).
+  (``bench.llamacpp_ppl``; ``--no-llamacpp`` leaves it out, the table says why it is missing);
+  ``--int4-x-bits`` overrides the model's choice of x codes for its int4 layers.
 
-Run: ``python -m bench.blocks_bench {load,decode,agreement} [...]``.
+Run: ``python -m bench.blocks_bench {load,decode,x-bits,agreement} [...]``.
 """
 
 from __future__ import annotations
@@ -198,6 +202,59 @@ def run_decode(trees: list[str], rounds: int, threads: int, model: str | None,
     return times
 
 
+def run_x_bits(model: str | None, batches: tuple[int, ...], rounds: int,
+               threads: int) -> dict[int, dict[int, float]]:
+    """Median ms per decode step (1,024 tokens of context in the default policy) at each batch
+    with the int4 layers' x in codes of each width, ``rounds`` turns of 5 steps each."""
+    import statistics
+    import time
+
+    import torch
+
+    from bench.engine_bench import ours_stepper
+    from bench.limits import decode_step_bytes, memory_bandwidth, model_bytes
+    from bench.report import machine_line
+    from snapstream.engine import Engine
+    from snapstream.kvcache import pool_row_bytes
+    from snapstream.quant import INT4_X_BITS_CHOICES, use_int4_x_bits
+
+    torch.set_grad_enabled(False)
+    torch.set_num_threads(threads)
+    engine = Engine.from_pretrained(model)
+    layout = engine.default_policy.layout(1024, 64)
+    row = pool_row_bytes(engine.config, engine.model_layout(layout), engine.kv_dtype)
+    times: dict[int, dict[int, float]] = {}
+    for batch in batches:
+        steppers = {}
+        for bits in INT4_X_BITS_CHOICES:  # a decoder's fused layers keep the bits they saw
+            use_int4_x_bits(engine.model, bits)
+            steppers[bits] = ours_stepper(engine.model, layout, batch, 1024,
+                                          dtype=engine.kv_dtype)
+            for i in range(3):
+                steppers[bits](i)
+        seen: dict[int, list[float]] = {bits: [] for bits in steppers}
+        for turn in range(rounds):
+            for bits, step in steppers.items():
+                for i in range(5):
+                    start = time.perf_counter()
+                    step(3 + 5 * turn + i)
+                    seen[bits].append(time.perf_counter() - start)
+        times[batch] = {bits: statistics.median(values) for bits, values in seen.items()}
+        print(f"batch {batch}: " + ", ".join(f"{bits}-bit {t * 1e3:.1f} ms"
+                                             for bits, t in times[batch].items()), flush=True)
+    limit = memory_bandwidth()  # GB/s
+    print(machine_line())
+    print(f"memory bandwidth (torch.sum over 1 GiB, best of 5): {limit:.1f} GB/s")
+    print(f"{'batch':>5} {'x bits':>6} {'ms/step (median)':>17} {'vs 15-bit':>9} "
+          f"{'% of bandwidth':>15}")
+    for batch, by_bits in times.items():
+        moved = decode_step_bytes(model_bytes(engine.model), row, batch)
+        for bits, seconds in by_bits.items():
+            print(f"{batch:>5} {bits:>6} {seconds * 1e3:17.2f} {seconds / by_bits[15]:9.3f} "
+                  f"{share_of_limit(seconds, moved, limit * 1e9):15.0%}")
+    return times
+
+
 def held_out_text(revision: str | None) -> str:
     """Three of the project's docs (text the models never saw) as in the working tree, or as
     at git ``revision`` so that a figure can be measured again on the same text."""
@@ -213,7 +270,7 @@ def held_out_text(revision: str | None) -> str:
 
 
 def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions: int,
-                  llamacpp: bool, text_at: str | None) -> dict:
+                  llamacpp: bool, text_at: str | None, int4_x_bits: int | None) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -222,6 +279,7 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
     from snapstream.chat import ChatMessage
     from snapstream.checkpoints import model_path, open_checkpoint
     from snapstream.engine import Engine
+    from snapstream.quant import use_int4_x_bits
 
     torch.set_grad_enabled(False)
     tokenizer = open_checkpoint(model).tokenizer()
@@ -230,6 +288,8 @@ def run_agreement(model: str | None, text_tokens: int, chat: bool, kl_positions:
     cpp = (llamacpp_scores(model_path(model), ids, torch.get_num_threads()) if llamacpp
            else {"missing": "not run (--no-llamacpp)"})
     engines = {fmt: Engine.from_pretrained(model, dtype=fmt) for fmt in ("float32", "gguf")}
+    if int4_x_bits is not None:
+        use_int4_x_bits(engines["gguf"].model, int4_x_bits)
     stats = {fmt: _forced(engine, ids, kl_positions) for fmt, engine in engines.items()}
     with mock.patch("snapstream.quant.GEMM_MIN_ROWS", sys.maxsize):  # every row: the kernels
         stats[DECODE_PATH] = _forced(engines["gguf"], ids, kl_positions)
@@ -310,6 +370,11 @@ def main(argv: list[str] | None = None) -> None:
                         "default model)")
     decode.add_argument("--batches", type=parse_ints, default=(1, 16),
                         help="comma-separated batch sizes (rows of one decode step)")
+    x_bits = sub.add_parser("x-bits")
+    x_bits.add_argument("--model", default=None)
+    x_bits.add_argument("--batches", type=parse_ints, default=(1, 8))
+    x_bits.add_argument("--rounds", type=int, default=8)
+    x_bits.add_argument("--threads", type=int, default=2)
     agree = sub.add_parser("agreement")
     agree.add_argument("--model", default=None)
     agree.add_argument("--tokens", type=int, default=4096)
@@ -322,14 +387,18 @@ def main(argv: list[str] | None = None) -> None:
     agree.add_argument("--kl-positions", type=int, default=1024,
                        help="positions whose distributions are kept for the KL (memory: "
                             "positions x vocabulary x 4 bytes per format)")
+    agree.add_argument("--int4-x-bits", type=int, choices=(15, 8), default=None,
+                       help="the width of x's codes in the int4 kernels (default: the model's)")
     args = parser.parse_args(argv)
     if args.what == "load":
         run_load(args.models, args.synthetic_1b)
     elif args.what == "decode":
         run_decode(args.trees, args.rounds, args.threads, args.model, args.batches)
+    elif args.what == "x-bits":
+        run_x_bits(args.model, args.batches, args.rounds, args.threads)
     else:
         run_agreement(args.model, args.tokens, not args.no_chat, args.kl_positions,
-                      not args.no_llamacpp, args.text_at)
+                      not args.no_llamacpp, args.text_at, args.int4_x_bits)
 
 
 if __name__ == "__main__":
