@@ -357,6 +357,8 @@ def _forced(engine, ids: list[int], kl_positions: int, rows: int = 256) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from snapstream.quant import INT4_X_BITS_CHOICES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     load = sub.add_parser("load")
@@ -387,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     agree.add_argument("--kl-positions", type=int, default=1024,
                        help="positions whose distributions are kept for the KL (memory: "
                             "positions x vocabulary x 4 bytes per format)")
-    agree.add_argument("--int4-x-bits", type=int, choices=(15, 8), default=None,
+    agree.add_argument("--int4-x-bits", type=int, choices=INT4_X_BITS_CHOICES, default=None,
                        help="the width of x's codes in the int4 kernels (default: the model's)")
     args = parser.parse_args(argv)
     if args.what == "load":
