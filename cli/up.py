@@ -45,7 +45,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-threads", type=int, default=ClusterSpec.torch_threads,
                         help="torch threads of each prefill/decode worker (0: torch's default)")
     parser.add_argument("--log-dir", type=Path, default=None,
-                        help="where each service logs (default: a new temporary directory)")
+                        help="where each service logs (default: a new temporary directory, removed "
+                             "when the cluster stops cleanly, kept after a fault)")
     parser.add_argument("--tls", action="store_true",
                         help="make a local CA and certificate (in LOG_DIR/tls); the KV store "
                              "(its chunk paths included), the services (mutual TLS between "
@@ -111,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             _ignore_signals()  # a second Ctrl-C must not cut the shutdown short
             cluster.stop()
-            print("cluster stopped", file=sys.stderr, flush=True)
+            kept = f"; logs in {cluster.log_dir}" if cluster.logs_kept else ""
+            print(f"cluster stopped{kept}", file=sys.stderr, flush=True)
 
 
 @contextmanager

@@ -14,9 +14,9 @@ class ClusterSpec:
     """A KV store server, one prefill worker, ``decode_workers`` decode workers and the router,
     all on ``host``. A port of 0 (and empty ``decode_ports``) means a free port picked at start.
     ``model`` None serves the default model. ``log_dir`` None logs to a new temporary
-    directory, which is kept for reading after the cluster stops. ``backend`` is the decode
-    workers' (torch or sn40l-sim; they validate it). On stop, each service may drain for
-    ``drain_timeout_s`` after SIGTERM before it is killed."""
+    directory, removed by a clean stop and kept for reading after a fault (LocalCluster).
+    ``backend`` is the decode workers' (torch or sn40l-sim; they validate it). On stop, each
+    service may drain for ``drain_timeout_s`` after SIGTERM before it is killed."""
 
     store: str = "redis"
     model: Path | None = None

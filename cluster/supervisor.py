@@ -34,7 +34,10 @@ class LocalCluster:
     returning once every gRPC health check (overall and per service) says SERVING; on failure or
     interrupt it stops what it started. ``stop()`` SIGTERMs the stages in reverse order (router,
     workers, store), SIGKILLs what has not exited in time, and may be called again to finish an
-    interrupted stop. A context manager: ``with LocalCluster(spec) as cluster: ...``."""
+    interrupted stop. A temporary log directory (``spec.log_dir`` None) goes with a stop that
+    finds every member running and ending when asked, and stays for reading after a fault: a
+    member that failed to start, crashed, or had to be killed. A context manager:
+    ``with LocalCluster(spec) as cluster: ...``."""
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
@@ -45,12 +48,15 @@ class LocalCluster:
         self._certs: ClusterCerts | None = None
         self._api_keys_file: Path | None = None
         self._secret_file: Path | None = None
+        self._temporary_log_dir = False
+        self._fault = False  # keeps a temporary log directory
 
     def start(self) -> LocalCluster:
         if self._stages:
             raise ClusterError("this cluster was already started; make a new LocalCluster")
         self._check_store_binary()
         self._check_ports_free()
+        self._temporary_log_dir = self.spec.log_dir is None
         self.log_dir = self.spec.log_dir or Path(tempfile.mkdtemp(prefix="snapstream-cluster-"))
         (self.log_dir / "store").mkdir(parents=True, exist_ok=True)
         self._make_secrets()
@@ -68,6 +74,7 @@ class LocalCluster:
                 for member in stage:
                     self._wait_ready(member, deadline)
         except BaseException:
+            self._fault = True
             self.stop()
             raise
         return self
@@ -77,14 +84,24 @@ class LocalCluster:
         for stage in reversed(self._stages):
             live = [self._children[m.name] for m in stage
                        if m.name in self._children and self._children[m.name].returncode is None]
+            self._fault |= any(child.has_exited() for child in live)  # crashed, unseen so far
             for child in live:
                 child.signal_group(signal.SIGTERM)
             deadline = time.monotonic() + self.spec.drain_timeout_s + STOP_GRACE_S
             while not all(child.has_exited() for child in live) and time.monotonic() < deadline:
                 time.sleep(POLL_INTERVAL_S)
+            self._fault |= not all(child.has_exited() for child in live)
             for child in live:
                 child.kill()
+        if self._temporary_log_dir and not self._fault and self.log_dir is not None:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
         return {name: child.returncode for name, child in self._children.items()}
+
+    @property
+    def logs_kept(self) -> bool:
+        """Whether ``log_dir`` is there to read (after ``stop()``: given in the spec, or a
+        temporary one kept after a fault)."""
+        return self.log_dir is not None and self.log_dir.is_dir()
 
     def restart_exited(self) -> list[str]:
         """Supervision, called periodically (``snapstream up`` does, every second): a member
@@ -103,6 +120,7 @@ class LocalCluster:
                 backoff.restarted()
                 news.append(f"{member.name} restarted (restart {backoff.restarts})")
             elif backoff.restart_at is None and child.has_exited():
+                self._fault = True
                 code = child.kill()
                 delay = backoff.on_exit(now)
                 if delay is None:
@@ -187,8 +205,10 @@ class LocalCluster:
 
     def exited(self) -> dict[str, int]:
         """Members that ended without ``stop()`` or ``kill()`` -> exit code (a crash)."""
-        return {name: child.kill() for name, child in self._children.items()
-                if child.returncode is None and child.has_exited()}
+        crashed = {name: child.kill() for name, child in self._children.items()
+                   if child.returncode is None and child.has_exited()}
+        self._fault |= bool(crashed)
+        return crashed
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,10 +48,28 @@ def test_cluster_serves_then_stops_leaving_no_process(store: str, tls: bool, tin
     assert (tmp_path / "router.log").read_text().count("snapstream router serving on") == 1
 
 
-def test_a_member_that_cannot_start_fails_the_start_with_its_log(tmp_path: Path) -> None:
-    spec = ClusterSpec(model=tmp_path / "missing", router_port=0, decode_workers=1,
-                       log_dir=tmp_path)
+def test_a_member_that_cannot_start_fails_the_start_with_its_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the log directory goes
+    spec = ClusterSpec(model=tmp_path / "missing", router_port=0, decode_workers=1)
     cluster = LocalCluster(spec)
     with pytest.raises(ClusterError, match=r"could not start: model .*missing does not exist"):
         cluster.start()  # the line the member's log ends with, and where that log is
     assert all(code is not None for code in cluster.stop().values())
+    assert cluster.logs_kept and cluster.log_dir.parent == tmp_path  # a fault: kept to read
+    assert "does not exist" in (cluster.log_dir / "prefill.log").read_text()
+
+
+def test_a_temporary_log_dir_goes_with_a_clean_stop_and_stays_after_a_crash(
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spec = ClusterSpec(model=tiny_model, router_port=0, rows=2, decode_workers=1)
+    with LocalCluster(spec) as clean:
+        assert (clean.log_dir / "store" / "cluster-secret").is_file()
+        assert clean.kill("decode-0") == -signal.SIGKILL  # asked for: not a fault
+    assert not clean.logs_kept and list(tmp_path.iterdir()) == []
+    with LocalCluster(spec) as crashed:
+        os.kill(crashed.pids["decode-0"], signal.SIGKILL)
+        os.waitid(os.P_PID, crashed.pids["decode-0"], os.WEXITED | os.WNOWAIT)
+    assert crashed.stop()["decode-0"] == -signal.SIGKILL
+    assert crashed.logs_kept and (crashed.log_dir / "decode-0.log").is_file()
