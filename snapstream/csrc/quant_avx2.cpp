@@ -108,21 +108,26 @@ SNAPSTREAM_AVX2 inline void store_bytes(int8_t* out, __m256i codes) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(words, words));
 }
 
+// max |x| over a sub-group of ``sub`` values (a multiple of 8).
+SNAPSTREAM_AVX2 inline float sub_group_amax(const uint16_t* values, int64_t sub) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 largest = _mm256_setzero_ps();
+  for (int64_t d = 0; d < sub; d += 8)
+    largest = _mm256_max_ps(largest, _mm256_andnot_ps(sign, load_bf16(values + d)));
+  __m128 fold = _mm_max_ps(_mm256_castps256_ps128(largest), _mm256_extractf128_ps(largest, 1));
+  fold = _mm_max_ps(fold, _mm_movehl_ps(fold, fold));
+  return _mm_cvtss_f32(_mm_max_ss(fold, _mm_shuffle_ps(fold, fold, 1)));
+}
+
 // x's codes of ``bits`` in input order: per sub-group of ``sub`` (a multiple of 8) inputs, a =
 // x * (limit / max |x|) rounded to nearest even (the MXCSR's default); 15 bits: h = a >> 7, l =
 // a & 127; 8 bits: a.
 SNAPSTREAM_AVX2 void int4_codes_in_order(const uint16_t* x, int64_t count, int64_t sub, int bits,
                                          RowData& data) {
-  const __m256 sign = _mm256_set1_ps(-0.f);
   const __m256i low_bits = _mm256_set1_epi32(127);
   for (int64_t i = 0; i < count / sub; ++i) {
     const uint16_t* values = x + i * sub;
-    __m256 largest = _mm256_setzero_ps();
-    for (int64_t d = 0; d < sub; d += 8)
-      largest = _mm256_max_ps(largest, _mm256_andnot_ps(sign, load_bf16(values + d)));
-    __m128 fold = _mm_max_ps(_mm256_castps256_ps128(largest), _mm256_extractf128_ps(largest, 1));
-    fold = _mm_max_ps(fold, _mm_movehl_ps(fold, fold));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(fold, _mm_shuffle_ps(fold, fold, 1)));
+    const float amax = sub_group_amax(values, sub);
     const float limit = code_limit(bits);
     const __m256 inv = _mm256_set1_ps(code_inverse(amax, limit));
     for (int64_t d = 0; d < sub; d += 8) {
@@ -136,6 +141,14 @@ SNAPSTREAM_AVX2 void int4_codes_in_order(const uint16_t* x, int64_t count, int64
     }
     data.code_scales[i] = amax / limit;
   }
+}
+
+// The int8 kernels' codes (Int8CodesFn): the int4 kernels' 8-bit codes, in the same input
+// order; neither int16 codes nor code_bias, which the AVX2 kernel does not read (it multiplies
+// the weights' codes as signed bytes).
+SNAPSTREAM_AVX2 void int8_codes_avx2(const uint16_t* x, int64_t count, int64_t sub,
+                                     bool /*wide*/, RowData& data) {
+  int4_codes_in_order(x, count, sub, 8, data);
 }
 
 // The 32 products of pairs p and p + 1 (16 outputs each) with a row's codes ``bytes`` (4, the
@@ -276,7 +289,8 @@ std::optional<KernelPlan> avx2_plan(Format format, int64_t group, const Isa& isa
                                 &block_tiles<Format::kInt4>, Reads::kInt4Codes, "avx2-codes",
                                 &int4_codes_in_order})
                           : std::nullopt;
-  return KernelPlan{&block_tiles<Format::kInt8>, Reads::kInt8Codes, "avx2"};
+  return KernelPlan{&block_tiles<Format::kInt8>, Reads::kInt8Codes, "avx2", nullptr, false,
+                    group % 8 == 0 ? &int8_codes_avx2 : nullptr};
 }
 
 }  // namespace snapstream::quant

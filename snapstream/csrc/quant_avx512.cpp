@@ -284,6 +284,21 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
   store_rows<ROWS>(acc, out);
 }
 
+// 16 bfloat16 values as float32 (exact).
+SNAPSTREAM_AVX512 inline __m512 load_bf16(const uint16_t* values) {
+  const __m512i wide =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+// max |x| over a sub-group of ``sub`` values (a multiple of 16).
+SNAPSTREAM_AVX512 inline float sub_group_amax(const uint16_t* values, int64_t sub) {
+  __m512 largest = _mm512_setzero_ps();
+  for (int64_t d = 0; d < sub; d += 16)
+    largest = _mm512_max_ps(largest, _mm512_abs_ps(load_bf16(values + d)));
+  return _mm512_reduce_max_ps(largest);
+}
+
 // CPUs with AVX-512 but neither BF16 nor VNNI (Skylake-SP).
 //
 // The int4 codes kernels' codes of ``count`` values of x, per sub-group of ``sub`` (a multiple
@@ -293,24 +308,15 @@ SNAPSTREAM_VNNI void int8_rows_block(const Block& block, const Rows& x, const Bl
 // inputs as its even then its odd ones.
 SNAPSTREAM_AVX512 void int4_codes_in_runs(const uint16_t* x, int64_t count, int64_t sub,
                                           int bits, RowData& data) {
-    const __m512i run_order = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const __m512i run_order = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
   const __m512i low_bits = _mm512_set1_epi32(127);
   for (int64_t i = 0; i < count / sub; ++i) {
     const uint16_t* values = x + i * sub;
-    __m512 largest = _mm512_setzero_ps();
-    for (int64_t d = 0; d < sub; d += 16) {
-      const __m512i wide = _mm512_cvtepu16_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + d)));
-      const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-      largest = _mm512_max_ps(largest, _mm512_abs_ps(v));
-    }
-    const float amax = _mm512_reduce_max_ps(largest);
+    const float amax = sub_group_amax(values, sub);
     const float limit = code_limit(bits);
     const __m512 inv = _mm512_set1_ps(code_inverse(amax, limit));
     for (int64_t d = 0; d < sub; d += 16) {
-      const __m512i wide = _mm512_cvtepu16_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + d)));
-      const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+      const __m512 v = load_bf16(values + d);
       const __m512i a = _mm512_permutexvar_epi32(
           run_order, _mm512_cvtps_epi32(_mm512_mul_ps(v, inv)));  // |a| <= limit
       if (bits == 8) {
@@ -324,6 +330,29 @@ SNAPSTREAM_AVX512 void int4_codes_in_runs(const uint16_t* x, int64_t count, int6
                        _mm512_cvtepi32_epi8(_mm512_and_si512(a, low_bits)));
     }
     data.code_scales[i] = amax / limit;
+  }
+}
+
+// The int8 kernels' codes (Int8CodesFn), per sub-group of ``sub`` (a multiple of 16), 16 values
+// at a time: the plain loop's float product and rounding.
+SNAPSTREAM_AVX512 void int8_codes_avx512(const uint16_t* x, int64_t count, int64_t sub, bool wide,
+                                         RowData& data) {
+  for (int64_t i = 0; i < count / sub; ++i) {
+    const uint16_t* values = x + i * sub;
+    const float amax = sub_group_amax(values, sub);
+    const __m512 inv = _mm512_set1_ps(code_inverse(amax, kCodeLimit8));
+    __m512i total = _mm512_setzero_si512();
+    for (int64_t d = 0; d < sub; d += 16) {
+      const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(load_bf16(values + d), inv));
+      total = _mm512_add_epi32(total, a);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(data.codes.data() + i * sub + d),
+                       _mm512_cvtepi32_epi8(a));
+      if (wide)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(data.wide_codes.data() + i * sub + d),
+                            _mm512_cvtepi32_epi16(a));
+    }
+    data.code_scales[i] = amax / kCodeLimit8;
+    data.code_bias[i] = 128 * _mm512_reduce_add_epi32(total);
   }
 }
 
@@ -574,14 +603,16 @@ std::optional<KernelPlan> avx512_plan(Format format, int64_t group, const Isa& i
                       "avx512-vnni-codes", &int4_codes_in_runs};
   if (format == Format::kInt4 && isa.avx512_bf16)
     return KernelPlan{&block_tiles<kTileKernels, Format::kInt4>, Reads::kBFloat16, "avx512-bf16"};
+  const Int8CodesFn int8_codes = group % 16 == 0 ? &int8_codes_avx512 : nullptr;
   if (format == Format::kInt8 && isa.avx512_vnni)
-    return KernelPlan{&block_tiles<kTileKernels, Format::kInt8>, Reads::kInt8Codes, "avx512-vnni"};
+    return KernelPlan{&block_tiles<kTileKernels, Format::kInt8>, Reads::kInt8Codes, "avx512-vnni",
+                      nullptr, false, int8_codes};
   if (format == Format::kInt4 && isa.avx512 && group % 16 == 0)
     return KernelPlan{&block_tiles<kPlainTileKernels, Format::kInt4>, Reads::kInt4Codes,
                       "avx512-codes", &int4_codes_in_runs};
   if (format == Format::kInt8 && isa.avx512)
     return KernelPlan{&block_tiles<kPlainTileKernels, Format::kInt8>, Reads::kInt8Codes, "avx512",
-                      nullptr, /*wide_codes=*/true};
+                      nullptr, /*wide_codes=*/true, int8_codes};
   return std::nullopt;
 }
 

@@ -128,6 +128,13 @@ enum class Reads { kBFloat16, kInt8Codes, kInt4Codes };
 using Int4CodesFn = void (*)(const uint16_t* x, int64_t count, int64_t sub, int bits,
                              RowData& data);
 
+// Writes the int8 kernels' codes of ``count`` values of x, per sub-group of ``sub``: data.codes
+// (and data.wide_codes as int16, with ``wide``), data.code_scales and, for the kernels that read
+// the weights' codes as biased bytes (VNNI, the plain loop), data.code_bias (128 times each
+// sub-group's sum of codes), in input order; the vectors sized by the caller.
+using Int8CodesFn = void (*)(const uint16_t* x, int64_t count, int64_t sub, bool wide,
+                             RowData& data);
+
 // A block kernel, what it reads of x, and its name (``snapstream info``).
 struct KernelPlan {
   BlockKernel kernel;
@@ -135,6 +142,7 @@ struct KernelPlan {
   const char* name;
   Int4CodesFn int4_codes = nullptr;  // Reads::kInt4Codes
   bool wide_codes = false;           // Reads::kInt8Codes: also as int16
+  Int8CodesFn int8_codes = nullptr;  // Reads::kInt8Codes: a vector path for these groups
 };
 
 // The instruction sets' plans for a format and group size on a CPU of ``isa`` (none: the set

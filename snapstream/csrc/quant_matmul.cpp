@@ -109,13 +109,9 @@ float group_sum(const uint16_t* values, int64_t count) {
   return sum;
 }
 
-// x's 8-bit codes per sub-group of ``sub`` (rows * k values), with 128 times their sums and,
-// where the kernel wants them, as int16 too.
-void codes8(const uint16_t* x, int64_t count, int64_t sub, bool wide, RowData& data) {
-  data.codes.resize(count);
-  data.code_scales.resize(count / sub);
-  data.code_bias.resize(count / sub);
-  data.wide_codes.resize(wide ? count : 0);
+// The int8 kernels' codes (Int8CodesFn) in a plain loop: a = x * (127 / max |x|) rounded to
+// nearest even per sub-group.
+void int8_codes_plain(const uint16_t* x, int64_t count, int64_t sub, bool wide, RowData& data) {
   for (int64_t i = 0; i < count / sub; ++i) {
     const uint16_t* values = x + i * sub;
     float amax = 0.f;
@@ -145,7 +141,14 @@ Rows prepare_rows(const uint16_t* x, int64_t rows, int64_t k, int64_t group,
     data.sums[i] = group_sum(x + i * group, group);
   const bool int8 = plan.reads == Reads::kInt8Codes, int4 = plan.reads == Reads::kInt4Codes;
   const bool low = int4 && x_bits == 15;
-  if (int8) codes8(x, rows * k, sub, plan.wide_codes, data);
+  if (int8) {
+    data.codes.resize(rows * k);
+    data.code_scales.resize(rows * subs);
+    data.code_bias.resize(rows * subs);
+    data.wide_codes.resize(plan.wide_codes ? rows * k : 0);
+    (plan.int8_codes ? plan.int8_codes : &int8_codes_plain)(x, rows * k, sub, plan.wide_codes,
+                                                            data);
+  }
   if (int4) {
     data.codes.resize(rows * k);
     data.low_codes.resize(low ? rows * k : 0);

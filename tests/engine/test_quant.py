@@ -477,11 +477,13 @@ def test_scales_that_are_not_multiples_of_their_factors_are_refused():
 
 
 @pytest.mark.parametrize("cap", kernels.distinct_caps())
-def test_int8_kernel_paths_agree_bit_for_bit(kernel_cap, cap):
-    """Every int8 path (VNNI, plain AVX-512, AVX2 and the generic loop) does the same integer
-    sums and float operations in the same order: the same floats, so a stream moved between
-    CPUs keeps its tokens."""
-    codes = grouped_codes(50, 192, 8, 64, offsets=True, half=False, seed=3)
+@pytest.mark.parametrize("group", [64, 16, 8, 12])  # x's codes per 32, 16, 8, 4 inputs
+def test_int8_kernel_paths_agree_bit_for_bit(kernel_cap, cap, group):
+    """Every int8 path (VNNI, plain AVX-512, AVX2 and the generic loop) rounds x to the same
+    codes (in vectors of 16 or 8 where its sub-groups allow, else in a plain loop) and does the
+    same integer sums and float operations in the same order: the same floats, so a stream moved
+    between CPUs keeps its tokens."""
+    codes = grouped_codes(50, 192, 8, group, offsets=True, half=False, seed=3)
     layer = Int8Linear(codes)
     x = torch.randn(9, 192, dtype=torch.bfloat16)
     kernel_cap(cap)
