@@ -36,8 +36,8 @@ class LocalCluster:
     workers, store), SIGKILLs what has not exited in time, and may be called again to finish an
     interrupted stop. A temporary log directory (``spec.log_dir`` None) goes with a stop that
     finds every member running and ending when asked, and stays for reading after a fault: a
-    member that failed to start, crashed, or had to be killed. A context manager:
-    ``with LocalCluster(spec) as cluster: ...``."""
+    member that failed to start, crashed, or had to be killed (a ``kill()`` drill is not one).
+    A context manager: ``with LocalCluster(spec) as cluster: ...``."""
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
@@ -50,6 +50,7 @@ class LocalCluster:
         self._secret_file: Path | None = None
         self._temporary_log_dir = False
         self._fault = False  # keeps a temporary log directory
+        self._killed: set[str] = set()  # by kill(), not yet seen by restart_exited()
 
     def start(self) -> LocalCluster:
         if self._stages:
@@ -120,7 +121,8 @@ class LocalCluster:
                 backoff.restarted()
                 news.append(f"{member.name} restarted (restart {backoff.restarts})")
             elif backoff.restart_at is None and child.has_exited():
-                self._fault = True
+                self._fault |= member.name not in self._killed  # a crash, not a drill
+                self._killed.discard(member.name)
                 code = child.kill()
                 delay = backoff.on_exit(now)
                 if delay is None:
@@ -138,6 +140,7 @@ class LocalCluster:
         """SIGKILLs one member (to test failover); ``stop()`` leaves it alone."""
         if name not in self._children:
             raise KeyError(f"no member {name!r}; members: {', '.join(self._children)}")
+        self._killed.add(name)
         return self._children[name].kill()
 
     @property

@@ -6,11 +6,13 @@ import os
 import re
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from cluster import ClusterError, ClusterSpec, LocalCluster
+from cluster.restarts import RestartPolicy
 from snapstream.client import SnapstreamClient
 from tests.cluster.helpers import process_trees, still_running
 
@@ -63,10 +65,16 @@ def test_a_member_that_cannot_start_fails_the_start_with_its_log(
 def test_a_temporary_log_dir_goes_with_a_clean_stop_and_stays_after_a_crash(
         tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    spec = ClusterSpec(model=tiny_model, router_port=0, rows=2, decode_workers=1)
+    spec = ClusterSpec(model=tiny_model, router_port=0, rows=2, decode_workers=1,
+                       restarts=RestartPolicy(first_delay_s=0.1))
     with LocalCluster(spec) as clean:
         assert (clean.log_dir / "store" / "cluster-secret").is_file()
-        assert clean.kill("decode-0") == -signal.SIGKILL  # asked for: not a fault
+        assert clean.kill("decode-0") == -signal.SIGKILL  # a drill, not a fault
+        news, deadline = [], time.monotonic() + 60
+        while "decode-0 is ready again" not in news and time.monotonic() < deadline:
+            news += clean.restart_exited()
+            time.sleep(0.1)
+        assert "decode-0 is ready again" in news, news
     assert not clean.logs_kept and list(tmp_path.iterdir()) == []
     with LocalCluster(spec) as crashed:
         os.kill(crashed.pids["decode-0"], signal.SIGKILL)
