@@ -48,7 +48,6 @@ class LocalCluster:
         self._certs: ClusterCerts | None = None
         self._api_keys_file: Path | None = None
         self._secret_file: Path | None = None
-        self._temporary_log_dir = False
         self._fault = False  # keeps a temporary log directory
         self._killed: set[str] = set()  # by kill(), not yet seen by restart_exited()
 
@@ -57,7 +56,6 @@ class LocalCluster:
             raise ClusterError("this cluster was already started; make a new LocalCluster")
         self._check_store_binary()
         self._check_ports_free()
-        self._temporary_log_dir = self.spec.log_dir is None
         self.log_dir = self.spec.log_dir or Path(tempfile.mkdtemp(prefix="snapstream-cluster-"))
         (self.log_dir / "store").mkdir(parents=True, exist_ok=True)
         self._make_secrets()
@@ -94,7 +92,7 @@ class LocalCluster:
             self._fault |= not all(child.has_exited() for child in live)
             for child in live:
                 child.kill()
-        if self._temporary_log_dir and not self._fault and self.log_dir is not None:
+        if self.spec.log_dir is None and self.log_dir is not None and not self._fault:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         return {name: child.returncode for name, child in self._children.items()}
 
