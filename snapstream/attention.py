@@ -95,7 +95,8 @@ class PrefillRecorder:
     ``outputs``: the final layer's attention returns only the last ``outputs`` positions (the
     prefill reads the last position's hidden state alone, so the rest of that layer's
     attention, output projection and MLP is skipped; its K/V and SnapKV scores are whole);
-    None: every position's."""
+    None: every position's. ``probe``: the forward's last ``probe`` tokens are a probe run after
+    the prompt (:mod:`snapstream.probe`): among the observed queries, never kept, no candidates."""
 
     layout: ModelLayout
     dtype: torch.dtype  # of the compressed K/V
@@ -104,6 +105,7 @@ class PrefillRecorder:
     outputs: int | None = None  # rows the final layer returns; None: all
     kernel: int = 1
     pooling: str = "avg"
+    probe: int = 0
     kept: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # layer -> K, V, pos
     select_s: float = 0.0  # time spent scoring and compressing
 
@@ -117,10 +119,13 @@ class PrefillRecorder:
         out = causal_attention(q, k, v, group.window, self.positions, outputs)
         start = time.perf_counter()
         scores = None
+        prompt_len = k.shape[2] - self.probe
         if self.observation and group.window is None:
             q_observed = q[0, :, -self.observation :]  # (Hq, O, D)
-            scores = snapkv_scores(q_observed, k[0], self.kernel, self.pooling)[None]  # (1, Hkv, P)
-        kept = compress_kv(group.layout, k, v, scores, self.dtype)  # K, V (1, Hkv, S, D), pos
+            scores = snapkv_scores(q_observed, k[0], self.kernel, self.pooling
+                                   )[None, :, :prompt_len]  # (1, Hkv, P)
+        kept = compress_kv(group.layout, k[:, :, :prompt_len], v[:, :, :prompt_len], scores,
+                           self.dtype)  # K, V (1, Hkv, S, D), pos
         self.kept[layer_idx] = tuple(tensor[0] for tensor in kept)
         self.select_s += time.perf_counter() - start
         return out

@@ -37,6 +37,7 @@ from snapstream.prefix_cache import (
 )
 from snapstream.prefix_config import DEFAULT_DOCUMENT_CACHE, DocumentCacheConfig
 from snapstream.prefix_scores import REPEAT_INSTRUCTION
+from snapstream.probe import probe_ids
 from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model, use_int4_x_bits
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
@@ -183,16 +184,21 @@ class Engine:
         policy.check_context(self.context_len)
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
+        probe = probe_ids(self.tokenizer, ids, policy.observe) if selects else []
         at = (torch.arange(len(ids)) if positions is None else torch.tensor(positions)
               ).to(self.device)  # (P,)
+        run_at = torch.cat((at, at[-1] + 1 + torch.arange(len(probe), device=self.device))
+                           )  # (P + A,): the probe's A after the prompt
         recorder = PrefillRecorder(self.model_layout(layout), self.kv_dtype,
-                                   observation=policy.observation if selects else 0,
+                                   observation=policy.observation + len(probe) if selects else 0,
                                    kernel=policy.kernel, pooling=policy.pooling,
-                                   positions=None if positions is None else at, outputs=1)
+                                   positions=None if positions is None else run_at,
+                                   outputs=1 + len(probe), probe=len(probe))
         start = time.perf_counter()
-        input_ids = torch.tensor([ids], device=self.device)  # (1, P)
-        hidden = self.model(input_ids, at[None], checking(recorder, cancel), self.prefill_dtype)
-        logits = self.model.logits(hidden[0, -1].to(self.dtype))  # (V,)
+        input_ids = torch.tensor([ids + probe], device=self.device)  # (1, P + A)
+        hidden = self.model(input_ids, run_at[None], checking(recorder, cancel),
+                            self.prefill_dtype)  # (1, 1 + A, hidden)
+        logits = self.model.logits(hidden[0, 0].to(self.dtype))  # (V,): the prompt's last
         cache = recorder.cache(len(ids))
         if positions is not None:
             cache = at_original_positions(cache, at)
@@ -234,7 +240,8 @@ class Engine:
         opening = self.tokenizer.turn_opening(ids[: prefix.prompt_len], OPENING_TOKENS)
         cache, hidden = prefill_on_prefix(self.model, prefix, ids[prefix.prompt_len:], opening,
                                           policy, layout, doc_config, self.kv_dtype,
-                                          self.prefill_dtype)
+                                          self.prefill_dtype,
+                                          probe_ids(self.tokenizer, ids, policy.observe))
         logits = self.model.logits(hidden.to(self.dtype))  # (V,)
         return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
                              select_s=0.0)

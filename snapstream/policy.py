@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Protocol
 
 POOLINGS = ("avg", "max")
+# whose queries SnapKV's window holds: "last", the prompt's last ``observation``; "opening", those
+# and a probe's, the last turn's opening and closing read again after the prompt (engine.py)
+OBSERVES = ("last", "opening")
 # the integer fields of a CachePolicy: what a request may set besides ``kind`` and ``pooling``
 SIZE_FIELDS = ("n_sink", "n_topk", "n_recent", "observation", "kernel")
 
@@ -78,6 +81,7 @@ class CachePolicy:
     observation: int = 32  # SnapKV's observation window: the last prompt queries that vote
     kernel: int = 5
     pooling: str = "avg"
+    observe: str = "last"  # OBSERVES
 
     def __post_init__(self) -> None:
         if self.kind not in POLICY_KINDS:
@@ -96,6 +100,8 @@ class CachePolicy:
             raise ValueError(f"kernel must be a positive odd number, got {self.kernel}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.observe not in OBSERVES:
+            raise ValueError(f"observe must be one of {OBSERVES}, got {self.observe!r}")
 
     @property
     def budget(self) -> int:

@@ -231,13 +231,15 @@ def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: i
 @torch.no_grad()
 def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: list[int],
                       opening_ids: list[int], policy: CachePolicy, layout: CacheLayout,
-                      config: DocumentCacheConfig, kv_dtype: torch.dtype, dtype: torch.dtype
-                      ) -> tuple[SequenceCache, torch.Tensor]:
+                      config: DocumentCacheConfig, kv_dtype: torch.dtype, dtype: torch.dtype,
+                      observed_probe: list[int] = ()) -> tuple[SequenceCache, torch.Tensor]:
     """The prompt ``prefix`` (a stored document, compressed under ``config``) + ``suffix_ids``
     in ``layout`` -> its cache and the final hidden state (hidden,) of the last token; only the
     suffix runs through the model, its activations in ``dtype``. ``opening_ids``: the opening
     paragraph of the document's last turn (``Tokenizer.turn_opening``), the probe of a suffix
-    shorter than SnapKV's observation window (:func:`_probe`)."""
+    shorter than SnapKV's observation window (:func:`_probe`). ``observed_probe``: the probe
+    the policy asks for (:mod:`snapstream.probe`, ``observe="opening"``), whose queries join the
+    window instead, as in a whole prompt's prefill."""
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
@@ -248,6 +250,8 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     selects = layout.compresses(prompt_len) and layout.n_topk > 0
     observation = policy.observation if selects else 0
     probe = [*opening_ids, *suffix_ids] if len(suffix_ids) < observation else []
+    if selects and observed_probe:
+        probe, observation = list(observed_probe), observation + len(observed_probe)
     attention, stored_pos = _suffix_attention(prefix, len(suffix_ids) + len(probe), observation,
                                               dtype)
     hidden = attention.run(model, suffix_ids, prefix.prompt_len, dtype)[-1]  # (hidden,)

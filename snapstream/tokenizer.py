@@ -60,7 +60,40 @@ class Tokenizer:
         (``<|im_start|>user\n``, ``<start_of_turn>user\n``); from the start, BOS skipped,
         when ``ids`` open no turn (a raw prompt). Where a question or an instruction precedes
         a document in one message, this is it."""
-        special = {i for i, t in self.inner.get_added_tokens_decoder().items() if t.special}
+        special = self._special_ids()
+        start = self._turn_start(ids, special)
+        end = start
+        while (end < min(start + limit, len(ids)) and ids[end] not in special
+               and "\n\n" not in self.decode(ids[start : end + 1])):
+            end += 1
+        return list(ids[start:end])
+
+    def turn_probe(self, ids: Sequence[int], limit: int) -> list[int]:
+        """What a probe reads again after the prompt ``ids`` (``CachePolicy.observe="opening"``):
+        the opening paragraphs of the last closed turn's content that fit whole in ``limit``
+        tokens (an instruction, then the question, may open a message before its document; the
+        first ``limit`` tokens when its first paragraph is longer), then the prompt's closing
+        from that turn's end-of-turn token on (the template's opening of the answer), so that
+        the closing's queries come after the question again. A prompt with no end-of-turn
+        token (a raw one): its opening paragraphs alone, BOS skipped."""
+        special = self._special_ids()
+        end = next((at for at in range(len(ids) - 1, -1, -1) if ids[at] in self.eos_token_ids),
+                   len(ids))
+        start = self._turn_start(ids[:end], special)
+        stop = start
+        while stop < min(start + limit, end) and ids[stop] not in special:
+            stop += 1
+        if stop < end:  # cut inside a paragraph: back to the last blank line, if any
+            stop = next((cut for cut in range(stop, start, -1)
+                         if self.decode(ids[start:cut]).endswith("\n\n")), stop)
+        return [*ids[start:stop], *ids[end:]]
+
+    def _special_ids(self) -> set[int]:
+        return {i for i, t in self.inner.get_added_tokens_decoder().items() if t.special}
+
+    def _turn_start(self, ids: Sequence[int], special: set[int]) -> int:
+        """Where the last turn's content begins in ``ids``: past its role line; the first
+        ordinary token when no turn is opened."""
         start = next((at for at, token in enumerate(ids) if token not in special), len(ids))
         for at in range(len(ids) - 1, -1, -1):
             line = self.decode(ids[at + 1 : at + 1 + ROLE_LINE_TOKENS])
@@ -69,11 +102,7 @@ class Tokenizer:
                 while "\n" not in self.decode(ids[at + 1 : start]):  # past the role line
                     start += 1
                 break
-        end = start
-        while (end < min(start + limit, len(ids)) and ids[end] not in special
-               and "\n\n" not in self.decode(ids[start : end + 1])):
-            end += 1
-        return list(ids[start:end])
+        return start
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt for ``messages`` with the assistant's turn opened."""

@@ -19,6 +19,7 @@ from snapstream.policy import (
     ({"n_recent": 0}, "n_recent"), ({"observation": 0}, "observation"),
     ({"observation": 2000, "n_topk": 10}, "observation"), ({"kernel": 4}, "kernel"),
     ({"kernel": 0}, "kernel"), ({"pooling": "median"}, "pooling"), ({"kind": "lru"}, "kind"),
+    ({"observe": "first"}, "observe"),
 ])
 def test_invalid_policies_name_the_field(fields, name):
     with pytest.raises(ValueError, match=name):

@@ -131,6 +131,32 @@ def test_turn_opening_is_the_last_turns_first_paragraph(text, opening):
     assert tokenizer.decode(tokenizer.turn_opening(ids, limit=64)) == opening
 
 
+@pytest.mark.parametrize(("text", "probe"), [
+    # an instruction, then the question, before the document: all read again, then the closing
+    ("<|im_start|>user\nRead it.\n\nWhat is it?\n\nThe text.<|im_end|>\n"
+     "<|im_start|>assistant\n", "Read it.\n\nWhat is it?\n\nThe text.\nassistant\n"),
+    # a raw prompt: its opening, nothing after
+    ("What is it?\n\nThe text.", "What is it?\n\nThe text."),
+    # the paragraphs that fit whole: the document's first, cut by the limit, is left out
+    ("<|im_start|>user\nWhat is it?\n\n" + "the " * 80 + "<|im_end|>\n<|im_start|>assistant\n",
+     "What is it?\n\n\nassistant\n"),
+])
+def test_turn_probe_reads_the_last_closed_turn_then_the_closing(text, probe):
+    tokenizer = tiny_snapstream_tokenizer()
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(tokenizer.turn_probe(ids, limit=64)) == probe
+
+
+def test_turn_probe_keeps_the_closing_past_its_limit():
+    tokenizer = tiny_snapstream_tokenizer()
+    ids = tokenizer.encode("<|im_start|>user\n" + "the " * 40 + "<|im_end|>\n"
+                           "<|im_start|>assistant\n")
+    probe = tokenizer.turn_probe(ids, limit=8)  # one paragraph, longer than the limit
+    closing = ids[ids.index(tokenizer.encode("<|im_end|>")[-1]):]
+    assert probe[8:] == closing and len(closing) > 1
+    assert ("the " * 40).startswith(tokenizer.decode(probe[:8]))
+
+
 def test_turn_opening_stops_at_its_limit():
     tokenizer = tiny_snapstream_tokenizer()
     ids = tokenizer.encode("<|im_start|>user\n" + "the " * 40)
