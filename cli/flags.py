@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import argparse
 
-from snapstream.policy import POLICY_KINDS, POOLINGS, SIZE_FIELDS, CachePolicy, resolve_policy
+from snapstream.policy import (
+    OBSERVES,
+    POLICY_KINDS,
+    POOLINGS,
+    SIZE_FIELDS,
+    CachePolicy,
+    resolve_policy,
+)
 from snapstream.sampling_params import SamplingParams
 
-POLICY_FLAGS = ("policy", *SIZE_FIELDS, "pooling")
+POLICY_FLAGS = ("policy", *SIZE_FIELDS, "pooling", "observe")
 
 
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +24,9 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     for name in SIZE_FIELDS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     parser.add_argument("--pooling", choices=POOLINGS, default=None)
+    parser.add_argument("--observe", choices=OBSERVES, default=None,
+                        help="opening: SnapKV's window also reads the last turn's opening again "
+                        "after the prompt (a question placed before its document)")
 
 
 def policy_from_args(args: argparse.Namespace, defaults: CachePolicy) -> CachePolicy:

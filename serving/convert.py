@@ -16,6 +16,10 @@ KIND_TO_PB = {"full": common_pb2.POLICY_KIND_FULL, "streaming": common_pb2.POLIC
 KIND_FROM_PB = {v: k for k, v in KIND_TO_PB.items()}
 POOLING_TO_PB = {"avg": common_pb2.POOLING_AVG, "max": common_pb2.POOLING_MAX}
 POOLING_FROM_PB = {v: k for k, v in POOLING_TO_PB.items()}
+OBSERVE_TO_PB = {"last": common_pb2.OBSERVE_LAST, "opening": common_pb2.OBSERVE_OPENING}
+OBSERVE_FROM_PB = {v: k for k, v in OBSERVE_TO_PB.items()}
+# the enum fields of a CachePolicy message: field -> (its values, pb -> domain)
+ENUM_FIELDS = {"kind": KIND_FROM_PB, "pooling": POOLING_FROM_PB, "observe": OBSERVE_FROM_PB}
 FINISH_TO_PB = {"length": common_pb2.FINISH_REASON_LENGTH,
                 "stop_token": common_pb2.FINISH_REASON_STOP_TOKEN,
                 "stop_string": common_pb2.FINISH_REASON_STOP_STRING,
@@ -31,16 +35,13 @@ PREFIX_CACHE_FROM_PB = {v: k for k, v in PREFIX_CACHE_TO_PB.items()}
 def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePolicy:
     """Unset fields take ``default``'s (:func:`~snapstream.policy.resolve_policy`); raises
     RequestError naming a bad field."""
-    if msg.kind not in KIND_FROM_PB and msg.kind != common_pb2.POLICY_KIND_UNSPECIFIED:
-        raise RequestError(f"policy.kind: unknown value {msg.kind}", field="policy.kind")
-    if msg.pooling not in POOLING_FROM_PB and msg.pooling != common_pb2.POOLING_UNSPECIFIED:
-        raise RequestError(f"policy.pooling: unknown value {msg.pooling}",
-                           field="policy.pooling")
     given = {name: getattr(msg, name) for name in SIZE_FIELDS if msg.HasField(name)}
-    if msg.kind in KIND_FROM_PB:
-        given["kind"] = KIND_FROM_PB[msg.kind]
-    if msg.pooling in POOLING_FROM_PB:
-        given["pooling"] = POOLING_FROM_PB[msg.pooling]
+    for name, from_pb in ENUM_FIELDS.items():
+        value = getattr(msg, name)
+        if value in from_pb:
+            given[name] = from_pb[value]
+        elif value != 0:  # 0: unspecified in every enum
+            raise RequestError(f"policy.{name}: unknown value {value}", field=f"policy.{name}")
     try:
         return resolve_policy(default, given)
     except ValueError as exc:
@@ -49,7 +50,8 @@ def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePo
 
 def policy_to_pb(policy: CachePolicy) -> common_pb2.CachePolicy:
     return common_pb2.CachePolicy(kind=KIND_TO_PB[policy.kind], pooling=POOLING_TO_PB[
-        policy.pooling], **{name: getattr(policy, name) for name in SIZE_FIELDS})
+        policy.pooling], observe=OBSERVE_TO_PB[policy.observe],
+        **{name: getattr(policy, name) for name in SIZE_FIELDS})
 
 
 def sampling_from_pb(msg: common_pb2.SamplingParams, default: SamplingParams) -> SamplingParams:

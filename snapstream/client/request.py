@@ -21,8 +21,10 @@ class GenerateOptions(TypedDict, total=False):
     """Options of one generation (all optional; None means the server's default).
 
     ``stop`` is a stop string or a sequence of them, matched on the generated text;
-    ``policy`` is a cache policy kind (full, streaming, snapkv, snapstream) and ``pooling`` a
-    SnapKV pooling (avg, max); the sizes are tokens per layer and KV head.
+    ``policy`` is a cache policy kind (full, streaming, snapkv, snapstream), ``pooling`` a
+    SnapKV pooling (avg, max) and ``observe`` whose queries its window holds (last, or opening:
+    also the last turn's opening read again after the prompt, for a question placed before its
+    document); the sizes are tokens per layer and KV head.
     ``cache_prefix`` ("system" or "first_user", for chat) and ``cache_prefix_chars`` (for a text
     prompt) mark a reusable document at the start of the prompt: compressed once, stored, and
     reused by the next requests that start with it (``Completion.prefix_cache`` says which).
@@ -44,6 +46,7 @@ class GenerateOptions(TypedDict, total=False):
     observation: int | None
     kernel: int | None
     pooling: str | None
+    observe: str | None
     cache_prefix: str | None
     cache_prefix_chars: int | None
     speculative: Mapping[str, float | int | str] | None
@@ -101,6 +104,8 @@ def _set_options(request: generation_pb2.GenerateRequest, options: GenerateOptio
                                       options.get("policy"))
     request.policy.pooling = _enum_value(common_pb2.Pooling, "POOLING_", "pooling",
                                          options.get("pooling"))
+    request.policy.observe = _enum_value(common_pb2.Observe, "OBSERVE_", "observe",
+                                         options.get("observe"))
     _set(request, "cache_prefix", options.get("cache_prefix"))
     _set(request, "cache_prefix_chars", options.get("cache_prefix_chars"))
     speculative = options.get("speculative")

@@ -18,6 +18,7 @@ _PREFIX_CACHE = {value: name for name, value in
 _POSITION_MODES = {value: name for name, value in
                    enum_names(common_pb2.PositionMode, "POSITION_MODE_").items()}
 _POOLINGS = {value: name for name, value in enum_names(common_pb2.Pooling, "POOLING_").items()}
+_OBSERVES = {value: name for name, value in enum_names(common_pb2.Observe, "OBSERVE_").items()}
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ class ModelInfo:
             default_policy = CachePolicy(
                 kind=_POLICY_KINDS.get(policy.kind, ""), pooling=_POOLINGS.get(policy.pooling, ""),
                 n_sink=policy.n_sink, n_topk=policy.n_topk, n_recent=policy.n_recent,
-                observation=policy.observation, kernel=policy.kernel)
+                observation=policy.observation, kernel=policy.kernel,
+                observe=_OBSERVES.get(policy.observe, ""))
         except ValueError as exc:
             raise Internal(f"the server's default_policy is not resolved: {exc}") from None
         return cls(model_name=msg.model_name, model_fingerprint=msg.model_fingerprint,

@@ -24,6 +24,12 @@ class Pooling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POOLING_AVG: _ClassVar[Pooling]
     POOLING_MAX: _ClassVar[Pooling]
 
+class Observe(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OBSERVE_UNSPECIFIED: _ClassVar[Observe]
+    OBSERVE_LAST: _ClassVar[Observe]
+    OBSERVE_OPENING: _ClassVar[Observe]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -52,6 +58,9 @@ POLICY_KIND_SNAPSTREAM: PolicyKind
 POOLING_UNSPECIFIED: Pooling
 POOLING_AVG: Pooling
 POOLING_MAX: Pooling
+OBSERVE_UNSPECIFIED: Observe
+OBSERVE_LAST: Observe
+OBSERVE_OPENING: Observe
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_STOP_TOKEN: FinishReason
@@ -88,7 +97,7 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CachePolicy(_message.Message):
-    __slots__ = ("kind", "n_sink", "n_topk", "n_recent", "observation", "kernel", "pooling")
+    __slots__ = ("kind", "n_sink", "n_topk", "n_recent", "observation", "kernel", "pooling", "observe")
     KIND_FIELD_NUMBER: _ClassVar[int]
     N_SINK_FIELD_NUMBER: _ClassVar[int]
     N_TOPK_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +105,7 @@ class CachePolicy(_message.Message):
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     POOLING_FIELD_NUMBER: _ClassVar[int]
+    OBSERVE_FIELD_NUMBER: _ClassVar[int]
     kind: PolicyKind
     n_sink: int
     n_topk: int
@@ -103,7 +113,8 @@ class CachePolicy(_message.Message):
     observation: int
     kernel: int
     pooling: Pooling
-    def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., observation: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ...) -> None: ...
+    observe: Observe
+    def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., observation: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ..., observe: _Optional[_Union[Observe, str]] = ...) -> None: ...
 
 class SpeculativeSettings(_message.Message):
     __slots__ = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions", "draft_model")

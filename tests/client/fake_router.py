@@ -23,7 +23,8 @@ INFO = generation_pb2.InfoResponse(
     eos_token_ids=[257],
     default_policy=common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4,
                                           n_topk=64, n_recent=32, observation=8, kernel=5,
-                                          pooling=common_pb2.POOLING_MAX))
+                                          pooling=common_pb2.POOLING_MAX,
+                                          observe=common_pb2.OBSERVE_LAST))
 
 
 class FakeRouter(generation_pb2_grpc.GenerationServicer):

@@ -53,6 +53,7 @@ COMMON = {
                                                          "observation", "kernel")},
         "policy": _field(st.sampled_from(["snapstream", "streaming", "snapkv", "full"])),
         "pooling": _field(st.sampled_from(["avg", "max"])),
+        "observe": _field(st.sampled_from(["last", "opening"])),
         "return_token_ids": _field(st.booleans())})),
     "n": _field(st.just(1)), "logprobs": ANY, "frobnicate": ANY,
 }

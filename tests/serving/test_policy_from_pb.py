@@ -29,3 +29,17 @@ def test_a_bad_field_is_named():
     msg = common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_STREAMING, kernel=4)
     with pytest.raises(RequestError, match="policy: kernel"):
         policy_from_pb(msg, SINKLESS)
+
+
+def test_observing_the_opening_round_trips():
+    opening = CachePolicy(observe="opening", kernel=15)
+    assert policy_from_pb(policy_to_pb(opening), SINKLESS) == opening
+    msg = common_pb2.CachePolicy(observe=common_pb2.OBSERVE_OPENING)
+    assert policy_from_pb(msg, SINKLESS).observe == "opening"
+
+
+@pytest.mark.parametrize("name", ["kind", "pooling", "observe"])
+def test_an_unknown_enum_value_is_named(name):
+    msg = common_pb2.CachePolicy(**{name: 9})
+    with pytest.raises(RequestError, match=f"policy.{name}: unknown value 9"):
+        policy_from_pb(msg, SINKLESS)
