@@ -1,11 +1,12 @@
 """A prompt's full-attention forward, run once and compressed into any policy's layout.
 
 The prompt's K/V do not depend on the cache policy, and SnapKV's scores depend only on
-``(observation, kernel, pooling)`` and the last ``observation`` queries of each layer. A
-:class:`PromptForward` keeps K/V and the last ``max_observation`` queries, computes scores for a
-triple when first asked, and builds the same :class:`SequenceCache` as :meth:`Engine.prefill`
-(same attention call, windowed on a hybrid model's sliding layers; same scoring function;
-same placement).
+``(observation, kernel, pooling, observe)`` and the last ``observation`` queries of each layer
+(and a probe's, :mod:`snapstream.probe`). A :class:`PromptForward` keeps K/V and the last
+``max_observation`` queries, with a probe's after them when given one (run in the same forward,
+as prefill runs it), computes scores for a key when first asked, and builds the same
+:class:`SequenceCache` as :meth:`Engine.prefill` (same attention call, windowed on a hybrid
+model's sliding layers; same scoring function; same placement).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from snapstream.snapkv import snapkv_scores
 class _Recorder:
     """Causal attention that keeps every layer's K/V and its last ``max_observation`` queries."""
 
-    max_observation: int
+    max_observation: int  # of the prompt's queries kept, before the probe's
     windows: tuple[int | None, ...]  # per layer: its sliding window, None for a global layer
+    probe: int = 0  # the forward's last tokens that are a probe
     keys: list[torch.Tensor] = field(default_factory=list)  # L x (Hkv, P, D)
     values: list[torch.Tensor] = field(default_factory=list)
     queries: list[torch.Tensor] = field(default_factory=list)  # L x (Hq, W, D)
@@ -37,50 +39,65 @@ class _Recorder:
         self.keys.append(k[0])
         self.values.append(v[0])
         # a copy: a view of the last queries would keep the layer's every query alive
-        self.queries.append(q[0, :, -self.max_observation :].clone())
+        self.queries.append(q[0, :, -(self.max_observation + self.probe) :].clone())
         return causal_attention(q, k, v, self.windows[layer_idx])
 
 
 @dataclass
 class PromptForward:
-    keys: torch.Tensor  # (L, Hkv, P, D)
-    values: torch.Tensor  # (L, Hkv, P, D)
-    queries: list[torch.Tensor]  # L x (Hq, O, D), the last max_observation prompt queries
+    keys: torch.Tensor  # (L, Hkv, P + A, D): the prompt's, then the probe's
+    values: torch.Tensor  # (L, Hkv, P + A, D)
+    queries: list[torch.Tensor]  # L x (Hq, O + A, D), the last max_observation prompt queries
     logits: torch.Tensor  # (V,) next-token logits after the last prompt token
     seconds: float
     windows: tuple[int | None, ...]  # the model's attention_windows
-    _scores: dict[tuple[int, int, str], torch.Tensor] = field(default_factory=dict)
+    probe: int = 0  # A: the probe's tokens, run after the prompt
+    _scores: dict[tuple[int, int, str, bool], torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     @torch.no_grad()
-    def run(cls, model: Transformer, ids: list[int], max_observation: int) -> PromptForward:
+    def run(cls, model: Transformer, ids: list[int], max_observation: int,
+            probe: list[int] = ()) -> PromptForward:
+        """The forward of ``ids`` and then ``probe`` (the tokens a policy that observes
+        ``"opening"`` reads again after the prompt, :func:`snapstream.probe.probe_ids`)."""
         recorder = _Recorder(max_observation=max_observation,
-                             windows=model.config.attention_windows)
+                             windows=model.config.attention_windows, probe=len(probe))
         device = model.lm_head.weight.device
         start = time.perf_counter()
-        input_ids = torch.tensor([ids], device=device)  # (1, P)
-        positions = torch.arange(len(ids), device=device)[None]  # (1, P)
-        hidden = model(input_ids, positions, recorder)  # (1, P, hidden)
-        logits = model.logits(hidden[0, -1])  # (V,)
+        input_ids = torch.tensor([[*ids, *probe]], device=device)  # (1, P + A)
+        positions = torch.arange(input_ids.shape[1], device=device)[None]  # (1, P + A)
+        hidden = model(input_ids, positions, recorder)  # (1, P + A, hidden)
+        logits = model.logits(hidden[0, len(ids) - 1])  # (V,)
         return cls(keys=torch.stack(recorder.keys), values=torch.stack(recorder.values),
                    queries=recorder.queries, logits=logits,
-                   seconds=time.perf_counter() - start, windows=recorder.windows)
+                   seconds=time.perf_counter() - start, windows=recorder.windows,
+                   probe=len(probe))
 
     @property
     def prompt_len(self) -> int:
-        return self.keys.shape[2]
+        return self.keys.shape[2] - self.probe
 
     @torch.no_grad()
-    def scores(self, observation: int, kernel: int, pooling: str) -> torch.Tensor:
-        """(L, Hkv, P) SnapKV scores of the last ``observation`` queries (at most those kept)."""
+    def scores(self, observation: int, kernel: int, pooling: str, observe: str = "last"
+               ) -> torch.Tensor:
+        """(L, Hkv, P) SnapKV scores of the last ``observation`` prompt queries (at most those
+        kept), and under ``observe="opening"`` the probe's after them."""
         observation = min(observation, self.prompt_len)
-        if observation > self.queries[0].shape[1]:
-            raise ValueError(f"observation {observation} exceeds the {self.queries[0].shape[1]} "
-                             "queries this forward kept (its max_observation)")
-        key = (observation, kernel, pooling)
+        if observation > self.queries[0].shape[1] - self.probe:
+            raise ValueError(f"observation {observation} exceeds the "
+                             f"{self.queries[0].shape[1] - self.probe} queries this forward kept "
+                             "(its max_observation)")
+        probed = observe == "opening"
+        if probed and not self.probe:
+            raise ValueError("observe='opening' needs a forward run with its probe")
+        key = (observation, kernel, pooling, probed)
         if key not in self._scores:
+            extra = self.probe if probed else 0  # the probe's keys and queries, or none
+            end = self.queries[0].shape[1] - self.probe + extra
             self._scores[key] = torch.stack([
-                snapkv_scores(q[:, -observation:], k, kernel, pooling)
+                snapkv_scores(q[:, end - observation - extra : end],
+                              k[:, : self.prompt_len + extra], kernel,
+                              pooling)[:, : self.prompt_len]
                 for q, k in zip(self.queries, self.keys, strict=True)])
         return self._scores[key]
 
@@ -90,5 +107,8 @@ class PromptForward:
         layout = policy.layout(self.prompt_len, max_new_tokens, capacity)
         groups = ModelLayout.build(self.windows, layout)
         selects = layout.compresses(self.prompt_len) and layout.n_topk > 0
-        scores = self.scores(policy.observation, policy.kernel, policy.pooling) if selects else None
-        return build_sequence_cache(groups, self.keys, self.values, scores)
+        scores = self.scores(policy.observation, policy.kernel, policy.pooling,
+                             policy.observe) if selects else None
+        prompt = slice(0, self.prompt_len)
+        return build_sequence_cache(groups, self.keys[:, :, prompt], self.values[:, :, prompt],
+                                    scores)

@@ -71,6 +71,7 @@ class Row:
     # needles the cache holds, and share of the observation window's votes on the needles
     answer_kept: float | None = None
     needle_attention: float | None = None
+    observe: str = "last"  # whose queries SnapKV's window held (CachePolicy.observe)
 
 
 COLUMNS = tuple(f.name for f in fields(Row))

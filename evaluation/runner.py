@@ -27,6 +27,7 @@ from evaluation.results import Row
 from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
+from snapstream.probe import probe_ids
 
 ANSWER_SLACK_TOKENS = 6  # room for a space, separators and a closing word after the values
 GAP_CHARS_PER_TOKEN = 8  # filler characters drawn per gap token (more than enough)
@@ -100,8 +101,10 @@ def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
     forwards = []
     for ids, _ in inputs:
         forward = shared.get(tuple(ids))
-        if forward is None:
-            forward = PromptForward.run(engine.model, ids, max_observation)
+        if forward is None:  # with the probe a run observes, if one does (the longest one)
+            probe = max((probe_ids(engine.tokenizer, ids, run.policy.observe) for run in runs),
+                        key=len)
+            forward = PromptForward.run(engine.model, ids, max_observation, probe)
             on_progress(len(ids))
         shared[tuple(ids)] = forward
         forwards.append(forward)
@@ -144,7 +147,7 @@ class Analysis:
 
 def _analysis(forward: PromptForward, cache: SequenceCache, policy: CachePolicy,
               where: NeedleTokens) -> Analysis:
-    votes = forward.scores(policy.observation, 1, "avg")  # (L, Hkv, P), unpooled
+    votes = forward.scores(policy.observation, 1, "avg", policy.observe)  # (L, Hkv, P), unpooled
     return Analysis(needle_kept=held_share(cache, where.needle),
                     answer_kept=held_share(cache, where.answer),
                     needle_attention=attention_share(votes, forward.windows, where.needle))
@@ -190,7 +193,8 @@ def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int, num_fo
         budget_label=run.budget.label if run.budget else None, budget=run.budget_tokens,
         budget_fraction=fraction, n_sink=policy.n_sink, n_topk=policy.n_topk,
         n_recent=policy.n_recent, observation=policy.observation, kernel=policy.kernel,
-        pooling=policy.pooling, correct=bool(out.correct), answer=sample.answer,
+        pooling=policy.pooling, observe=policy.observe, correct=bool(out.correct),
+        answer=sample.answer,
         generated=out.text, prompt_tokens=prompt_len, new_tokens=len(out.token_ids),
         finish_reason=out.finish_reason, forced_nll=out.mean_forced_nll(num_forced),
         needle_kept=analysis.needle_kept, answer_kept=analysis.answer_kept,
