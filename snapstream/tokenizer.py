@@ -95,9 +95,9 @@ class Tokenizer:
         """Where the last turn's content begins in ``ids``: past its role line; the first
         ordinary token when no turn is opened."""
         start = next((at for at, token in enumerate(ids) if token not in special), len(ids))
-        for at in range(len(ids) - 1, -1, -1):
+        for at in (at for at in range(len(ids) - 1, -1, -1) if ids[at] in special):
             line = self.decode(ids[at + 1 : at + 1 + ROLE_LINE_TOKENS])
-            if ids[at] in special and "\n" in line and line.split("\n")[0] in TURN_ROLES:
+            if "\n" in line and line.split("\n")[0] in TURN_ROLES:
                 start = at + 1
                 while "\n" not in self.decode(ids[at + 1 : start]):  # past the role line
                     start += 1
