@@ -83,17 +83,17 @@ class PromptForward:
         """(L, Hkv, P) SnapKV scores of the last ``observation`` prompt queries (at most those
         kept), and under ``observe="opening"`` the probe's after them."""
         observation = min(observation, self.prompt_len)
-        if observation > self.queries[0].shape[1] - self.probe:
-            raise ValueError(f"observation {observation} exceeds the "
-                             f"{self.queries[0].shape[1] - self.probe} queries this forward kept "
-                             "(its max_observation)")
+        kept = self.queries[0].shape[1] - self.probe  # the prompt's queries kept
+        if observation > kept:
+            raise ValueError(f"observation {observation} exceeds the {kept} queries this "
+                             "forward kept (its max_observation)")
         probed = observe == "opening"
         if probed and not self.probe:
             raise ValueError("observe='opening' needs a forward run with its probe")
         key = (observation, kernel, pooling, probed)
         if key not in self._scores:
             extra = self.probe if probed else 0  # the probe's keys and queries, or none
-            end = self.queries[0].shape[1] - self.probe + extra
+            end = kept + extra
             self._scores[key] = torch.stack([
                 snapkv_scores(q[:, end - observation - extra : end],
                               k[:, : self.prompt_len + extra], kernel,
