@@ -13,6 +13,7 @@ from snapstream import kernels
 from snapstream.compress import compress_kv
 from snapstream.kvcache import GroupKV, ModelLayout, SequenceCache
 from snapstream.snapkv import snapkv_scores
+from snapstream.units import keep_whole
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -96,7 +97,9 @@ class PrefillRecorder:
     prefill reads the last position's hidden state alone, so the rest of that layer's
     attention, output projection and MLP is skipped; its K/V and SnapKV scores are whole);
     None: every position's. ``probe``: the forward's last ``probe`` tokens are a probe run after
-    the prompt (:mod:`snapstream.probe`): among the observed queries, never kept, no candidates."""
+    the prompt (:mod:`snapstream.probe`): among the observed queries, never kept, no candidates.
+    ``spans``: (P,) the prompt's spans that SnapKV keeps whole (:mod:`snapstream.units`); None:
+    every token alone."""
 
     layout: ModelLayout
     dtype: torch.dtype  # of the compressed K/V
@@ -106,6 +109,7 @@ class PrefillRecorder:
     kernel: int = 1
     pooling: str = "avg"
     probe: int = 0
+    spans: torch.Tensor | None = None  # (P,)
     kept: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # layer -> K, V, pos
     select_s: float = 0.0  # time spent scoring and compressing
 
@@ -124,6 +128,8 @@ class PrefillRecorder:
             q_observed = q[0, :, -self.observation :]  # (Hq, O, D)
             scores = snapkv_scores(q_observed, k[0], self.kernel, self.pooling
                                    )[None, :, :prompt_len]  # (1, Hkv, P)
+            if self.spans is not None:
+                scores = keep_whole(scores, self.spans)
         kept = compress_kv(group.layout, k[:, :, :prompt_len], v[:, :, :prompt_len], scores,
                            self.dtype)  # K, V (1, Hkv, S, D), pos
         self.kept[layer_idx] = tuple(tensor[0] for tensor in kept)

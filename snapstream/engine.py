@@ -42,6 +42,7 @@ from snapstream.quant import GEMM_MIN_ROWS, QUANT_SCHEMES, quantize_model, use_i
 from snapstream.sampling import sample_batch
 from snapstream.sampling_params import SamplingParams
 from snapstream.tokenizer import Tokenizer
+from snapstream.units import unit_spans
 from snapstream.weight_formats import AUTO, WeightFormat, kv_dtype_name, weight_format
 
 # a prompt this long runs every quantized layer's GEMM path (quant.GEMM_MIN_ROWS rows)
@@ -185,6 +186,7 @@ class Engine:
         layout = policy.layout(len(ids), max_new_tokens, capacity)
         selects = layout.compresses(len(ids)) and layout.n_topk > 0
         probe = probe_ids(self.tokenizer, ids, policy.observe) if selects else []
+        spans = unit_spans(self.tokenizer, ids, policy.unit) if selects else None
         at = (torch.arange(len(ids)) if positions is None else torch.tensor(positions)
               ).to(self.device)  # (P,)
         run_at = torch.cat((at, at[-1] + 1 + torch.arange(len(probe), device=self.device))
@@ -193,7 +195,7 @@ class Engine:
                                    observation=policy.observation + len(probe) if selects else 0,
                                    kernel=policy.kernel, pooling=policy.pooling,
                                    positions=None if positions is None else run_at,
-                                   outputs=1 + len(probe), probe=len(probe))
+                                   outputs=1 + len(probe), probe=len(probe), spans=spans)
         start = time.perf_counter()
         input_ids = torch.tensor([ids + probe], device=self.device)  # (1, P + A)
         hidden = self.model(input_ids, run_at[None], checking(recorder, cancel),
@@ -241,7 +243,8 @@ class Engine:
         cache, hidden = prefill_on_prefix(self.model, prefix, ids[prefix.prompt_len:], opening,
                                           policy, layout, doc_config, self.kv_dtype,
                                           self.prefill_dtype,
-                                          probe_ids(self.tokenizer, ids, policy.observe))
+                                          probe_ids(self.tokenizer, ids, policy.observe),
+                                          unit_spans(self.tokenizer, ids, policy.unit))
         logits = self.model.logits(hidden.to(self.dtype))  # (V,)
         return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
                              select_s=0.0)

@@ -29,6 +29,8 @@ POOLINGS = ("avg", "max")
 # whose queries SnapKV's window holds: "last", the prompt's last ``observation``; "opening", those
 # and a probe's, the last turn's opening and closing read again after the prompt (engine.py)
 OBSERVES = ("last", "opening")
+# what SnapKV keeps whole: "token", each key alone; "word", a word's tokens together (units.py)
+UNITS = ("token", "word")
 # the integer fields of a CachePolicy: what a request may set besides ``kind`` and ``pooling``
 SIZE_FIELDS = ("n_sink", "n_topk", "n_recent", "observation", "kernel")
 
@@ -82,6 +84,7 @@ class CachePolicy:
     kernel: int = 5
     pooling: str = "avg"
     observe: str = "last"  # OBSERVES
+    unit: str = "token"  # UNITS
 
     def __post_init__(self) -> None:
         if self.kind not in POLICY_KINDS:
@@ -102,6 +105,8 @@ class CachePolicy:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.observe not in OBSERVES:
             raise ValueError(f"observe must be one of {OBSERVES}, got {self.observe!r}")
+        if self.unit not in UNITS:
+            raise ValueError(f"unit must be one of {UNITS}, got {self.unit!r}")
 
     @property
     def budget(self) -> int:

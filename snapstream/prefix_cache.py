@@ -37,6 +37,7 @@ from snapstream.policy import CacheLayout, CachePolicy
 from snapstream.prefix_config import DocumentCacheConfig
 from snapstream.prefix_scores import SCORERS, DocumentPass
 from snapstream.snapkv import snapkv_scores
+from snapstream.units import keep_whole
 
 OPENING_TOKENS = 64  # of the opening paragraph a probe reads again (:func:`_probe`)
 
@@ -199,12 +200,13 @@ def _decoded_with_room(rows: torch.Tensor, present: torch.Tensor, num_tokens: in
 
 
 def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: int,
-            prompt_len: int, policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype
-            ) -> SequenceCache:
+            prompt_len: int, policy: CachePolicy, layout: CacheLayout, kv_dtype: torch.dtype,
+            spans: torch.Tensor | None = None) -> SequenceCache:
     """Every layer compressed at once into ``layout`` from the stored keys (at ``stored_pos``
     (L, Hkv, M)) and the suffix's, as a whole prompt would be, without a prompt-sized copy:
     SnapKV scores the keys where they are (absent ones score -inf, never picked) and the kept
-    ones are gathered from them. Every layer's heads are one batch of L x Hkv heads."""
+    ones are gathered from them. Every layer's heads are one batch of L x Hkv heads. ``spans``
+    (P,): the prompt's spans kept whole (:func:`~snapstream.units.keep_whole`)."""
     num_layers, num_kv_heads, num_run, _ = attention.keys.shape
     run_pos = torch.arange(prompt_len - num_suffix, prompt_len - num_suffix + num_run
                            - stored_pos.shape[2], device=stored_pos.device)  # (T + A,)
@@ -217,6 +219,8 @@ def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: i
                                attention.keys.flatten(0, 1), policy.kernel, policy.pooling,
                                positions.flatten(0, 1))
         scores = scores.view(num_layers, num_kv_heads, -1)[..., :prompt_len]  # (L, Hkv, P)
+        if spans is not None:
+            scores = keep_whole(scores, spans)
     index = torch.arange(num_prompt, device=positions.device).expand(
         num_layers, num_kv_heads, -1)  # (L, Hkv, M + T)
     rows = torch.zeros(num_layers, num_kv_heads, prompt_len, dtype=torch.long,
@@ -232,14 +236,16 @@ def _select(attention: _SuffixAttention, stored_pos: torch.Tensor, num_suffix: i
 def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: list[int],
                       opening_ids: list[int], policy: CachePolicy, layout: CacheLayout,
                       config: DocumentCacheConfig, kv_dtype: torch.dtype, dtype: torch.dtype,
-                      observed_probe: list[int] = ()) -> tuple[SequenceCache, torch.Tensor]:
+                      observed_probe: list[int] = (), spans: torch.Tensor | None = None
+                      ) -> tuple[SequenceCache, torch.Tensor]:
     """The prompt ``prefix`` (a stored document, compressed under ``config``) + ``suffix_ids``
     in ``layout`` -> its cache and the final hidden state (hidden,) of the last token; only the
     suffix runs through the model, its activations in ``dtype``. ``opening_ids``: the opening
     paragraph of the document's last turn (``Tokenizer.turn_opening``), the probe of a suffix
     shorter than SnapKV's observation window (:func:`_probe`). ``observed_probe``: the probe
     the policy asks for (:mod:`snapstream.probe`, ``observe="opening"``), whose queries join the
-    window instead, as in a whole prompt's prefill."""
+    window instead, as in a whole prompt's prefill. ``spans``: (P,) the whole prompt's spans
+    that SnapKV keeps whole (:mod:`snapstream.units`); None: every token alone."""
     if not suffix_ids:
         raise ValueError("the prompt has no tokens after the cached prefix")
     stored = prefix.groups[0].group.layout
@@ -257,7 +263,7 @@ def prefill_on_prefix(model: Transformer, prefix: SequenceCache, suffix_ids: lis
     hidden = attention.run(model, suffix_ids, prefix.prompt_len, dtype)[-1]  # (hidden,)
     _probe(model, attention, probe, prefix.prompt_len, dtype)
     cache = _select(attention, stored_pos, len(suffix_ids), prompt_len, policy, layout,
-                    kv_dtype)
+                    kv_dtype, spans)
     return cache, hidden
 
 
