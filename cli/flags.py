@@ -10,12 +10,13 @@ from snapstream.policy import (
     POLICY_KINDS,
     POOLINGS,
     SIZE_FIELDS,
+    UNITS,
     CachePolicy,
     resolve_policy,
 )
 from snapstream.sampling_params import SamplingParams
 
-POLICY_FLAGS = ("policy", *SIZE_FIELDS, "pooling", "observe")
+POLICY_FLAGS = ("policy", *SIZE_FIELDS, "pooling", "observe", "unit")
 
 
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +28,9 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--observe", choices=OBSERVES, default=None,
                         help="opening: SnapKV's window also reads the last turn's opening again "
                         "after the prompt (a question placed before its document)")
+    parser.add_argument("--unit", choices=UNITS, default=None,
+                        help="word: SnapKV keeps a word's tokens together (a number, an "
+                        "identifier), each scoring the word's best")
 
 
 def policy_from_args(args: argparse.Namespace, defaults: CachePolicy) -> CachePolicy:

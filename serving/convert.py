@@ -18,8 +18,11 @@ POOLING_TO_PB = {"avg": common_pb2.POOLING_AVG, "max": common_pb2.POOLING_MAX}
 POOLING_FROM_PB = {v: k for k, v in POOLING_TO_PB.items()}
 OBSERVE_TO_PB = {"last": common_pb2.OBSERVE_LAST, "opening": common_pb2.OBSERVE_OPENING}
 OBSERVE_FROM_PB = {v: k for k, v in OBSERVE_TO_PB.items()}
+UNIT_TO_PB = {"token": common_pb2.UNIT_TOKEN, "word": common_pb2.UNIT_WORD}
+UNIT_FROM_PB = {v: k for k, v in UNIT_TO_PB.items()}
 # the enum fields of a CachePolicy message: field -> (its values, pb -> domain)
-ENUM_FIELDS = {"kind": KIND_FROM_PB, "pooling": POOLING_FROM_PB, "observe": OBSERVE_FROM_PB}
+ENUM_FIELDS = {"kind": KIND_FROM_PB, "pooling": POOLING_FROM_PB, "observe": OBSERVE_FROM_PB,
+               "unit": UNIT_FROM_PB}
 FINISH_TO_PB = {"length": common_pb2.FINISH_REASON_LENGTH,
                 "stop_token": common_pb2.FINISH_REASON_STOP_TOKEN,
                 "stop_string": common_pb2.FINISH_REASON_STOP_STRING,
@@ -50,7 +53,7 @@ def policy_from_pb(msg: common_pb2.CachePolicy, default: CachePolicy) -> CachePo
 
 def policy_to_pb(policy: CachePolicy) -> common_pb2.CachePolicy:
     return common_pb2.CachePolicy(kind=KIND_TO_PB[policy.kind], pooling=POOLING_TO_PB[
-        policy.pooling], observe=OBSERVE_TO_PB[policy.observe],
+        policy.pooling], observe=OBSERVE_TO_PB[policy.observe], unit=UNIT_TO_PB[policy.unit],
         **{name: getattr(policy, name) for name in SIZE_FIELDS})
 
 

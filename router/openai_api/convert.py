@@ -15,7 +15,7 @@ from router.openai_api.schemas import (
     SnapstreamOptions,
     SpeculativeOptions,
 )
-from serving.convert import KIND_TO_PB, OBSERVE_TO_PB, POOLING_TO_PB
+from serving.convert import KIND_TO_PB, OBSERVE_TO_PB, POOLING_TO_PB, UNIT_TO_PB
 from serving.errors import RequestError
 from serving.speculative import POSITIONS_TO_PB
 from snapstream.policy import SIZE_FIELDS
@@ -109,7 +109,8 @@ def _policy(options: SnapstreamOptions) -> common_pb2.CachePolicy:
     policy = common_pb2.CachePolicy(
         kind=KIND_TO_PB[options.policy] if options.policy else 0,
         pooling=POOLING_TO_PB[options.pooling] if options.pooling else 0,
-        observe=OBSERVE_TO_PB[options.observe] if options.observe else 0)
+        observe=OBSERVE_TO_PB[options.observe] if options.observe else 0,
+        unit=UNIT_TO_PB[options.unit] if options.unit else 0)
     for name in SIZE_FIELDS:
         if getattr(options, name) is not None:
             setattr(policy, name, getattr(options, name))

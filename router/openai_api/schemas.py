@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.convert import KIND_TO_PB, OBSERVE_TO_PB, POOLING_TO_PB
+from serving.convert import KIND_TO_PB, OBSERVE_TO_PB, POOLING_TO_PB, UNIT_TO_PB
 from serving.speculative import POSITIONS_TO_PB
 
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
@@ -53,6 +53,8 @@ class SnapstreamOptions(Body):
     # "opening": SnapKV's window also reads the last message's opening again after the prompt
     # (a question placed before its document)
     observe: Literal[tuple(OBSERVE_TO_PB)] | None = None
+    # "word": SnapKV keeps a word's tokens together (a number, an identifier)
+    unit: Literal[tuple(UNIT_TO_PB)] | None = None
     return_token_ids: bool = False
     # a reusable document (compress once, ask many): chat's "system" message or messages up
     # to the "first_user" one; a completion's first N characters

@@ -24,7 +24,8 @@ class GenerateOptions(TypedDict, total=False):
     ``policy`` is a cache policy kind (full, streaming, snapkv, snapstream), ``pooling`` a
     SnapKV pooling (avg, max) and ``observe`` whose queries its window holds (last, or opening:
     also the last turn's opening read again after the prompt, for a question placed before its
-    document); the sizes are tokens per layer and KV head.
+    document) and ``unit`` what it keeps whole (token, or word: a number or identifier's
+    tokens together); the sizes are tokens per layer and KV head.
     ``cache_prefix`` ("system" or "first_user", for chat) and ``cache_prefix_chars`` (for a text
     prompt) mark a reusable document at the start of the prompt: compressed once, stored, and
     reused by the next requests that start with it (``Completion.prefix_cache`` says which).
@@ -47,6 +48,7 @@ class GenerateOptions(TypedDict, total=False):
     kernel: int | None
     pooling: str | None
     observe: str | None
+    unit: str | None
     cache_prefix: str | None
     cache_prefix_chars: int | None
     speculative: Mapping[str, float | int | str] | None
@@ -106,6 +108,7 @@ def _set_options(request: generation_pb2.GenerateRequest, options: GenerateOptio
                                          options.get("pooling"))
     request.policy.observe = _enum_value(common_pb2.Observe, "OBSERVE_", "observe",
                                          options.get("observe"))
+    request.policy.unit = _enum_value(common_pb2.Unit, "UNIT_", "unit", options.get("unit"))
     _set(request, "cache_prefix", options.get("cache_prefix"))
     _set(request, "cache_prefix_chars", options.get("cache_prefix_chars"))
     speculative = options.get("speculative")

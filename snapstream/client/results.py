@@ -19,6 +19,7 @@ _POSITION_MODES = {value: name for name, value in
                    enum_names(common_pb2.PositionMode, "POSITION_MODE_").items()}
 _POOLINGS = {value: name for name, value in enum_names(common_pb2.Pooling, "POOLING_").items()}
 _OBSERVES = {value: name for name, value in enum_names(common_pb2.Observe, "OBSERVE_").items()}
+_UNITS = {value: name for name, value in enum_names(common_pb2.Unit, "UNIT_").items()}
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class ModelInfo:
                 kind=_POLICY_KINDS.get(policy.kind, ""), pooling=_POOLINGS.get(policy.pooling, ""),
                 n_sink=policy.n_sink, n_topk=policy.n_topk, n_recent=policy.n_recent,
                 observation=policy.observation, kernel=policy.kernel,
-                observe=_OBSERVES.get(policy.observe, ""))
+                observe=_OBSERVES.get(policy.observe, ""), unit=_UNITS.get(policy.unit, ""))
         except ValueError as exc:
             raise Internal(f"the server's default_policy is not resolved: {exc}") from None
         return cls(model_name=msg.model_name, model_fingerprint=msg.model_fingerprint,

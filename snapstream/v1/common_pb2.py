@@ -25,33 +25,35 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asnapstream/v1/common.proto\x12\rsnapstream.v1\x1a\x1egoogle/protobuf/duration.proto\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xb8\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_k\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x03\x88\x01\x01\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\rB\x0e\n\x0c_temperatureB\x08\n\x06_top_kB\x08\n\x06_top_pB\x07\n\x05_seed\"\xb6\x02\n\x0b\x43\x61\x63hePolicy\x12\'\n\x04kind\x18\x01 \x01(\x0e\x32\x19.snapstream.v1.PolicyKind\x12\x13\n\x06n_sink\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x13\n\x06n_topk\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x15\n\x08n_recent\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x18\n\x0bobservation\x18\x05 \x01(\rH\x03\x88\x01\x01\x12\x13\n\x06kernel\x18\x06 \x01(\rH\x04\x88\x01\x01\x12\'\n\x07pooling\x18\x07 \x01(\x0e\x32\x16.snapstream.v1.Pooling\x12\'\n\x07observe\x18\x08 \x01(\x0e\x32\x16.snapstream.v1.ObserveB\t\n\x07_n_sinkB\t\n\x07_n_topkB\x0b\n\t_n_recentB\x0e\n\x0c_observationB\t\n\x07_kernel\"\xd9\x01\n\x13SpeculativeSettings\x12\x0e\n\x04keep\x18\x01 \x01(\x02H\x00\x12\x15\n\x0bkeep_tokens\x18\x02 \x01(\rH\x00\x12\x17\n\nchunk_size\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x17\n\nlook_ahead\x18\x04 \x01(\rH\x02\x88\x01\x01\x12.\n\tpositions\x18\x05 \x01(\x0e\x32\x1b.snapstream.v1.PositionMode\x12\x13\n\x0b\x64raft_model\x18\x06 \x01(\tB\x06\n\x04sizeB\r\n\x0b_chunk_sizeB\r\n\x0b_look_ahead\"\xe7\x01\n\x11SpeculativeReport\x12-\n\ndraft_time\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x36\n\x13target_prefill_time\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bkept_tokens\x18\x03 \x01(\r\x12\x15\n\rprompt_tokens\x18\x04 \x01(\r\x12\x0f\n\x07skipped\x18\x05 \x01(\t\x12.\n\tpositions\x18\x06 \x01(\x0e\x32\x1b.snapstream.v1.PositionMode*\x8e\x01\n\nPolicyKind\x12\x1b\n\x17POLICY_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10POLICY_KIND_FULL\x10\x01\x12\x19\n\x15POLICY_KIND_STREAMING\x10\x02\x12\x16\n\x12POLICY_KIND_SNAPKV\x10\x03\x12\x1a\n\x16POLICY_KIND_SNAPSTREAM\x10\x04*D\n\x07Pooling\x12\x17\n\x13POOLING_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPOOLING_AVG\x10\x01\x12\x0f\n\x0bPOOLING_MAX\x10\x02*I\n\x07Observe\x12\x17\n\x13OBSERVE_UNSPECIFIED\x10\x00\x12\x10\n\x0cOBSERVE_LAST\x10\x01\x12\x13\n\x0fOBSERVE_OPENING\x10\x02*\xa6\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x1c\n\x18\x46INISH_REASON_STOP_TOKEN\x10\x02\x12\x1d\n\x19\x46INISH_REASON_STOP_STRING\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTEXT_LENGTH\x10\x04*s\n\x0bPrefixCache\x12\x1c\n\x18PREFIX_CACHE_UNSPECIFIED\x10\x00\x12\x17\n\x13PREFIX_CACHE_STORED\x10\x01\x12\x14\n\x10PREFIX_CACHE_HIT\x10\x02\x12\x17\n\x13PREFIX_CACHE_BYPASS\x10\x03*d\n\x0cPositionMode\x12\x1d\n\x19POSITION_MODE_UNSPECIFIED\x10\x00\x12\x1a\n\x16POSITION_MODE_ORIGINAL\x10\x01\x12\x19\n\x15POSITION_MODE_COMPACT\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asnapstream/v1/common.proto\x12\rsnapstream.v1\x1a\x1egoogle/protobuf/duration.proto\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xb8\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_k\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x03\x88\x01\x01\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\rB\x0e\n\x0c_temperatureB\x08\n\x06_top_kB\x08\n\x06_top_pB\x07\n\x05_seed\"\xd9\x02\n\x0b\x43\x61\x63hePolicy\x12\'\n\x04kind\x18\x01 \x01(\x0e\x32\x19.snapstream.v1.PolicyKind\x12\x13\n\x06n_sink\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x13\n\x06n_topk\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x15\n\x08n_recent\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x18\n\x0bobservation\x18\x05 \x01(\rH\x03\x88\x01\x01\x12\x13\n\x06kernel\x18\x06 \x01(\rH\x04\x88\x01\x01\x12\'\n\x07pooling\x18\x07 \x01(\x0e\x32\x16.snapstream.v1.Pooling\x12\'\n\x07observe\x18\x08 \x01(\x0e\x32\x16.snapstream.v1.Observe\x12!\n\x04unit\x18\t \x01(\x0e\x32\x13.snapstream.v1.UnitB\t\n\x07_n_sinkB\t\n\x07_n_topkB\x0b\n\t_n_recentB\x0e\n\x0c_observationB\t\n\x07_kernel\"\xd9\x01\n\x13SpeculativeSettings\x12\x0e\n\x04keep\x18\x01 \x01(\x02H\x00\x12\x15\n\x0bkeep_tokens\x18\x02 \x01(\rH\x00\x12\x17\n\nchunk_size\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x17\n\nlook_ahead\x18\x04 \x01(\rH\x02\x88\x01\x01\x12.\n\tpositions\x18\x05 \x01(\x0e\x32\x1b.snapstream.v1.PositionMode\x12\x13\n\x0b\x64raft_model\x18\x06 \x01(\tB\x06\n\x04sizeB\r\n\x0b_chunk_sizeB\r\n\x0b_look_ahead\"\xe7\x01\n\x11SpeculativeReport\x12-\n\ndraft_time\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x36\n\x13target_prefill_time\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bkept_tokens\x18\x03 \x01(\r\x12\x15\n\rprompt_tokens\x18\x04 \x01(\r\x12\x0f\n\x07skipped\x18\x05 \x01(\t\x12.\n\tpositions\x18\x06 \x01(\x0e\x32\x1b.snapstream.v1.PositionMode*\x8e\x01\n\nPolicyKind\x12\x1b\n\x17POLICY_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10POLICY_KIND_FULL\x10\x01\x12\x19\n\x15POLICY_KIND_STREAMING\x10\x02\x12\x16\n\x12POLICY_KIND_SNAPKV\x10\x03\x12\x1a\n\x16POLICY_KIND_SNAPSTREAM\x10\x04*D\n\x07Pooling\x12\x17\n\x13POOLING_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPOOLING_AVG\x10\x01\x12\x0f\n\x0bPOOLING_MAX\x10\x02*I\n\x07Observe\x12\x17\n\x13OBSERVE_UNSPECIFIED\x10\x00\x12\x10\n\x0cOBSERVE_LAST\x10\x01\x12\x13\n\x0fOBSERVE_OPENING\x10\x02*;\n\x04Unit\x12\x14\n\x10UNIT_UNSPECIFIED\x10\x00\x12\x0e\n\nUNIT_TOKEN\x10\x01\x12\r\n\tUNIT_WORD\x10\x02*\xa6\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x1c\n\x18\x46INISH_REASON_STOP_TOKEN\x10\x02\x12\x1d\n\x19\x46INISH_REASON_STOP_STRING\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTEXT_LENGTH\x10\x04*s\n\x0bPrefixCache\x12\x1c\n\x18PREFIX_CACHE_UNSPECIFIED\x10\x00\x12\x17\n\x13PREFIX_CACHE_STORED\x10\x01\x12\x14\n\x10PREFIX_CACHE_HIT\x10\x02\x12\x17\n\x13PREFIX_CACHE_BYPASS\x10\x03*d\n\x0cPositionMode\x12\x1d\n\x19POSITION_MODE_UNSPECIFIED\x10\x00\x12\x1a\n\x16POSITION_MODE_ORIGINAL\x10\x01\x12\x19\n\x15POSITION_MODE_COMPACT\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'snapstream.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_POLICYKIND']._serialized_start=1057
-  _globals['_POLICYKIND']._serialized_end=1199
-  _globals['_POOLING']._serialized_start=1201
-  _globals['_POOLING']._serialized_end=1269
-  _globals['_OBSERVE']._serialized_start=1271
-  _globals['_OBSERVE']._serialized_end=1344
-  _globals['_FINISHREASON']._serialized_start=1347
-  _globals['_FINISHREASON']._serialized_end=1513
-  _globals['_PREFIXCACHE']._serialized_start=1515
-  _globals['_PREFIXCACHE']._serialized_end=1630
-  _globals['_POSITIONMODE']._serialized_start=1632
-  _globals['_POSITIONMODE']._serialized_end=1732
+  _globals['_POLICYKIND']._serialized_start=1092
+  _globals['_POLICYKIND']._serialized_end=1234
+  _globals['_POOLING']._serialized_start=1236
+  _globals['_POOLING']._serialized_end=1304
+  _globals['_OBSERVE']._serialized_start=1306
+  _globals['_OBSERVE']._serialized_end=1379
+  _globals['_UNIT']._serialized_start=1381
+  _globals['_UNIT']._serialized_end=1440
+  _globals['_FINISHREASON']._serialized_start=1443
+  _globals['_FINISHREASON']._serialized_end=1609
+  _globals['_PREFIXCACHE']._serialized_start=1611
+  _globals['_PREFIXCACHE']._serialized_end=1726
+  _globals['_POSITIONMODE']._serialized_start=1728
+  _globals['_POSITIONMODE']._serialized_end=1828
   _globals['_TOKENIDS']._serialized_start=77
   _globals['_TOKENIDS']._serialized_end=100
   _globals['_SAMPLINGPARAMS']._serialized_start=103
   _globals['_SAMPLINGPARAMS']._serialized_end=287
   _globals['_CACHEPOLICY']._serialized_start=290
-  _globals['_CACHEPOLICY']._serialized_end=600
-  _globals['_SPECULATIVESETTINGS']._serialized_start=603
-  _globals['_SPECULATIVESETTINGS']._serialized_end=820
-  _globals['_SPECULATIVEREPORT']._serialized_start=823
-  _globals['_SPECULATIVEREPORT']._serialized_end=1054
+  _globals['_CACHEPOLICY']._serialized_end=635
+  _globals['_SPECULATIVESETTINGS']._serialized_start=638
+  _globals['_SPECULATIVESETTINGS']._serialized_end=855
+  _globals['_SPECULATIVEREPORT']._serialized_start=858
+  _globals['_SPECULATIVEREPORT']._serialized_end=1089
 # @@protoc_insertion_point(module_scope)

@@ -30,6 +30,12 @@ class Observe(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OBSERVE_LAST: _ClassVar[Observe]
     OBSERVE_OPENING: _ClassVar[Observe]
 
+class Unit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UNIT_UNSPECIFIED: _ClassVar[Unit]
+    UNIT_TOKEN: _ClassVar[Unit]
+    UNIT_WORD: _ClassVar[Unit]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -61,6 +67,9 @@ POOLING_MAX: Pooling
 OBSERVE_UNSPECIFIED: Observe
 OBSERVE_LAST: Observe
 OBSERVE_OPENING: Observe
+UNIT_UNSPECIFIED: Unit
+UNIT_TOKEN: Unit
+UNIT_WORD: Unit
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_STOP_TOKEN: FinishReason
@@ -97,7 +106,7 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CachePolicy(_message.Message):
-    __slots__ = ("kind", "n_sink", "n_topk", "n_recent", "observation", "kernel", "pooling", "observe")
+    __slots__ = ("kind", "n_sink", "n_topk", "n_recent", "observation", "kernel", "pooling", "observe", "unit")
     KIND_FIELD_NUMBER: _ClassVar[int]
     N_SINK_FIELD_NUMBER: _ClassVar[int]
     N_TOPK_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +115,7 @@ class CachePolicy(_message.Message):
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     POOLING_FIELD_NUMBER: _ClassVar[int]
     OBSERVE_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
     kind: PolicyKind
     n_sink: int
     n_topk: int
@@ -114,7 +124,8 @@ class CachePolicy(_message.Message):
     kernel: int
     pooling: Pooling
     observe: Observe
-    def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., observation: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ..., observe: _Optional[_Union[Observe, str]] = ...) -> None: ...
+    unit: Unit
+    def __init__(self, kind: _Optional[_Union[PolicyKind, str]] = ..., n_sink: _Optional[int] = ..., n_topk: _Optional[int] = ..., n_recent: _Optional[int] = ..., observation: _Optional[int] = ..., kernel: _Optional[int] = ..., pooling: _Optional[_Union[Pooling, str]] = ..., observe: _Optional[_Union[Observe, str]] = ..., unit: _Optional[_Union[Unit, str]] = ...) -> None: ...
 
 class SpeculativeSettings(_message.Message):
     __slots__ = ("keep", "keep_tokens", "chunk_size", "look_ahead", "positions", "draft_model")

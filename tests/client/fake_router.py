@@ -24,7 +24,8 @@ INFO = generation_pb2.InfoResponse(
     default_policy=common_pb2.CachePolicy(kind=common_pb2.POLICY_KIND_SNAPSTREAM, n_sink=4,
                                           n_topk=64, n_recent=32, observation=8, kernel=5,
                                           pooling=common_pb2.POOLING_MAX,
-                                          observe=common_pb2.OBSERVE_LAST))
+                                          observe=common_pb2.OBSERVE_LAST,
+                                          unit=common_pb2.UNIT_TOKEN))
 
 
 class FakeRouter(generation_pb2_grpc.GenerationServicer):

@@ -32,7 +32,7 @@ def test_every_option_reaches_its_field() -> None:
     request = build_request(
         "x", max_new_tokens=7, temperature=0.5, top_k=40, top_p=0.9, seed=2**40,
         stop=("\n", "END"), stop_token_ids=(257,), policy="streaming", n_sink=2, n_topk=16,
-        n_recent=8, observation=4, kernel=3, pooling="max", observe="opening")
+        n_recent=8, observation=4, kernel=3, pooling="max", observe="opening", unit="word")
     assert request.max_new_tokens == 7
     sampling = request.sampling
     assert (sampling.temperature, sampling.top_k, sampling.seed) == (0.5, 40, 2**40)
@@ -42,6 +42,7 @@ def test_every_option_reaches_its_field() -> None:
     assert policy.kind == common_pb2.POLICY_KIND_STREAMING
     assert policy.pooling == common_pb2.POOLING_MAX
     assert policy.observe == common_pb2.OBSERVE_OPENING
+    assert policy.unit == common_pb2.UNIT_WORD
     assert (policy.n_sink, policy.n_topk, policy.n_recent, policy.observation, policy.kernel) == (
         2, 16, 8, 4, 3)
 
@@ -68,6 +69,7 @@ def test_policy_names_come_from_the_proto_enum() -> None:
     ({"policy": "lru"}, "policy must be one of full, streaming, snapkv, snapstream, got 'lru'"),
     ({"pooling": "mean"}, "pooling must be one of avg, max, got 'mean'"),
     ({"observe": "first"}, "observe must be one of last, opening, got 'first'"),
+    ({"unit": "line"}, "unit must be one of token, word, got 'line'"),
     ({"max_new_tokens": -1}, "max_new_tokens=-1"),
     ({"n_topk": 2**32}, "n_topk=4294967296"),
     ({"temperature": "hot"}, "temperature='hot'"),

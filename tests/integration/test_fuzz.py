@@ -54,6 +54,7 @@ def requests(draw) -> generation_pb2.GenerateRequest:
     policy.kind = draw(st.integers(0, 6))
     policy.pooling = draw(st.integers(0, 4))
     policy.observe = draw(st.integers(0, 4))
+    policy.unit = draw(st.integers(0, 4))
     for name in ("n_sink", "n_topk", "n_recent", "observation", "kernel"):
         _set(policy, name, draw(_optional(st.one_of(st.integers(0, 64), UINT32))))
     return request

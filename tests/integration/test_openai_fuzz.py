@@ -54,6 +54,7 @@ COMMON = {
         "policy": _field(st.sampled_from(["snapstream", "streaming", "snapkv", "full"])),
         "pooling": _field(st.sampled_from(["avg", "max"])),
         "observe": _field(st.sampled_from(["last", "opening"])),
+        "unit": _field(st.sampled_from(["token", "word"])),
         "return_token_ids": _field(st.booleans())})),
     "n": _field(st.just(1)), "logprobs": ANY, "frobnicate": ANY,
 }

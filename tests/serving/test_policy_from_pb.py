@@ -38,7 +38,14 @@ def test_observing_the_opening_round_trips():
     assert policy_from_pb(msg, SINKLESS).observe == "opening"
 
 
-@pytest.mark.parametrize("name", ["kind", "pooling", "observe"])
+def test_keeping_words_round_trips():
+    words = CachePolicy(unit="word", kernel=15)
+    assert policy_from_pb(policy_to_pb(words), SINKLESS) == words
+    msg = common_pb2.CachePolicy(unit=common_pb2.UNIT_WORD)
+    assert policy_from_pb(msg, SINKLESS).unit == "word"
+
+
+@pytest.mark.parametrize("name", ["kind", "pooling", "observe", "unit"])
 def test_an_unknown_enum_value_is_named(name):
     msg = common_pb2.CachePolicy(**{name: 9})
     with pytest.raises(RequestError, match=f"policy.{name}: unknown value 9"):
