@@ -70,6 +70,7 @@ class SplitRule:
     kernel: int = 5
     pooling: str = "avg"
     observe: str = "last"
+    unit: str = "token"
 
     def __post_init__(self) -> None:
         if self.n_sink < 0:
@@ -78,8 +79,8 @@ class SplitRule:
             raise ValueError(f"observation must be >= 1, got {self.observation}")
         if not 0.0 <= self.recent_fraction <= 1.0:
             raise ValueError(f"recent_fraction must lie in [0, 1], got {self.recent_fraction}")
-        CachePolicy(kernel=self.kernel, pooling=self.pooling,
-                    observe=self.observe)  # their checks name the field
+        CachePolicy(kernel=self.kernel, pooling=self.pooling, observe=self.observe,
+                    unit=self.unit)  # their checks name the field
 
     @classmethod
     def from_policy(cls, policy: CachePolicy) -> SplitRule:
@@ -87,13 +88,14 @@ class SplitRule:
         default policy: its ring's share of the budget, sinks, observation window and pooling)."""
         return cls(n_sink=policy.n_sink, observation=policy.observation,
                    recent_fraction=round(policy.n_recent / policy.budget, 4),
-                   kernel=policy.kernel, pooling=policy.pooling, observe=policy.observe)
+                   kernel=policy.kernel, pooling=policy.pooling, observe=policy.observe,
+                   unit=policy.unit)
 
     def policy(self, kind: str, budget: int) -> CachePolicy:
         """``kind`` at ``budget`` tokens; ``full`` keeps the SnapKV settings and default sizes."""
         if kind == "full":
             return CachePolicy(kind="full", observation=self.observation, kernel=self.kernel,
-                               pooling=self.pooling, observe=self.observe)
+                               pooling=self.pooling, observe=self.observe, unit=self.unit)
         if budget < 2:
             raise ValueError(f"budgets: a budget of {budget} token(s) leaves no room for a ring")
         n_sink = min(KIND_OWN_FIELDS.get(kind, {}).get("n_sink", self.n_sink), budget - 1)
@@ -101,4 +103,4 @@ class SplitRule:
         n_recent = min(budget - n_sink, max(observation, round(budget * self.recent_fraction)))
         return CachePolicy(kind=kind, n_sink=n_sink, n_topk=budget - n_sink - n_recent,
                            n_recent=n_recent, observation=observation, kernel=self.kernel,
-                           pooling=self.pooling, observe=self.observe)
+                           pooling=self.pooling, observe=self.observe, unit=self.unit)

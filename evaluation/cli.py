@@ -45,7 +45,7 @@ from evaluation.speculative_runs import evaluate_speculative
 from evaluation.targets import check_targets, targets_table
 from snapstream.checkpoints.registry import DEFAULT_MODEL, DRAFT_HELP, MODEL_HELP, draft_name
 from snapstream.engine import Engine
-from snapstream.policy import OBSERVES, POOLINGS, CachePolicy
+from snapstream.policy import OBSERVES, POOLINGS, UNITS, CachePolicy
 from snapstream.specprefill.settings import POSITION_MODES, SpeculativeSettings
 from snapstream.weight_formats import AUTO, DTYPE_CHOICES, DTYPE_HELP, KV_DTYPE_HELP, KV_DTYPES
 
@@ -102,6 +102,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="opening: SnapKV's window also holds a probe's queries, the last turn's opening "
         "read again after the prompt (the question placed before the context; default: the "
         "model's)"),
+    add("--unit", choices=UNITS, default=None,
+        help="word: SnapKV keeps a word's tokens together, each scoring the word's best "
+        "(default: the model's)")
     add("--limit", type=int, default=None, help="evaluate only N samples spread over the grid")
     add("--max-group-tokens", type=int, default=d.max_group_tokens,
         help="prompt tokens prefilled and decoded together")
@@ -131,7 +134,8 @@ def config_from_args(args: argparse.Namespace, model_policy: CachePolicy,
     ``model_prompt_format``: the format used unless --prompt-format names one;
     ``model_positions``: the speculative position mode unless --positions names one."""
     given = {name: getattr(args, name) for name in
-             ("n_sink", "observation", "recent_fraction", "kernel", "pooling", "observe")}
+             ("n_sink", "observation", "recent_fraction", "kernel", "pooling", "observe",
+              "unit")}
     rule = replace(SplitRule.from_policy(model_policy),
                    **{name: value for name, value in given.items() if value is not None})
     return EvalConfig(

@@ -198,7 +198,7 @@ class EvalConfig:
             "observation": self.split_rule.observation,
             "recent_fraction": self.split_rule.recent_fraction,
             "kernel": self.split_rule.kernel, "pooling": self.split_rule.pooling,
-            "observe": self.split_rule.observe,
+            "observe": self.split_rule.observe, "unit": self.split_rule.unit,
             "limit": self.limit,
             "speculative": None if self.speculative is None else self.speculative.to_json(),
             "peers": list(self.peers),

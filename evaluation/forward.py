@@ -1,10 +1,11 @@
 """A prompt's full-attention forward, run once and compressed into any policy's layout.
 
 The prompt's K/V do not depend on the cache policy, and SnapKV's scores depend only on
-``(observation, kernel, pooling, observe)`` and the last ``observation`` queries of each layer
-(and a probe's, :mod:`snapstream.probe`). A :class:`PromptForward` keeps K/V and the last
-``max_observation`` queries, with a probe's after them when given one (run in the same forward,
-as prefill runs it), computes scores for a key when first asked, and builds the same
+``(observation, kernel, pooling, observe, unit)`` and the last ``observation`` queries of each
+layer (and a probe's, :mod:`snapstream.probe`; the prompt's spans, :mod:`snapstream.units`).
+A :class:`PromptForward` keeps K/V and the last ``max_observation`` queries, with a probe's
+after them when given one (run in the same forward, as prefill runs it), computes scores for a
+key when first asked, and builds the same
 :class:`SequenceCache` as :meth:`Engine.prefill` (same attention call, windowed on a hybrid
 model's sliding layers; same scoring function; same placement).
 """
@@ -22,6 +23,7 @@ from snapstream.kvcache import ModelLayout, SequenceCache
 from snapstream.model import Transformer
 from snapstream.policy import CachePolicy
 from snapstream.snapkv import snapkv_scores
+from snapstream.units import keep_whole
 
 
 @dataclass
@@ -52,14 +54,18 @@ class PromptForward:
     seconds: float
     windows: tuple[int | None, ...]  # the model's attention_windows
     probe: int = 0  # A: the probe's tokens, run after the prompt
-    _scores: dict[tuple[int, int, str, bool], torch.Tensor] = field(default_factory=dict)
+    # unit -> the prompt's spans (P,) SnapKV keeps whole under it (units.unit_spans)
+    spans: dict[str, torch.Tensor | None] = field(default_factory=lambda: {"token": None})
+    _scores: dict[tuple[int, int, str, bool, str], torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     @torch.no_grad()
     def run(cls, model: Transformer, ids: list[int], max_observation: int,
-            probe: list[int] = ()) -> PromptForward:
+            probe: list[int] = (), spans: dict[str, torch.Tensor | None] | None = None
+            ) -> PromptForward:
         """The forward of ``ids`` and then ``probe`` (the tokens a policy that observes
-        ``"opening"`` reads again after the prompt, :func:`snapstream.probe.probe_ids`)."""
+        ``"opening"`` reads again after the prompt, :func:`snapstream.probe.probe_ids`);
+        ``spans``: the units the runs keep besides tokens, with the prompt's spans of each."""
         recorder = _Recorder(max_observation=max_observation,
                              windows=model.config.attention_windows, probe=len(probe))
         device = model.lm_head.weight.device
@@ -71,17 +77,18 @@ class PromptForward:
         return cls(keys=torch.stack(recorder.keys), values=torch.stack(recorder.values),
                    queries=recorder.queries, logits=logits,
                    seconds=time.perf_counter() - start, windows=recorder.windows,
-                   probe=len(probe))
+                   probe=len(probe), spans={"token": None, **(spans or {})})
 
     @property
     def prompt_len(self) -> int:
         return self.keys.shape[2] - self.probe
 
     @torch.no_grad()
-    def scores(self, observation: int, kernel: int, pooling: str, observe: str = "last"
-               ) -> torch.Tensor:
+    def scores(self, observation: int, kernel: int, pooling: str, observe: str = "last",
+               unit: str = "token") -> torch.Tensor:
         """(L, Hkv, P) SnapKV scores of the last ``observation`` prompt queries (at most those
-        kept), and under ``observe="opening"`` the probe's after them."""
+        kept), and under ``observe="opening"`` the probe's after them; each span of ``unit``
+        scoring its best."""
         observation = min(observation, self.prompt_len)
         kept = self.queries[0].shape[1] - self.probe  # the prompt's queries kept
         if observation > kept:
@@ -90,15 +97,19 @@ class PromptForward:
         probed = observe == "opening"
         if probed and not self.probe:
             raise ValueError("observe='opening' needs a forward run with its probe")
-        key = (observation, kernel, pooling, probed)
+        if unit not in self.spans:
+            raise ValueError(f"unit={unit!r} needs a forward run with the prompt's spans of it")
+        key = (observation, kernel, pooling, probed, unit)
         if key not in self._scores:
             extra = self.probe if probed else 0  # the probe's keys and queries, or none
             end = kept + extra
-            self._scores[key] = torch.stack([
+            scores = torch.stack([
                 snapkv_scores(q[:, end - observation - extra : end],
                               k[:, : self.prompt_len + extra], kernel,
                               pooling)[:, : self.prompt_len]
-                for q, k in zip(self.queries, self.keys, strict=True)])
+                for q, k in zip(self.queries, self.keys, strict=True)])  # (L, Hkv, P)
+            spans = self.spans[unit]
+            self._scores[key] = scores if spans is None else keep_whole(scores, spans)
         return self._scores[key]
 
     def sequence_cache(self, policy: CachePolicy, max_new_tokens: int,
@@ -108,7 +119,7 @@ class PromptForward:
         groups = ModelLayout.build(self.windows, layout)
         selects = layout.compresses(self.prompt_len) and layout.n_topk > 0
         scores = self.scores(policy.observation, policy.kernel, policy.pooling,
-                             policy.observe) if selects else None
+                             policy.observe, policy.unit) if selects else None
         prompt = slice(0, self.prompt_len)
         return build_sequence_cache(groups, self.keys[:, :, prompt], self.values[:, :, prompt],
                                     scores)

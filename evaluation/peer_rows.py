@@ -83,6 +83,6 @@ def _row(engine: Engine, index: int, sample: Sample, name: str, label: str, toke
         budget=tokens, budget_fraction=tokens / sample.context_len, n_sink=policy.n_sink,
         n_topk=policy.n_topk, n_recent=policy.n_recent, observation=policy.observation,
         kernel=policy.kernel, pooling=policy.pooling, observe=policy.observe,
-        correct=sample.is_correct(text),
+        unit=policy.unit, correct=sample.is_correct(text),
         answer=sample.answer, generated=text, prompt_tokens=prompt_len, new_tokens=cut,
         finish_reason="stop_token" if cut < len(token_ids) else "length", forced_nll=None)

@@ -72,6 +72,7 @@ class Row:
     answer_kept: float | None = None
     needle_attention: float | None = None
     observe: str = "last"  # whose queries SnapKV's window held (CachePolicy.observe)
+    unit: str = "token"  # what SnapKV kept whole (CachePolicy.unit)
 
 
 COLUMNS = tuple(f.name for f in fields(Row))

@@ -28,6 +28,7 @@ from snapstream.engine import Engine
 from snapstream.kvcache import SequenceCache
 from snapstream.policy import CachePolicy
 from snapstream.probe import probe_ids
+from snapstream.units import unit_spans
 
 ANSWER_SLACK_TOKENS = 6  # room for a space, separators and a closing word after the values
 GAP_CHARS_PER_TOKEN = 8  # filler characters drawn per gap token (more than enough)
@@ -104,7 +105,9 @@ def _evaluate_group(engine: Engine, gap: int, group: list[tuple[int, Sample]],
         if forward is None:  # with the probe a run observes, if one does (the longest one)
             probe = max((probe_ids(engine.tokenizer, ids, run.policy.observe) for run in runs),
                         key=len)
-            forward = PromptForward.run(engine.model, ids, max_observation, probe)
+            spans = {run.policy.unit: unit_spans(engine.tokenizer, ids, run.policy.unit)
+                     for run in runs}
+            forward = PromptForward.run(engine.model, ids, max_observation, probe, spans)
             on_progress(len(ids))
         shared[tuple(ids)] = forward
         forwards.append(forward)
@@ -193,7 +196,8 @@ def _row(index: int, sample: Sample, gap: int, run: Run, prompt_len: int, num_fo
         budget_label=run.budget.label if run.budget else None, budget=run.budget_tokens,
         budget_fraction=fraction, n_sink=policy.n_sink, n_topk=policy.n_topk,
         n_recent=policy.n_recent, observation=policy.observation, kernel=policy.kernel,
-        pooling=policy.pooling, observe=policy.observe, correct=bool(out.correct),
+        pooling=policy.pooling, observe=policy.observe, unit=policy.unit,
+        correct=bool(out.correct),
         answer=sample.answer,
         generated=out.text, prompt_tokens=prompt_len, new_tokens=len(out.token_ids),
         finish_reason=out.finish_reason, forced_nll=out.mean_forced_nll(num_forced),

@@ -258,3 +258,15 @@ def test_workloads_on_real_text_run_in_cells_and_resume(checkpoint, tmp_path):
         assert main(args) == 0
     assert again.getvalue().count("cell ") == 6 and "read 3 rows" in again.getvalue()
     assert (tmp_path / "results.csv").read_bytes() == first
+
+
+def test_eval_keeping_words_writes_rows_of_that_unit(checkpoint, tmp_path):
+    """The runs keep whole words; the rows' analysis still reads the tokens' own votes."""
+    flags = [*TINY, "--placements", "after", "--unit", "word"]
+    assert main(["eval", "--model", str(checkpoint), *flags, "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["config"]["unit"] == "word"
+    with (tmp_path / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 2 * 4 and {row["unit"] for row in rows} == {"word"}
+    assert all(row["answer_kept"] for row in rows if row["policy"] == "snapstream")

@@ -11,8 +11,9 @@ from evaluation.budget import SplitRule
 from evaluation.forward import PromptForward
 from snapstream.config import FULL, SLIDING, RopeConfig
 from snapstream.engine import Engine
-from snapstream.policy import OBSERVES, POLICY_KINDS
+from snapstream.policy import OBSERVES, POLICY_KINDS, UNITS
 from snapstream.probe import probe_ids
+from snapstream.units import unit_spans
 from tests.tiny_models import random_model, tiny_config, tiny_snapstream_tokenizer
 
 PROMPT_LEN, STEPS, SLIDING_WINDOW = 200, 6, 48
@@ -33,16 +34,22 @@ def prompt() -> list[int]:
     return [rng.randrange(256) for _ in range(PROMPT_LEN)]
 
 
+def every_units_spans(engine, prompt) -> dict:
+    return {unit: unit_spans(engine.tokenizer, prompt, unit) for unit in UNITS}
+
+
 @pytest.fixture(scope="module")
 def forward(engine, prompt) -> PromptForward:
-    return PromptForward.run(engine.model, prompt, max_observation=64)
+    return PromptForward.run(engine.model, prompt, max_observation=64,
+                             spans=every_units_spans(engine, prompt))
 
 
 @pytest.fixture(scope="module")
 def probed(engine, prompt) -> PromptForward:
     """The forward of the prompt and the probe a policy observing its opening reads again."""
     return PromptForward.run(engine.model, prompt, max_observation=64,
-                             probe=probe_ids(engine.tokenizer, prompt, "opening"))
+                             probe=probe_ids(engine.tokenizer, prompt, "opening"),
+                             spans=every_units_spans(engine, prompt))
 
 
 @pytest.mark.parametrize("kind", list(POLICY_KINDS))
@@ -51,14 +58,15 @@ def probed(engine, prompt) -> PromptForward:
 @pytest.mark.parametrize(("observation", "kernel", "pooling"), [(32, 7, "avg"), (64, 15, "max"),
                                                            (8, 1, "avg")])
 @pytest.mark.parametrize("observe", OBSERVES)
+@pytest.mark.parametrize("unit", UNITS)
 def test_same_cache_and_logits_as_engine_prefill(engine, prompt, forward, probed, kind, budget,
-                                                 observation, kernel, pooling, observe):
+                                                 observation, kernel, pooling, observe, unit):
     """Exactly, where the engine's forward is the same one: the prompt alone, or with the probe
     when the policy selects and observes its opening. A forward with the probe gives a policy
     that does not select the prompt's K/V of a forward without it, up to the rounding of
     kernels run on more rows."""
     policy = SplitRule(observation=observation, kernel=kernel, pooling=pooling,
-                       observe=observe).policy(kind, budget)
+                       observe=observe, unit=unit).policy(kind, budget)
     expected = engine.prefill(prompt, policy, STEPS, capacity=600)
     layout = policy.layout(PROMPT_LEN, STEPS, capacity=600)
     engine_probed = observe == "opening" and layout.compresses(PROMPT_LEN) and layout.n_topk > 0
@@ -75,7 +83,7 @@ def test_same_cache_and_logits_as_engine_prefill(engine, prompt, forward, probed
         torch.testing.assert_close(run.logits, expected.logits, rtol=0, atol=1e-5)
 
 
-def test_scores_are_computed_once_per_triple(forward):
+def test_scores_are_computed_once_per_setting(forward):
     first = forward.scores(32, 7, "avg")
     assert forward.scores(32, 7, "avg") is first
     assert first.shape == (2, 2, PROMPT_LEN)  # (L, Hkv, P)
@@ -113,3 +121,19 @@ def test_the_probe_changes_the_scores_not_the_prompt(forward, probed):
 def test_observing_the_opening_needs_a_forward_with_its_probe(forward):
     with pytest.raises(ValueError, match="probe"):
         forward.scores(32, 7, "avg", "opening")
+
+
+def test_keeping_words_needs_a_forward_with_their_spans(engine, prompt):
+    plain = PromptForward.run(engine.model, prompt, max_observation=64)
+    with pytest.raises(ValueError, match="spans"):
+        plain.scores(32, 7, "avg", "last", "word")
+
+
+def test_a_word_scores_its_best_token(forward):
+    words = forward.spans["word"]
+    scores = forward.scores(32, 7, "avg", "last", "word")  # (L, Hkv, P)
+    assert bool((words[1:] == words[:-1]).any())  # the prompt has words of several tokens
+    for word in words.unique():
+        at = words == word
+        best = forward.scores(32, 7, "avg")[..., at].amax(dim=-1, keepdim=True)
+        assert torch.equal(scores[..., at], best.expand(-1, -1, int(at.sum())))
