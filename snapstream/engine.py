@@ -244,7 +244,9 @@ class Engine:
                                           policy, layout, doc_config, self.kv_dtype,
                                           self.prefill_dtype,
                                           probe_ids(self.tokenizer, ids, policy.observe),
-                                          unit_spans(self.tokenizer, ids, policy.unit))
+                                          unit_spans(self.tokenizer, ids, policy.unit)
+                                          if layout.compresses(len(ids)) and layout.n_topk > 0
+                                          else None)
         logits = self.model.logits(hidden.to(self.dtype))  # (V,)
         return PrefillResult(cache=cache, logits=logits, prefill_s=time.perf_counter() - start,
                              select_s=0.0)
