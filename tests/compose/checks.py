@@ -16,6 +16,9 @@ QUESTION = [{"role": "user", "content": "Name three primary colors."}]
 # a prompt the default model continues for hundreds of tokens (greedy), so a stream is long
 # enough to lose its decode container midway
 COUNTING = "Count from 1 to 500: 1, 2, 3, 4, 5,"
+# long enough that the stream is still running once its container is found and stopped, short
+# enough that a stopped container drains it within its stop timeout
+STREAM_TOKENS = 320
 
 
 def check_openai_answers(client: openai.OpenAI) -> None:
@@ -44,10 +47,11 @@ def check_sdk_answers(client: SnapstreamClient) -> None:
     assert "".join(chunk.text for chunk in chunks) == completion.text
 
 
-def serving_decode(candidates: list[str]) -> str:
-    """The decode container running one request (the only stream in the cluster)."""
-    (busy,) = [c for c in candidates
-               if 'snapstream_running_requests{service="decode"} 1.0' in metrics(c, 9103)]
+def serving_decode(candidates: list[str], gets_before: list[float]) -> str:
+    """The decode container that fetched a blob since ``gets_before`` (the only stream started
+    since): a counter, so it names the container even if the stream has ended meanwhile."""
+    (busy,) = [c for c, before in zip(candidates, gets_before, strict=True)
+               if blob_gets(metrics(c, 9103)) > before]
     return busy
 
 
@@ -55,22 +59,25 @@ def check_stream_outlives_its_decode(client: SnapstreamClient,
                                      stop: Callable[[str], None]) -> str:
     """``stop``s the decode container serving a stream after its first tokens: the client still
     gets every token, identical to an uninterrupted run. Returns the stopped container."""
-    reference = client.generate(COUNTING, max_new_tokens=160, temperature=0.0)
-    assert reference.completion_tokens == 160, reference.finish_reason
+    reference = client.generate(COUNTING, max_new_tokens=STREAM_TOKENS, temperature=0.0)
+    assert reference.completion_tokens == STREAM_TOKENS, reference.finish_reason
+    decode = containers("decode")
+    gets_before = [blob_gets(metrics(c, 9103)) for c in decode]
     received: list[int] = []
-    with client.generate_stream(COUNTING, max_new_tokens=160, temperature=0.0) as stream:
+    with client.generate_stream(COUNTING, max_new_tokens=STREAM_TOKENS,
+                                temperature=0.0) as stream:
         for chunk in stream:
             received.extend(chunk.token_ids)
             if len(received) >= 16:
                 break
-        victim = serving_decode(containers("decode"))
+        victim = serving_decode(decode, gets_before)
         stopper = threading.Thread(target=stop, args=(victim,))
         stopper.start()
         received.extend(t for chunk in stream for t in chunk.token_ids)
         result = stream.result()
         stopper.join()
     assert tuple(received) == reference.token_ids
-    assert result.completion_tokens == 160
+    assert result.completion_tokens == STREAM_TOKENS
     return victim
 
 
