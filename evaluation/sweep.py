@@ -14,8 +14,8 @@ every gap) of the best, the one under which the model best predicts the generate
 lowest mean negative log-likelihood of the gaps' tokens), since the ring is all it keeps of
 its own output and the answers alone do not see that. The evaluation grid then checks the
 choice. ``--write-policy`` writes it as the model's policy file (a
-1024-token budget split by the chosen rule), which
-:func:`~snapstream.policy.load_default_policy` reads.
+1024-token budget split by the chosen rule; the file's fields the sweep does not search are
+kept), which :func:`~snapstream.policy.load_default_policy` reads.
 """
 
 from __future__ import annotations
@@ -175,6 +175,14 @@ def policy_fields(rule: SplitRule) -> dict:
             "pooling": policy.pooling}
 
 
+def policy_file_fields(path: Path, swept: dict) -> dict:
+    """What ``--write-policy`` writes to the policy file at ``path``: the ``swept`` fields, and
+    the fields the sweep does not search (``observe``, ``unit``: chosen on the evaluation grid)
+    as the file already has them."""
+    given = json.loads(path.read_text()) if path.exists() else {}
+    return {key: value for key, value in given.items() if key not in swept} | swept
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     engine = Engine.from_pretrained(args.model)
@@ -232,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result["policy"]))
     if args.write_policy:
         path = open_checkpoint(args.model).policy_file
-        path.write_text(json.dumps(result["policy"], indent=1) + "\n")
+        path.write_text(json.dumps(policy_file_fields(path, result["policy"]), indent=1) + "\n")
         print(f"wrote the model's default policy to {path}")
     return 0
 

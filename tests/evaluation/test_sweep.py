@@ -106,6 +106,8 @@ def test_policy_fields_load_as_a_policy_of_the_serving_budget():
 @pytest.mark.timeout(600)
 def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
     model = write_tiny_model(tmp_path / "tiny")
+    # a field the sweep does not search stays; one it does is replaced
+    (model / "snapstream_policy.json").write_text('{"unit": "word", "kernel": 99}')
     assert main(["--model", str(model), "--tasks", "niah", "--context-lens", "700",
                  "--n-per-cell", "1", "--gen-context-len", "600", "--gen-gaps", "0,40",
                  "--gen-n-per-cell", "1", "--out", str(tmp_path / "out"),
@@ -136,6 +138,7 @@ def test_sweep_runs_end_to_end_and_writes_the_policy_file(tmp_path, capsys):
         gaps = {row["gap"] for row in csv.DictReader(f)}
     assert gaps == {"0", "40"}  # the generation stage's rows are kept
     written = json.loads((model / "snapstream_policy.json").read_text())
-    assert written == result["policy"] == policy_fields(chosen)
+    assert result["policy"] == policy_fields(chosen)
+    assert written == {**result["policy"], "unit": "word"}
     assert (tmp_path / "out" / "sweep.png").read_bytes().startswith(b"\x89PNG")
     assert "wrote the model's default policy" in capsys.readouterr().out
